@@ -12,6 +12,7 @@ Layout (``benchmarks/baselines/``):
         gpu_model: null                  # or e.g. "NVIDIA H200"
         gpu_driver: null                 # or e.g. "550.54.15"
         tensorflow: '2.21'               # major.minor, quoted (unquoted 2.20 would read as 2.2)
+        onednn: true                     # optional (default true): TF_ENABLE_ONEDNN_OPTS not 0
       margin: 0.25                       # how recorded thresholds were derived (see METRIC_RULES)
       recorded: '2026-11-22T08:00:00+00:00'
       benchmarks:
@@ -92,13 +93,15 @@ class BaselineError(ValueError):
 
 @dataclass(frozen=True)
 class MachineFingerprint:
-    """What a baseline profile is tied to: CPU model and count, GPU model and driver, TensorFlow."""
+    """What a baseline profile is tied to: CPU model and count, GPU model and driver, TensorFlow and
+    whether its oneDNN CPU kernels are on (TF_ENABLE_ONEDNN_OPTS; they change a step's time ~1.7x)."""
 
     cpu_model: str
     cpu_count: int
     gpu_model: str | None
     gpu_driver: str | None
     tensorflow: str | None  # "major.minor"; None when TensorFlow is not installed
+    onednn: bool = True  # TensorFlow's default; optional in a profile file for that reason
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +130,13 @@ def machine_fingerprint() -> MachineFingerprint:
         gpu_model=None if gpu is None else gpu[0],
         gpu_driver=None if gpu is None else gpu[1],
         tensorflow=_tensorflow_version(),
+        onednn=onednn_enabled(),
     )
+
+
+def onednn_enabled(environ=os.environ) -> bool:
+    """TensorFlow's oneDNN CPU kernels: on unless TF_ENABLE_ONEDNN_OPTS is 0 or false (TF's own rule)."""
+    return environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
 
 
 def _gpu_identity() -> tuple[str, str] | None:
@@ -193,7 +202,8 @@ def _driver_major(driver: str | None) -> str | None:
 
 def match_fingerprint(*, recorded: MachineFingerprint, current: MachineFingerprint) -> MatchResult:
     """Tolerant match: CPU count equal, CPU model equal ignoring case, spaces, (R), (TM) and the clock
-    suffix, GPU model equal (or both absent), driver major version equal, TensorFlow major.minor equal."""
+    suffix, GPU model equal (or both absent), driver major version equal, TensorFlow major.minor equal,
+    oneDNN on or off alike."""
     reasons = []
 
     def differs(field: str) -> None:
@@ -213,6 +223,8 @@ def match_fingerprint(*, recorded: MachineFingerprint, current: MachineFingerpri
     current_tf = None if current.tensorflow is None else _major_minor(current.tensorflow)
     if recorded_tf != current_tf:
         differs("tensorflow")
+    if recorded.onednn != current.onednn:
+        differs("onednn")
     return MatchResult(matched=not reasons, reasons=tuple(reasons))
 
 
@@ -385,7 +397,7 @@ def _margin(path: Path | None, keys: tuple[str, ...], value: Any) -> float:
 def _parse_fingerprint(path: Path, value: Any) -> MachineFingerprint:
     keys = ("fingerprint",)
     fields = _mapping(path, keys, value)
-    _only_keys(path, keys, fields, _FINGERPRINT_KEYS)
+    _only_keys(path, keys, fields, _FINGERPRINT_KEYS + ("onednn",))
     for key in _FINGERPRINT_KEYS:
         _require(path, keys, fields, key)
     cpu_count = fields["cpu_count"]
@@ -397,7 +409,14 @@ def _parse_fingerprint(path: Path, value: Any) -> MachineFingerprint:
         gpu_model=_string(path, keys + ("gpu_model",), fields["gpu_model"], optional=True),
         gpu_driver=_string(path, keys + ("gpu_driver",), fields["gpu_driver"], optional=True),
         tensorflow=_string(path, keys + ("tensorflow",), fields["tensorflow"], optional=True),
+        onednn=_flag(path, keys + ("onednn",), fields.get("onednn", True)),
     )
+
+
+def _flag(path: Path, keys: tuple[str, ...], value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _wrong(path, keys, "true or false", value)
+    return value
 
 
 def _check_band(path: Path, keys: tuple[str, ...], thresholds: list[Threshold]) -> None:

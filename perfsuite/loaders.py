@@ -5,7 +5,7 @@ Every loader yields the same batches: a dict with ``id`` (string[B]), ``tokens``
 what the batch holds; padding is zeros and never counted).
 
 Kinds:
-- ``tf_native``: graph ops only (tf.io.read_file, tf.audio.decode_wav, the TF mel, the TF `.npy` parser).
+- ``tf_native``: graph ops only (tf.io.read_file, tf.io.decode_raw or the header parsers, the TF mel).
 - ``numpy_function``: the same math in Python/numpy inside ``tf.numpy_function``.
 - ``librosa``: soundfile + librosa inside ``tf.numpy_function``, as TF TTS projects ship it
   (extra ``peers``). A speed peer only: its mel differs from ours.
@@ -13,6 +13,14 @@ Kinds:
 Before the dataset is built, every file's header is checked in Python (cheap: headers only). A
 file the loader cannot read raises a DataError naming it, or with ``on_error="skip"`` is left out
 and listed in ``Loader.skipped``. The same checks are what ``perfsuite check-data`` reports.
+
+How the TF-native loaders decode (``decode``):
+- ``"preflight"`` (default): the headers preflight read are kept (perfsuite.layout); every read
+  verifies the file's header bytes and size against them in the graph, then decodes the data with
+  ``tf.io.decode_raw``. The samples equal tf.audio.decode_wav's / np.load's exactly.
+- ``"in_graph"``: every read parses its header in the graph, with ``tf.audio.decode_wav`` for WAV and
+  ``perfsuite.npy.decode_npy`` for `.npy`: the recipe TF TTS projects ship, slower (measured by
+  benchmarks/test_loaders.py::test_decode_ratio).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from perfsuite import _tfenv  # noqa: F401
 from perfsuite import text as text_codec
 from perfsuite.audio import MelConfig, log_mel_numpy, log_mel_tf
 from perfsuite.corpus import cache_paths, default_cache_dir, read_metadata, wav_path
+from perfsuite.layout import FileLayout, decode_with_layout, layout_columns, read_layout
 from perfsuite.npy import check_npy, decode_npy
 from perfsuite.wav import DataError, check_tf_readable, read_wav
 
@@ -34,6 +43,7 @@ import tensorflow as tf  # noqa: E402  (after _tfenv quiets its start-up logs)
 AUTOTUNE = -1
 KINDS = ("tf_native", "numpy_function", "librosa")
 SOURCES = ("wav", "cache")
+DECODES = ("preflight", "in_graph")
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ class LoaderConfig:
     bucket_boundaries: tuple[int, ...] = ()  # mel-frame boundaries for length bucketing
     on_error: str = "raise"  # or "skip": unreadable files are left out and counted
     map_slowdown: float = 0.0  # extra work in the map function, as a fraction of one mel (self-test seam)
+    decode: str = "preflight"  # tf_native only: headers read at preflight and verified, or parsed in the graph
 
     def __post_init__(self):
         _require(self.kind in KINDS, "kind", f"one of {KINDS}", self.kind)
@@ -66,6 +77,9 @@ class LoaderConfig:
         _require(self.on_error in ("raise", "skip"), "on_error", "'raise' or 'skip'", self.on_error)
         _require(self.prefetch == AUTOTUNE or self.prefetch >= 0, "prefetch", "≥ 0 or AUTOTUNE (-1)", self.prefetch)
         _require(self.map_slowdown >= 0, "map_slowdown", "≥ 0", self.map_slowdown)
+        _require(self.decode in DECODES, "decode", f"one of {DECODES}", self.decode)
+        _require(self.kind == "tf_native" or self.decode == "preflight", "decode",
+                 "'preflight' for Python loaders (they parse headers in Python anyway)", self.decode)
         for name in ("max_text_len", "max_mel_frames"):
             value = getattr(self, name)
             _require(value is None or value >= 1, name, "≥ 1 or None", value)
@@ -84,9 +98,10 @@ class LoaderConfig:
 
     @property
     def id(self) -> str:
-        """Short stable id for parametrize: ``tf_native-wav-bs16-w2``."""
+        """Short stable id for parametrize: ``tf_native-wav-bs16-w2`` (``-in_graph`` for that decode)."""
         workers = "auto" if self.num_parallel_calls == AUTOTUNE else self.num_parallel_calls
-        return f"{self.kind}-{self.source}-bs{self.batch_size}-w{workers}"
+        decode = "" if self.decode == "preflight" else f"-{self.decode}"
+        return f"{self.kind}-{self.source}-bs{self.batch_size}-w{workers}{decode}"
 
 
 def _require(ok: bool, name: str, expected: str, found) -> None:
@@ -119,6 +134,8 @@ class _Record:
     tokens_path: str  # cache source only
     tokens: np.ndarray  # wav source only (from metadata); empty for the cache source
     mel_frames: int
+    layout: FileLayout  # of ``path``, as preflight read it
+    tokens_layout: FileLayout | None  # cache source only
 
 
 def build_loader(*, dataset_dir: Path, config: LoaderConfig, cache_dir: Path | None = None,
@@ -199,7 +216,8 @@ def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _Record
         path = wav_path(dataset_dir, utt.id)
         info = check_tf_readable(path, sample_rate=mel_config.sample_rate, channels=1)
         tokens = text_codec.encode(utt.normalized_text)
-        record = _Record(utt.id, str(path), "", tokens, mel_config.num_frames(info.num_frames))
+        layout = read_layout(path, data_offset=info.data_offset, data_bytes=info.num_frames * info.block_align)
+        record = _Record(utt.id, str(path), "", tokens, mel_config.num_frames(info.num_frames), layout, None)
         text_len = len(tokens)
     else:
         mel_path, tokens_path = cache_paths(cache_dir, utt.id)
@@ -207,11 +225,17 @@ def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _Record
         tokens_header = check_npy(tokens_path, dtype=np.dtype(np.int32), ndim=1)
         if mel_header.shape[1] != mel_config.n_mels:
             raise DataError(mel_path, expected=f"{mel_config.n_mels} mel channels", found=f"shape {mel_header.shape}")
-        record = _Record(utt.id, str(mel_path), str(tokens_path), np.zeros(0, np.int32), mel_header.shape[0])
+        record = _Record(utt.id, str(mel_path), str(tokens_path), np.zeros(0, np.int32), mel_header.shape[0],
+                         _npy_layout(mel_header), _npy_layout(tokens_header))
         text_len = tokens_header.shape[0]
     if config.static_shapes and config.overlong == "reject":
         _reject_overlong(record.path, text_len, record.mel_frames, config)
     return record
+
+
+def _npy_layout(header) -> FileLayout:
+    return read_layout(header.path, data_offset=header.data_offset, data_bytes=header.data_bytes,
+                       big_endian=header.descr.startswith(">"))
 
 
 def _reject_overlong(path: str, text_len: int, mel_frames: int, config: LoaderConfig) -> None:
@@ -226,10 +250,14 @@ def _element_dataset(records: list[_Record], config: LoaderConfig, mel_config: M
         columns["tokens"] = tf.ragged.constant([r.tokens for r in records], dtype=tf.int32, ragged_rank=1)
     else:
         columns["tokens_path"] = [r.tokens_path for r in records]
+    if config.kind == "tf_native" and config.decode == "preflight":
+        columns.update(layout_columns([r.layout for r in records], "file"))
+        if config.source == "cache":
+            columns.update(layout_columns([r.tokens_layout for r in records], "tokens_file"))
     dataset = tf.data.Dataset.from_tensor_slices(columns)
     if config.shuffle_seed is not None:
         dataset = dataset.shuffle(len(records), seed=config.shuffle_seed, reshuffle_each_iteration=True)
-    load = _LOAD_FUNCTIONS[(config.kind, config.source)]
+    load = _LOAD_FUNCTIONS[(config.kind, config.source, config.decode)]
 
     def load_element(element):
         mel, tokens = load(element, mel_config)
@@ -259,6 +287,13 @@ def _add_slowdown(mel, path, fraction, mel_config):
 
 
 def _tf_native_wav(element, mel_config):
+    """16-bit mono PCM at the corpus rate (preflight checked it), scaled as decode_wav scales: x / 32768."""
+    pcm = decode_with_layout(tf.io.read_file(element["path"]), element, "file", dtype=tf.int16,
+                             path=element["path"], what="WAV")
+    return log_mel_tf(tf.cast(pcm, tf.float32) * (1.0 / 32768.0), mel_config), element["tokens"]
+
+
+def _tf_native_wav_in_graph(element, mel_config):
     audio, sample_rate = tf.audio.decode_wav(tf.io.read_file(element["path"]), desired_channels=1)
     rate_ok = tf.debugging.Assert(  # a backstop: preflight already checked every header
         tf.equal(sample_rate, mel_config.sample_rate),
@@ -268,6 +303,14 @@ def _tf_native_wav(element, mel_config):
 
 
 def _tf_native_cache(element, mel_config):
+    mel = decode_with_layout(tf.io.read_file(element["path"]), element, "file", dtype=tf.float32,
+                             path=element["path"], what=".npy")
+    tokens = decode_with_layout(tf.io.read_file(element["tokens_path"]), element, "tokens_file", dtype=tf.int32,
+                                path=element["tokens_path"], what=".npy")
+    return tf.reshape(mel, [-1, mel_config.n_mels]), tokens
+
+
+def _tf_native_cache_in_graph(element, mel_config):
     mel = decode_npy(tf.io.read_file(element["path"]), dtype=tf.float32, path=element["path"])
     tokens = decode_npy(tf.io.read_file(element["tokens_path"]), dtype=tf.int32, path=element["tokens_path"])
     return mel, tokens
@@ -309,11 +352,13 @@ def _librosa_wav(element, mel_config):
 
 
 _LOAD_FUNCTIONS = {
-    ("tf_native", "wav"): _tf_native_wav,
-    ("tf_native", "cache"): _tf_native_cache,
-    ("numpy_function", "wav"): _numpy_function_wav,
-    ("numpy_function", "cache"): _numpy_function_cache,
-    ("librosa", "wav"): _librosa_wav,
+    ("tf_native", "wav", "preflight"): _tf_native_wav,
+    ("tf_native", "wav", "in_graph"): _tf_native_wav_in_graph,
+    ("tf_native", "cache", "preflight"): _tf_native_cache,
+    ("tf_native", "cache", "in_graph"): _tf_native_cache_in_graph,
+    ("numpy_function", "wav", "preflight"): _numpy_function_wav,
+    ("numpy_function", "cache", "preflight"): _numpy_function_cache,
+    ("librosa", "wav", "preflight"): _librosa_wav,
 }
 
 

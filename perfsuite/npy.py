@@ -33,6 +33,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from perfsuite import _tfenv  # noqa: F401  (quiets TensorFlow before its import)
+from perfsuite.layout import decode_in_order, readable
 from perfsuite.wav import DataError
 
 import tensorflow as tf  # noqa: E402
@@ -159,10 +160,10 @@ def decode_npy(raw, *, dtype, path, ndim: int | None = None):
     for holds, expected in reversed(checks[:-1]):
         ok = holds & ok
         reason = tf.where(holds, reason, f"expected {expected}; found (file size, file start)")
-    checked = tf.debugging.Assert(ok, ["cannot read .npy file", path, reason, file_size, _readable(head)])
+    checked = tf.debugging.Assert(ok, ["cannot read .npy file", path, reason, file_size, readable(head)])
 
     with tf.control_dependencies([checked]):
-        values = _decode_values(raw, data_offset, data_bytes, dtype=dtype,
+        values = decode_in_order(raw, data_offset, data_bytes, dtype=dtype,
                                 big_endian=tf.reduce_any(tf.equal(words, descrs[-1])))  # '>f4' etc.
     array = tf.reshape(values, dims)
     if ndim is not None:
@@ -170,29 +171,10 @@ def decode_npy(raw, *, dtype, path, ndim: int | None = None):
     return array
 
 
-def _decode_values(raw, offset, length, *, dtype, big_endian):
-    """decode_raw in the file's byte order, without a branch: the other order's input is empty.
-
-    (The concat copies the data once more; a tf.cond would cost more.)
-    """
-    if dtype.size == 1:
-        return tf.io.decode_raw(tf.strings.substr(raw, offset, length), dtype)
-    zero = tf.constant(0, length.dtype)
-    little = tf.io.decode_raw(tf.strings.substr(raw, offset, tf.where(big_endian, zero, length)), dtype)
-    big = tf.io.decode_raw(tf.strings.substr(raw, offset, tf.where(big_endian, length, zero)), dtype,
-                           little_endian=False)
-    return tf.concat([little, big], axis=0)
-
-
 def _size_matches(dims, itemsize, data_bytes):
     # Counted in float64 so that an absurd shape cannot wrap around to a plausible byte count.
     expected_bytes = tf.reduce_prod(tf.cast(dims, tf.float64)) * itemsize
     return tf.equal(expected_bytes, tf.cast(data_bytes, tf.float64))
-
-
-def _readable(data):
-    """Bytes made valid UTF-8 for a message (Python decodes error messages as UTF-8)."""
-    return tf.strings.unicode_transcode(data, "UTF-8", "UTF-8", errors="replace")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ import tensorflow as tf  # noqa: E402  (after _tfenv)
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 MEL = MelConfig()
 WAV_KINDS = ["tf_native", "numpy_function"]
+# The ways to read: each loader kind, and the TF-native one with its headers parsed in the graph too.
+READERS = {"tf_native": {"kind": "tf_native"}, "tf_native-in_graph": {"kind": "tf_native", "decode": "in_graph"},
+           "numpy_function": {"kind": "numpy_function"}}
 
 # Unreadable fixture -> a phrase the DataError's "found" must hold.
 BAD_WAVS = {
@@ -129,17 +132,36 @@ def test_a_dataset_with_nothing_readable_is_an_error(tmp_path, tiny_corpus):
         build_loader(dataset_dir=dataset, config=LoaderConfig(on_error="skip"))
 
 
-@pytest.mark.parametrize("kind", WAV_KINDS)
-def test_a_wav_broken_after_preflight_fails_the_epoch(tmp_path, tiny_corpus, kind):
+@pytest.mark.parametrize("reader", READERS)
+def test_a_wav_broken_after_preflight_fails_the_epoch(tmp_path, tiny_corpus, reader):
     """The checks at build time are not the only guard: the load itself fails, it never substitutes."""
     dataset = make_dataset(tmp_path, tiny_corpus, good=2)
-    loader = build_loader(dataset_dir=dataset, config=LoaderConfig(kind=kind, source="wav", batch_size=1))
+    loader = build_loader(dataset_dir=dataset, config=LoaderConfig(**READERS[reader], source="wav", batch_size=1))
     victim = dataset / "wavs" / f"{read_metadata(dataset)[1].id}.wav"
     shutil.copy(FIXTURES / "pcm24.wav", victim)
     with pytest.raises(tf.errors.OpError) as error:
         collect(loader)
-    if kind == "numpy_function":  # the Python decoder's DataError travels with the error
+    if reader != "tf_native-in_graph":  # decode_wav's own error does not name the file
         assert str(victim) in error.value.message
+
+
+@pytest.mark.parametrize("change", ["same_size_new_header", "appended", "truncated"])
+def test_a_wav_changed_after_preflight_is_refused_by_the_layout_check(tmp_path, tiny_corpus, change):
+    """Header bytes and size are verified on every read: a stale layout is an error, never misread samples."""
+    dataset = make_dataset(tmp_path, tiny_corpus, good=2)
+    loader = build_loader(dataset_dir=dataset, config=LoaderConfig(source="wav", batch_size=1))
+    victim = dataset / "wavs" / f"{read_metadata(dataset)[1].id}.wav"
+    data = bytearray(victim.read_bytes())
+    if change == "same_size_new_header":
+        data[24:28] = (16000).to_bytes(4, "little")  # another sample rate in the fmt chunk
+    elif change == "appended":
+        data += b"\0\0"
+    else:
+        del data[-2:]
+    victim.write_bytes(bytes(data))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        collect(loader)
+    assert str(victim) in error.value.message and "header and size" in error.value.message
 
 
 # --- .npy cache --------------------------------------------------------------------------------------
@@ -237,8 +259,8 @@ def test_malformed_npy_is_skipped_and_counted(tmp_path, tiny_corpus, tiny_cache,
         np.testing.assert_array_equal(mels[utt_id], np.load(cache_paths(tiny_cache, utt_id)[0]))
 
 
-@pytest.mark.parametrize("kind", WAV_KINDS)
-def test_unusual_but_valid_npy_headers_are_read_exactly(tmp_path, tiny_corpus, tiny_cache, arrays, kind):
+@pytest.mark.parametrize("reader", READERS)
+def test_unusual_but_valid_npy_headers_are_read_exactly(tmp_path, tiny_corpus, tiny_cache, arrays, reader):
     """Headers that are not 128 bytes long, and big-endian data: a fixed 128-byte skip fails here."""
     mel, tokens = arrays
     long_tokens = np.arange(1, 40, dtype=np.int32)
@@ -254,7 +276,7 @@ def test_unusual_but_valid_npy_headers_are_read_exactly(tmp_path, tiny_corpus, t
     dataset, cache = make_cache_dataset(tmp_path, tiny_corpus, tiny_cache,
                                         {name: v[:2] for name, v in variants.items()})
     loader = build_loader(dataset_dir=dataset, cache_dir=cache,
-                          config=LoaderConfig(kind=kind, source="cache", batch_size=3))
+                          config=LoaderConfig(**READERS[reader], source="cache", batch_size=3))
     assert loader.skipped == ()
     samples = {}
     for batch in loader.dataset:
@@ -267,12 +289,13 @@ def test_unusual_but_valid_npy_headers_are_read_exactly(tmp_path, tiny_corpus, t
         assert samples[name][0].dtype == np.float32
 
 
-def test_npy_broken_after_preflight_fails_naming_the_file(tmp_path, tiny_corpus, tiny_cache, arrays):
-    """The TF-native parser is a guard of its own: a Fortran-ordered mel is an error, never scrambled."""
+@pytest.mark.parametrize("decode", ["preflight", "in_graph"])
+def test_npy_broken_after_preflight_fails_naming_the_file(tmp_path, tiny_corpus, tiny_cache, arrays, decode):
+    """The TF-native reader is a guard of its own: a Fortran-ordered mel is an error, never scrambled."""
     mel, tokens = arrays
     dataset, cache = make_cache_dataset(tmp_path, tiny_corpus, tiny_cache, {"late": (npy_bytes(mel), npy_bytes(tokens))})
     loader = build_loader(dataset_dir=dataset, cache_dir=cache,
-                          config=LoaderConfig(kind="tf_native", source="cache", batch_size=1))
+                          config=LoaderConfig(kind="tf_native", source="cache", batch_size=1, decode=decode))
     victim = cache_paths(cache, "late")[0]
     victim.write_bytes(_saved(np.asfortranarray(mel)))
     with pytest.raises(tf.errors.InvalidArgumentError) as error:

@@ -304,16 +304,35 @@ def test_fingerprint_matching_tolerates_cosmetic_differences(recorded, current):
         (_with(GPU, gpu_driver="535.104.05"),
          ["gpu_driver: profile has '550.54.15', this machine has '535.104.05'"]),
         (_with(GPU, tensorflow="2.20"), ["tensorflow: profile has '2.21', this machine has '2.20'"]),
+        (_with(GPU, onednn=False), ["onednn: profile has True, this machine has False"]),
         (_with(GPU, gpu_model=None, gpu_driver=None, tensorflow=None),
          ["gpu_model: profile has 'NVIDIA H200', this machine has None",
           "gpu_driver: profile has '550.54.15', this machine has None",
           "tensorflow: profile has '2.21', this machine has None"]),
     ],
-    ids=["cpu-count", "cpu-model", "gpu-model", "driver-major", "tf-minor", "no-gpu-no-tf"],
+    ids=["cpu-count", "cpu-model", "gpu-model", "driver-major", "tf-minor", "onednn", "no-gpu-no-tf"],
 )
 def test_fingerprint_mismatch_names_each_difference(current, reasons):
     match = match_fingerprint(recorded=GPU, current=current)
     assert not match and list(match.reasons) == reasons
+
+
+@pytest.mark.parametrize(("value", "enabled"), [(None, True), ("1", True), ("0", False), ("false", False),
+                                                ("False ", False), ("yes", True)])
+def test_onednn_follows_tensorflows_environment_rule(value, enabled):
+    assert baselines.onednn_enabled({} if value is None else {"TF_ENABLE_ONEDNN_OPTS": value}) is enabled
+
+
+def test_a_profile_without_onednn_means_tensorflows_default_and_a_bad_one_is_named(tmp_path):
+    fields = CPU.as_dict()
+    del fields["onednn"]
+    write(tmp_path / "cpu-2core.yaml", f"profile: cpu-2core\nfingerprint: {json.dumps(fields)}\nbenchmarks: {{}}\n")
+    assert find_profile(tmp_path, fingerprint=CPU).name == "cpu-2core"
+    assert find_profile(tmp_path, fingerprint=_with(CPU, onednn=False)) is None
+    write(tmp_path / "cpu-2core.yaml", f"profile: cpu-2core\nfingerprint: {json.dumps({**fields, 'onednn': 'no'})}"
+                                       "\nbenchmarks: {}\n")
+    with pytest.raises(BaselineError, match=r"fingerprint\.onednn.*expected true or false, found"):
+        find_profile(tmp_path, fingerprint=CPU)
 
 
 def _profile_text(name, fingerprint):

@@ -143,6 +143,21 @@ def test_librosa_peer_yields_every_sample(tiny_corpus, truth, pair):
         np.testing.assert_array_equal(sample.tokens, truth[utt_id].tokens)
 
 
+@pytest.mark.parametrize("source", ["wav", "cache"])
+def test_headers_read_at_preflight_or_in_the_graph_give_identical_batches(tiny_corpus, tiny_cache, source):
+    """decode_raw after the layout check equals tf.audio.decode_wav / the TF .npy parser, bit for bit."""
+    def batches(decode):
+        config = LoaderConfig(source=source, batch_size=7, decode=decode)
+        return [{k: v.numpy() for k, v in b.items()} for b in build_loader(dataset_dir=tiny_corpus, config=config).dataset]
+
+    preflight, in_graph = batches("preflight"), batches("in_graph")
+    assert len(preflight) == len(in_graph) == 4
+    for a, b in zip(preflight, in_graph):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
 def test_tf_native_and_numpy_function_agree_per_id(tiny_corpus, tiny_cache):
     for source in ("wav", "cache"):
         native, _ = epoch(build_loader(dataset_dir=tiny_corpus,
@@ -296,6 +311,7 @@ def test_cache_source_without_a_cache_is_one_clear_error(tmp_path, tiny_corpus):
     ({"static_shapes": True, "max_text_len": 10}, "max_text_len/max_mel_frames"),
     ({"max_mel_frames": 0}, "max_mel_frames"), ({"max_mel_frames": 100}, "max_text_len/max_mel_frames"), ({"bucket_boundaries": (80, 40)}, "bucket_boundaries"),
     ({"bucket_boundaries": (0, 40)}, "bucket_boundaries"),
+    ({"decode": "lazy"}, "decode"), ({"kind": "numpy_function", "decode": "in_graph"}, "decode"),
     ({"static_shapes": True, "max_text_len": 9, "max_mel_frames": 9, "bucket_boundaries": (4,)},
      "bucket_boundaries"),
 ])
@@ -308,3 +324,4 @@ def test_config_id_is_short_and_stable():
     assert LoaderConfig(kind="tf_native", source="wav", batch_size=16, num_parallel_calls=2).id == \
         "tf_native-wav-bs16-w2"
     assert LoaderConfig(source="cache", num_parallel_calls=AUTOTUNE).id == "tf_native-cache-bs16-wauto"
+    assert LoaderConfig(decode="in_graph").id == "tf_native-wav-bs16-w2-in_graph"
