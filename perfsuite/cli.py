@@ -55,14 +55,16 @@ def _add_diagnose(commands) -> None:
     diagnose.add_argument("--cache", type=Path, metavar="DIR",
                           help="the .npy cache (default: PATH/cache/mel-<key>, else one built in a temporary dir)")
     diagnose.add_argument("--json", type=Path, metavar="FILE", help="write every figure as JSON to FILE")
-    diagnose.add_argument("--report", type=Path, metavar="DIR", help="write PNG plots and summary.md to DIR")
+    diagnose.add_argument("--report", type=Path, metavar="DIR",
+                          help="write PNG plots and summary.md to DIR (needs matplotlib: extra 'report')")
     diagnose.add_argument("--trace", type=Path, metavar="DIR", help="write a TensorBoard profiler trace to DIR")
     diagnose.add_argument("--model", choices=("tiny", "default"), default="default",
                           help="perfsuite.model preset for the step (default: %(default)s)")
     diagnose.add_argument("--batches", type=int, default=16, metavar="N",
                           help="steady batches per measurement round (default: %(default)s)")
     diagnose.add_argument("--rounds", type=int, default=3, metavar="N",
-                          help="interleaved A/B rounds per loader pair (default: %(default)s)")
+                          help="interleaved rounds per comparison: loader pairs, and the workers / batch-size "
+                               "sweep, whose recommendation needs >= 2 (default: %(default)s)")
     diagnose.set_defaults(run=_diagnose)
 
 
@@ -76,6 +78,13 @@ def _diagnose(args, parser) -> int:
             parser.error(f"{option}: expected a directory (or a path to create one), found a file")
     if args.json is not None and args.json.is_dir():
         parser.error("--json: expected a file path, found a directory")
+    if args.report is not None:  # before minutes of measuring, not after
+        from perfsuite.report import ReportUnavailable, require_matplotlib
+
+        try:
+            require_matplotlib("--report")
+        except ReportUnavailable as error:
+            parser.error(str(error))
     from perfsuite.diagnose import DiagnoseSettings
 
     try:

@@ -9,8 +9,15 @@ then skipped with on_error="skip"):
 - the input-bound share of each pipeline: the fastest compiled step fed by the pipeline vs by its
   synthetic twin (timing.measure_input_bound);
 - variation ratio and cycles of the per-batch times of each pipeline;
-- a small sweep: tf_native WAV throughput vs workers and vs batch size;
+- a small sweep: tf_native WAV throughput vs workers and vs batch size, each axis's points measured
+  in interleaved rounds (A B C, C B A, ...) so that every point has a same-round ratio to the user's
+  current setting; a point is recommended only when it beats the current one beyond the
+  round-to-round noise (stats.paired_gain);
 - GPU utilisation while the input-bound steps run, when a GPU can be sampled.
+
+A dataset too small to fill one measurement round at the largest batch size measured is measured on
+a temporary view that lists each readable utterance several times (symlinks, repeated epochs), so that
+batches are full; the JSON and a "data-size" finding say so.
 
 Every loader uses static shapes (padded to the dataset's longest text and mel), so the compiled step
 traces once; that is the setup a training run should use, and the retrace cost is reported separately.
@@ -22,6 +29,10 @@ only when the figures support it (thresholds below).
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import shutil
+import statistics
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -39,13 +50,22 @@ MATERIAL_SPEEDUP = 1.2
 # Step modes differ by less (DESIGN.md: eager 352 ms, graph 317 ms, XLA 243 ms), so 10 % counts there.
 MATERIAL_STEP_SPEEDUP = 1.1
 UNSTABLE_VARIATION = 0.10  # pyperf's stdev >= 10 % of the mean
+# A sweep point is recommended over the current setting only when, in the same rounds, it is faster by
+# a median of >= 10 %, in >= 80 % of the rounds, and a one-sided paired t-test on the log ratios gives
+# p < 0.05 (stats.paired_gain).
+SWEEP_MIN_GAIN = 0.10
+SWEEP_MIN_WIN_SHARE = 0.8
+SWEEP_ALPHA = 0.05
+SWEEP_AXES = ("workers", "batch_size")
 GPU_IDLE_MEDIAN_PCT = 50.0
 
 
 @dataclass(frozen=True)
 class DiagnoseSettings:
     """How much a diagnosis measures. batches: steady batches per round (rounds of them are joined for
-    cycle detection, which needs >= 32 points)."""
+    cycle detection, which needs >= 32 points). rounds: interleaved rounds of every comparison (loader
+    pairs, and the sweep points of each axis; a sweep needs >= 2 for its paired test). The sweep axes
+    always include the current workers / batch_size."""
 
     batch_size: int = 16
     workers: int = 2  # -1: AUTOTUNE
@@ -130,13 +150,24 @@ def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path |
         "data": {"checked": report.checked, "sources": list(report.sources),
                  "problems": [asdict(p) for p in report.problems]},
     }
+    records = _readable(dataset_dir, mel_config)
+    usable = len(records)
+    # A bad WAV can be listed twice (the WAV and its missing cache entry): count utterances, not problems.
+    result["data"]["usable"] = usable
+    result["data"]["skipped"] = report.checked - usable
+    copies = repeat_copies(usable, settings)
+    result["data"]["repeat"] = {"copies": copies, "utterances_measured": copies * usable,
+                                "round_samples": _round_samples(settings)}
     with _usable_cache(dataset_dir, cache_dir, mel_config, progress) as (cache, built):
         result["cache"] = {"dir": None if built else str(cache), "temporary": built}
-        result.update(_measure(dataset_dir=dataset_dir, cache_dir=cache, settings=settings,
-                               mel_config=mel_config, trace_dir=trace_dir, progress=progress))
-    # A bad WAV can be listed twice (the WAV and its missing cache entry): count utterances, not problems.
-    result["data"]["usable"] = result.pop("usable")
-    result["data"]["skipped"] = report.checked - result["data"]["usable"]
+        view = contextlib.nullcontext((dataset_dir, cache))
+        if copies > 1:
+            progress(f"only {usable} usable utterance(s): measuring on {copies} copies of each (repeated epochs)")
+            view = _repeated_view(dataset_dir, cache, [r.id for r in records], copies)
+        with view as (measured_dir, measured_cache):
+            result.update(_measure(dataset_dir=measured_dir, cache_dir=measured_cache, settings=settings,
+                                   mel_config=mel_config, trace_dir=trace_dir, progress=progress,
+                                   limits=(max(len(r.tokens) for r in records), max(r.mel_frames for r in records))))
     result["verdicts"] = [v.as_dict() for v in verdicts(result)]
     return result
 
@@ -181,8 +212,8 @@ def build_cache_of_readable(dataset_dir: Path, *, cache_dir: Path, mel_config) -
     return cache_dir
 
 
-def _shape_limits(dataset_dir: Path, mel_config) -> tuple[int, int, int]:
-    """(usable utterances, longest text, longest mel) over the readable WAVs."""
+def _readable(dataset_dir: Path, mel_config) -> list:
+    """The utterances whose WAV the loaders can read (their records: id, tokens, mel_frames)."""
     from perfsuite.loaders import LoaderConfig, preflight
     from perfsuite.wav import DataError
 
@@ -190,13 +221,92 @@ def _shape_limits(dataset_dir: Path, mel_config) -> tuple[int, int, int]:
     records, skipped = preflight(dataset_dir=dataset_dir, config=config, cache_dir=None, mel_config=mel_config)
     if not records:
         raise DataError(dataset_dir, expected="at least one readable utterance", found=f"none ({len(skipped)} skipped)")
-    return len(records), max(len(r.tokens) for r in records), max(r.mel_frames for r in records)
+    return records
 
 
-def _measure(*, dataset_dir, cache_dir, settings, mel_config, trace_dir, progress) -> dict:
+def _batch_sizes(settings: DiagnoseSettings) -> tuple[int, ...]:
+    return tuple(sorted({settings.batch_size, *settings.sweep_batch_sizes}))
+
+
+def _round_samples(settings: DiagnoseSettings) -> int:
+    """Samples one measurement round draws at the largest batch size measured."""
+    return max(_batch_sizes(settings)) * settings.batches
+
+
+def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
+    """How many times each usable utterance is listed for the measurements.
+
+    1 when the utterances fill one measurement round at the largest batch size measured. Otherwise the
+    fewest copies that do, with a total divisible by every batch size measured, so that every batch is
+    full (a partial batch at each pass's end would recur at the same place in every round, a pattern
+    cycle detection would report as a period) -- unless that would more than double the total (e.g. 511
+    utterances and batch 32), where the fewest copies that fill a round are used.
+    """
+    if usable < 1:
+        raise ValueError(f"usable: expected >= 1 utterance, found {usable}")
+    needed = _round_samples(settings)
+    if usable >= needed:
+        return 1
+    lcm = math.lcm(*_batch_sizes(settings))
+    step = lcm // math.gcd(usable, lcm)
+    full_batches = step * math.ceil(needed / (usable * step))
+    return full_batches if full_batches * usable <= 2 * needed else math.ceil(needed / usable)
+
+
+@contextlib.contextmanager
+def _repeated_view(dataset_dir: Path, cache_dir: Path, ids: list[str], copies: int) -> Iterator:
+    """(dataset dir, cache dir) of a temporary view listing each of ids `copies` times."""
+    with tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-repeated-") as temporary:
+        root, cache = Path(temporary) / "data", Path(temporary) / "cache"
+        write_repeated_view(dataset_dir, cache_dir, ids=ids, copies=copies, root=root, view_cache=cache)
+        yield root, cache
+
+
+def write_repeated_view(dataset_dir: Path, cache_dir: Path | None, *, ids: list[str], copies: int, root: Path,
+                        view_cache: Path | None) -> list[str]:
+    """An LJSpeech-layout directory at root whose metadata.csv lists each utterance of ids `copies`
+    times under the ids `<id>__r<k>`, each WAV (and cache entry, into view_cache) a link to the
+    original file. Returns the view's ids."""
+    from perfsuite.corpus import cache_paths, read_metadata, wav_path
+
+    utterances = {utt.id: utt for utt in read_metadata(dataset_dir)}
+    (root / "wavs").mkdir(parents=True)
+    if view_cache is not None:
+        (view_cache / "mels").mkdir(parents=True)
+        (view_cache / "tokens").mkdir(parents=True)
+    width = len(str(copies - 1))
+    lines, view_ids = [], []
+    for copy in range(copies):
+        for uid in ids:
+            utt = utterances[uid]
+            vid = f"{uid}__r{copy:0{width}d}"
+            _link(wav_path(dataset_dir, uid), wav_path(root, vid))
+            if view_cache is not None and cache_dir is not None:
+                for source, target in zip(cache_paths(cache_dir, uid), cache_paths(view_cache, vid)):
+                    _link(source, target)
+            lines.append(f"{vid}|{utt.text}|{utt.normalized_text}\n")
+            view_ids.append(vid)
+    (root / "metadata.csv").write_text("".join(lines), encoding="utf-8")
+    return view_ids
+
+
+def _link(source: Path, target: Path) -> None:
+    """A symlink to source (absolute); a hard link or a copy where symlinks are not allowed."""
+    source = Path(source).resolve()
+    try:
+        os.symlink(source, target)
+    except OSError:
+        try:
+            os.link(source, target)
+        except OSError:
+            if source.exists():
+                shutil.copyfile(source, target)
+
+
+def _measure(*, dataset_dir, cache_dir, settings, mel_config, trace_dir, progress, limits) -> dict:
     from perfsuite.loaders import LoaderConfig, build_loader
 
-    usable, max_text, max_mel = _shape_limits(dataset_dir, mel_config)
+    max_text, max_mel = limits
 
     def loader(kind: str, source: str, *, batch_size: int = settings.batch_size, workers: int = settings.workers):
         config = LoaderConfig(kind=kind, source=source, batch_size=batch_size, num_parallel_calls=workers,
@@ -221,19 +331,16 @@ def _measure(*, dataset_dir, cache_dir, settings, mel_config, trace_dir, progres
             progress(f"measuring the input-bound share of {name}")
             kind, source = name.split("-")
             pipelines[name]["input_bound"] = _input_bound(steps[best_mode], loader(kind, source), settings, name)
-    progress("sweeping tf_native WAV throughput over workers and batch sizes")
-    sweep = {
-        "workers": [{"workers": w, "samples_per_s": _throughput(loader("tf_native", "wav", workers=w), settings)}
-                    for w in settings.sweep_workers],
-        "batch_size": [{"batch_size": b, "samples_per_s": _throughput(loader("tf_native", "wav", batch_size=b),
-                                                                       settings)}
-                       for b in settings.sweep_batch_sizes],
-    }
+    sweep = {}
+    for axis in SWEEP_AXES:
+        progress(f"sweeping tf_native WAV throughput over {axis.replace('_', ' ')} ({settings.rounds} interleaved "
+                 "rounds)")
+        sweep[axis] = _sweep_axis(axis, loader, settings)
     trace = None
     if trace_dir is not None:
         progress(f"writing a profiler trace of {settings.trace_steps} steady steps to {trace_dir}")
         trace = _trace(steps[best_mode], loader("tf_native", "wav"), Path(trace_dir), settings.trace_steps)
-    return {"usable": usable, "static_shapes": {"max_text_len": max_text, "max_mel_frames": max_mel},
+    return {"static_shapes": {"max_text_len": max_text, "max_mel_frames": max_mel},
             "pipelines": {name: {"loader": p["loader"].as_dict(), "input_bound": p["input_bound"]}
                           for name, p in pipelines.items()},
             "comparisons": comparisons, "step": {"modes": step_figures, "input_bound_mode": best_mode},
@@ -280,11 +387,68 @@ def _input_bound(step, dataset, settings, name) -> dict:
     return figure.as_dict()
 
 
-def _throughput(dataset, settings) -> float:
+def sweep_points(axis: str, settings: DiagnoseSettings) -> tuple[int, ...]:
+    """The points of a sweep axis, the current setting included, in increasing order (AUTOTUNE first)."""
+    if axis == "workers":
+        return tuple(sorted({*settings.sweep_workers, settings.workers}))
+    if axis == "batch_size":
+        return tuple(sorted({*settings.sweep_batch_sizes, settings.batch_size}))
+    raise ValueError(f"axis: expected one of {SWEEP_AXES}, found {axis!r}")
+
+
+def _sweep_batches(axis: str, point: int, settings: DiagnoseSettings) -> int:
+    """Steady batches per round: on the batch-size axis, about as many samples as the current batch size's
+    round (so every point's round takes about as long), at least 2."""
+    if axis == "workers":
+        return settings.batches
+    return max(2, round(settings.batches * settings.batch_size / point))
+
+
+def _sweep_axis(axis: str, loader, settings: DiagnoseSettings) -> dict:
+    """tf_native WAV samples/s at every point of an axis, in interleaved rounds (a fresh iterator per round,
+    its first settings.warmup batches untimed)."""
     from perfsuite import timing
 
-    return timing.measure_dataset(dataset=dataset, warmup_batches=settings.warmup,
-                                  measure_batches=settings.batches).samples_per_s
+    def run(point):
+        dataset = loader("tf_native", "wav", **{axis: point})
+        batches = _sweep_batches(axis, point, settings)
+        return lambda: timing.measure_dataset(dataset=dataset, warmup_batches=settings.warmup,
+                                              measure_batches=batches, name=f"sweep-{axis}-{point}")
+
+    points = sweep_points(axis, settings)
+    rounds = timing.interleave_rounds({point: run(point) for point in points}, rounds=settings.rounds,
+                                      warmup_rounds=1)
+    current = settings.workers if axis == "workers" else settings.batch_size
+    figures = sweep_figures(axis=axis, current=current, values=rounds.values)
+    figures["order"] = [list(order) for order in rounds.order]
+    figures["batches"] = {str(point): _sweep_batches(axis, point, settings) for point in points}
+    return figures
+
+
+def sweep_figures(*, axis: str, current: int, values: dict) -> dict:
+    """JSON-ready figures of one sweep axis from per-round samples/s ({point: [per round]}, the same
+    rounds for every point): per point the median, range and relative spread over the rounds and, for
+    every point but the current one, the same-round ratios to the current point with their paired test
+    (stats.paired_gain: significant means faster beyond the round-to-round noise)."""
+    from perfsuite import stats
+
+    if current not in values:
+        raise ValueError(f"current: expected one of the measured points {sorted(values)}, found {current!r}")
+    rows = []
+    for point, per_round in values.items():
+        per_round = [float(v) for v in per_round]
+        median = float(statistics.median(per_round))
+        row = {axis: point, "current": point == current, "samples_per_s": median,
+               "samples_per_s_low": min(per_round), "samples_per_s_high": max(per_round),
+               "samples_per_s_spread": (max(per_round) - min(per_round)) / median,
+               "samples_per_s_rounds": per_round, "vs_current": None}
+        if point != current:
+            row["vs_current"] = stats.paired_gain(candidate=per_round, reference=values[current], alpha=SWEEP_ALPHA,
+                                                  min_effect=SWEEP_MIN_GAIN,
+                                                  min_win_share=SWEEP_MIN_WIN_SHARE).as_dict()
+        rows.append(row)
+    return {"axis": axis, "current": current, "rounds": len(values[current]), "min_gain": SWEEP_MIN_GAIN,
+            "min_win_share": SWEEP_MIN_WIN_SHARE, "alpha": SWEEP_ALPHA, "points": rows}
 
 
 def _trace(step, dataset, trace_dir: Path, steps: int) -> str:
@@ -349,8 +513,8 @@ def verdicts(result: dict) -> list[Verdict]:
     """Findings derived from a diagnosis' figures (the dict diagnose returns, or a hand-made subset:
     each rule looks only at the keys it needs and is skipped when they are absent)."""
     found: list[Verdict] = []
-    for rule in (_data_verdict, _loader_verdicts, _cache_verdict, _step_verdicts, _input_bound_verdicts,
-                 _variation_verdicts, _workers_verdict, _gpu_verdict):
+    for rule in (_data_verdict, _data_size_verdict, _loader_verdicts, _cache_verdict, _step_verdicts,
+                 _input_bound_verdicts, _variation_verdicts, _sweep_verdicts, _gpu_verdict):
         found.extend(rule(result))
     return found
 
@@ -363,6 +527,22 @@ def _data_verdict(result):
                     {"checked": data["checked"], "skipped": data["skipped"], "usable": data.get("usable")},
                     "fix or convert the files listed by `perfsuite check-data` (16-bit PCM mono at the "
                     "expected sample rate); until then they are missing from training")]
+
+
+def _data_size_verdict(result):
+    data = result.get("data")
+    repeat = (data or {}).get("repeat")
+    if not repeat or repeat["copies"] <= 1:
+        return []
+    usable, copies = data["usable"], repeat["copies"]
+    return [Verdict("data-size", f"only {usable} usable utterance(s), fewer than one measurement round draws "
+                    f"({repeat['round_samples']} samples): measured on {copies} copies of each "
+                    f"({repeat['utterances_measured']} per pass, epochs repeated) so that batches are full; "
+                    f"the figures describe these {usable} files",
+                    {"usable": usable, "copies": copies, "utterances_measured": repeat["utterances_measured"],
+                     "round_samples": repeat["round_samples"]},
+                    f"for figures that stand for a whole corpus, diagnose at least {repeat['round_samples']} of its "
+                    "utterances (one round's worth), or measure fewer --batches")]
 
 
 def _loader_verdicts(result):
@@ -446,10 +626,12 @@ def _input_bound_verdicts(result):
         evidence = {"share": share, "t_real_s": bound["t_real"], "t_synthetic_s": bound["t_synthetic"]}
         recommendation = None
         if label != "not input-bound":
-            recommendation = (f"use the {best} pipeline (not input-bound: share {shares[best]:.0%})" if best else
+            recommendation = (f"use the {best} pipeline (not input-bound: share {max(shares[best], 0):.0%})"
+                              if best else
                               "the step waits for input: add parallel map calls, prefetch, or a faster loader")
-        out.append(Verdict(f"input-{name}", f"{name} is {label} ({share:.0%} of step time waits for input)",
-                           evidence, recommendation))
+        waits = (f"{share:.0%} of step time waits for input" if share >= 0 else
+                 f"share {share:.0%}: fed faster than its synthetic twin, i.e. no measurable wait, the rest noise")
+        out.append(Verdict(f"input-{name}", f"{name} is {label} ({waits})", evidence, recommendation))
     return out
 
 
@@ -470,19 +652,59 @@ def _variation_verdicts(result):
     return out
 
 
-def _workers_verdict(result):
-    sweep = result.get("sweep", {}).get("workers")
-    settings = result.get("settings", {})
-    if not sweep or "workers" not in settings:
-        return []
-    by_workers = {row["workers"]: row["samples_per_s"] for row in sweep}
-    best = max(by_workers, key=by_workers.get)
-    current = by_workers.get(settings["workers"])
-    evidence = {f"w{w}_samples_per_s": v for w, v in by_workers.items()}
-    if current is not None and by_workers[best] >= MATERIAL_SPEEDUP * current:
-        return [Verdict("workers", f"{best} map workers load {by_workers[best] / current:.1f}x faster than "
-                        f"{settings['workers']}", evidence, f"set num_parallel_calls={best}")]
-    return []
+def point_label(axis: str, point: int) -> str:
+    if axis == "workers":
+        return "AUTOTUNE workers" if point == -1 else f"{point} worker{'s' if point != 1 else ''}"
+    return f"batch {point}"
+
+
+def _sweep_verdicts(result):
+    out = []
+    for axis in SWEEP_AXES:
+        figures = result.get("sweep", {}).get(axis)
+        if not figures or not isinstance(figures, dict):
+            continue
+        rows = [row for row in figures["points"] if row["vs_current"] is not None]
+        if not rows:
+            continue
+        current, rounds = figures["current"], figures["rounds"]
+        clear = [row for row in rows if row["vs_current"]["significant"]]
+        chosen = max(clear or rows, key=lambda row: row["vs_current"]["ratio_median"])
+        gain = chosen["vs_current"]
+        prefix = "w" if axis == "workers" else "bs"
+        evidence = {f"{prefix}{row[axis]}_samples_per_s": row["samples_per_s"] for row in figures["points"]}
+        evidence.update({"current": point_label(axis, current), "best": point_label(axis, chosen[axis]),
+                         "ratio_median": gain["ratio_median"], "ratio_low": gain["ratio_low"],
+                         "ratio_high": gain["ratio_high"], "rounds_faster": f"{gain['wins']}/{rounds}"})
+        if gain["p_value"] is not None:
+            evidence["p_value"] = gain["p_value"]
+        per_round = (f"{gain['ratio_median']:.2f}x (per round {gain['ratio_low']:.2f}-{gain['ratio_high']:.2f}x, "
+                     f"faster in {gain['wins']}/{rounds} rounds"
+                     + (f", p={gain['p_value']:.2g})" if gain["p_value"] is not None else ")"))
+        best, now = point_label(axis, chosen[axis]), point_label(axis, current)
+        if clear:
+            if axis == "workers":
+                value = "tf.data.AUTOTUNE" if chosen[axis] == -1 else chosen[axis]
+                recommendation = f"set num_parallel_calls={value}"
+            else:
+                recommendation = (f"batch {chosen[axis]} if the step is input-bound and training allows it "
+                                  "(batch size also changes the optimisation)")
+            out.append(Verdict(axis, f"the tf_native WAV loader with {best} delivers {per_round} the samples/s "
+                               f"of the current {now}", evidence, recommendation))
+        elif rounds < 2:
+            out.append(Verdict(axis, f"one round only: no paired test, so no {axis.replace('_', ' ')} "
+                               f"recommendation (best: {best} at {per_round} vs {now})", evidence, None))
+        elif gain["ratio_median"] < 1:
+            out.append(Verdict(axis, f"no {'worker count' if axis == 'workers' else 'batch size'} was faster "
+                               f"than the current {now} in the same rounds (closest: {best} at {per_round})",
+                               evidence, None))
+        else:
+            out.append(Verdict(axis, f"no {'worker count' if axis == 'workers' else 'batch size'} beats the "
+                               f"current {now} beyond the "
+                               f"round-to-round noise (best: {best} at {per_round}; a recommendation needs a "
+                               f"median gain >= {SWEEP_MIN_GAIN:.0%}, >= {SWEEP_MIN_WIN_SHARE:.0%} of rounds "
+                               f"faster and p < {SWEEP_ALPHA})", evidence, None))
+    return out
 
 
 def _gpu_verdict(result):

@@ -21,6 +21,7 @@ GATE_MODES = ("enforce", "report")
 SUMMARY_KEY = pytest.StashKey[list]()
 CONTEXT_KEY = pytest.StashKey["SessionContext"]()
 RECORDER_KEY = pytest.StashKey[object]()
+REPORT_PROPERTY = "perfsuite_report_record"  # a user property, so that records travel back from xdist workers
 
 
 def pytest_addoption(parser):
@@ -48,6 +49,10 @@ def pytest_addoption(parser):
     group.addoption("--perfsuite-data-dir", type=Path, default=None, metavar="DIR",
                     help="where synthetic corpora are built and reused. Default: $PERFSUITE_DATA_DIR "
                          "or ~/.cache/perfsuite")
+    group.addoption("--perfsuite-report", type=Path, default=None, metavar="DIR",
+                    help="write a Markdown summary and PNG plots (per-batch times with any detected period "
+                         "marked, the ratios) of the benchmarks that ran to DIR; needs matplotlib (extra "
+                         "'report'). Default: none")
 
 
 MARKERS = {
@@ -62,6 +67,19 @@ def pytest_configure(config):
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
     config.stash[SUMMARY_KEY] = []
+    directory = config.getoption("perfsuite_report")
+    if directory is not None:
+        from perfsuite.report import ReportUnavailable, require_matplotlib
+
+        try:
+            require_matplotlib("--perfsuite-report")
+        except ReportUnavailable as error:
+            raise pytest.UsageError(str(error)) from None
+        if directory.exists() and not directory.is_dir():
+            raise pytest.UsageError(f"--perfsuite-report: expected a directory (or a path to create one), "
+                                    f"found a file: {directory}")
+        config.pluginmanager.register(ReportWriter(directory, is_worker=hasattr(config, "workerinput")),
+                                      "perfsuite-report-writer")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -151,8 +169,45 @@ def pytest_runtest_call(item):
     if recorder is not None:
         outcome = recorder.judge(previous=_previous_run(item), compared=bool(_compared_runs(item.config)))
         item.config.stash[SUMMARY_KEY].append(outcome)
+        if item.config.getoption("perfsuite_report") is not None:
+            item.user_properties.append((REPORT_PROPERTY, recorder.report_record()))
         outcome.raise_for_failures()
     return result
+
+
+class ReportWriter:
+    """--perfsuite-report: collects each benchmark's record from its test report (a user property, so
+    that records travel back from xdist workers to the controller), writes the report at the end of
+    the session and names it in the terminal summary."""
+
+    def __init__(self, directory: Path, *, is_worker: bool):
+        self.directory = directory
+        self.is_worker = is_worker
+        self.records: list[dict] = []
+        self.written: Path | None = None
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == REPORT_PROPERTY:
+                self.records.append({**value, "outcome": report.outcome})
+
+    def pytest_sessionfinish(self):
+        if self.is_worker or not self.records:  # an xdist worker: the controller writes the report
+            return
+        from perfsuite.report import write_benchmark_report
+
+        self.written = write_benchmark_report(self.records, self.directory)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.is_worker:
+            return
+        if self.written is not None:
+            terminalreporter.write_line(f"perfsuite report ({len(self.records)} benchmark(s)): {self.written}")
+        else:
+            terminalreporter.write_line("perfsuite report: no benchmark measured through the perfsuite fixture "
+                                        "ran; nothing written")
 
 
 def _compared_runs(config) -> dict:

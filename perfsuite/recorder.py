@@ -77,6 +77,8 @@ class Recorder:
         self.benchmark_id = f"{context.profile.name}::{nodeid.split('benchmarks/', 1)[-1]}"
         self.metrics: dict[str, float] = {}
         self.primary: timing.Measurement | None = None
+        self.primary_unit = "batch"  # what one of the primary measurement's times is: a batch or a step call
+        self.primary_round_length: int | None = None  # its times per measurement round, when it has rounds
         self._benchmark_used = False
 
     # -------------------------------------------------------------------------------- measuring
@@ -94,6 +96,7 @@ class Recorder:
                                       measure_batches=1, **kwargs)
         rounds = self._rounds(lambda: timing.measure_dataset(dataset=iterator, warmup_batches=1,
                                                             measure_batches=self.profile.measure_batches, **kwargs))
+        self.primary_round_length = self.profile.measure_batches
         return self.record(timing.combine(rounds, name=name, first=warm))
 
     def measure_step(self, step, *, batches, name: str, readback=None) -> timing.Measurement:
@@ -104,6 +107,7 @@ class Recorder:
                                    measure_calls=1, name=name, **kwargs)
         rounds = self._rounds(lambda: timing.measure_step(step=step, batches=source, warmup_calls=1,
                                                           measure_calls=self.profile.step_calls, name=name, **kwargs))
+        self.primary_unit, self.primary_round_length = "call", self.profile.step_calls
         return self.record(timing.combine(rounds, name=name, first=warm))
 
     def measure_input_bound(self, *, step, dataset, warmup: int, batches: int, rounds: int) -> timing.InputBound:
@@ -124,6 +128,7 @@ class Recorder:
         results = []
         self._once(lambda: results.append(timing.measure_step(step=step, batches=iter(dataset), warmup_calls=1,
                                                               measure_calls=batches - 1, name=name)))
+        self.primary_unit = "call"
         return self.record(results[-1])
 
     def _rounds(self, measure_round) -> list[timing.Measurement]:
@@ -181,6 +186,18 @@ class Recorder:
         self.benchmark.extra_info[name] = value
         for key, item in (extra or {}).items():
             self.benchmark.extra_info[key] = item
+
+    def report_record(self) -> dict:
+        """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker)."""
+        ratio_rounds = {}
+        for metric in self.metrics:
+            detail = self.benchmark.extra_info.get(f"{metric}_detail")
+            if isinstance(detail, dict) and detail.get("ratios"):
+                ratio_rounds[metric] = list(detail["ratios"])
+        return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid,
+                "metrics": {k: v for k, v in self.metrics.items() if v is None or isinstance(v, int | float)},
+                "measurement": None if self.primary is None else self.primary.as_dict(),
+                "unit": self.primary_unit, "round_length": self.primary_round_length, "ratio_rounds": ratio_rounds}
 
     # -------------------------------------------------------------------------------- judging
 

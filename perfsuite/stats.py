@@ -398,6 +398,62 @@ def ratio_summary(ratios) -> RatioSummary:
     )
 
 
+@dataclass(frozen=True)
+class PairedGain:
+    """Is a candidate faster than a reference beyond the round-to-round noise? Measured in the same
+    rounds (interleaved), so each round gives one ratio candidate / reference of a higher-is-better
+    figure (samples/s).
+
+    ratios: per round. summary: their RatioSummary (median, low, high, spread). wins: rounds with a
+    ratio > 1. p_value: one-sided paired t-test (scipy.stats.ttest_1samp on the log ratios, i.e. a
+    paired t-test of log throughput) that the candidate is faster; None with fewer than 2 rounds. A
+    t-test rather than Wilcoxon's signed-rank test: with the 3-5 rounds a diagnosis runs, the
+    signed-rank test cannot reach p < 0.05 at all (its smallest one-sided p is 1 / 2**n).
+    significant: p_value < alpha, the median ratio >= 1 + min_effect, and at least min_win_share of
+    the rounds won; all three, so that a large but erratic gain and a steady but tiny one both fail.
+    """
+
+    ratios: tuple[float, ...]
+    summary: RatioSummary
+    wins: int
+    p_value: float | None
+    significant: bool
+    alpha: float
+    min_effect: float
+    min_win_share: float
+
+    def as_dict(self) -> dict:
+        return {"ratios": list(self.ratios), "ratio_median": self.summary.median, "ratio_low": self.summary.low,
+                "ratio_high": self.summary.high, "ratio_spread": self.summary.spread, "wins": self.wins,
+                "rounds": self.summary.n, "p_value": self.p_value, "significant": self.significant,
+                "alpha": self.alpha, "min_effect": self.min_effect, "min_win_share": self.min_win_share}
+
+
+def paired_gain(*, candidate, reference, alpha: float = 0.05, min_effect: float = 0.10,
+                min_win_share: float = 0.8) -> PairedGain:
+    """Compare per-round figures (higher is better) of a candidate and a reference; see PairedGain."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: expected a probability in (0, 1), found {alpha}")
+    if min_effect < 0:
+        raise ValueError(f"min_effect: expected a fraction >= 0, found {min_effect}")
+    if not 0 < min_win_share <= 1:
+        raise ValueError(f"min_win_share: expected a fraction in (0, 1], found {min_win_share}")
+    ratios = ratio_of(candidate, reference)
+    summary = ratio_summary(ratios)
+    wins = sum(1 for r in ratios if r > 1)
+    p_value = None
+    if len(ratios) >= 2:
+        logs = np.log(np.asarray(ratios))
+        if np.ptp(logs) <= 1e-12 * max(1.0, float(np.max(np.abs(logs)))):  # no spread: the t statistic is undefined
+            p_value = 0.0 if logs[0] > 0 else 1.0
+        else:
+            p_value = float(sps.ttest_1samp(logs, 0.0, alternative="greater").pvalue)
+    significant = bool(p_value is not None and p_value < alpha and summary.median >= 1 + min_effect
+                       and wins >= min_win_share * len(ratios))
+    return PairedGain(ratios=ratios, summary=summary, wins=wins, p_value=p_value, significant=significant,
+                      alpha=alpha, min_effect=min_effect, min_win_share=min_win_share)
+
+
 # ---------------------------------------------------------------------------------- input bound
 
 # Thresholds of TensorFlow's profiler input-pipeline analyzer.

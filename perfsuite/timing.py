@@ -458,6 +458,52 @@ def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmu
                     summary=stats.ratio_summary(ratios), order=tuple(order))
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """Interleaved rounds of several runs (interleave_rounds).
+
+    labels: the runs, in the order given. values: per label, one value per measured round (seconds
+    or samples/s, see ABResult). order: per measured round, the labels in the order they ran.
+    """
+
+    labels: tuple[Any, ...]
+    values: dict
+    unit: str
+    order: tuple[tuple[Any, ...], ...]
+
+    def as_dict(self) -> dict:
+        return {"labels": list(self.labels), "values": {str(k): list(v) for k, v in self.values.items()},
+                "unit": self.unit, "order": [list(o) for o in self.order]}
+
+
+def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1) -> Rounds:
+    """interleave() for any number of runs: every round runs each of them once, forwards on even
+    rounds and backwards on odd ones (A B C, C B A, A B C, ...; warm-up rounds included in the
+    alternation, results discarded). Over a pair of rounds every run sits at the same mean position,
+    so a steady drift of the machine's speed cancels, and a ratio of two runs within one round
+    cancels what the round shares.
+    """
+    _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
+    if len(runs) < 1:
+        raise ValueError("runs: expected at least one callable, found none")
+    labels = tuple(runs)
+    values = {label: [] for label in labels}
+    order, units = [], set()
+    for index in range(warmup_rounds + rounds):
+        sequence = labels if index % 2 == 0 else labels[::-1]
+        results = {label: _round_value(runs[label](), str(label)) for label in sequence}
+        if index < warmup_rounds:
+            continue
+        for label in labels:
+            values[label].append(results[label][0])
+            units.add(results[label][1])
+        order.append(sequence)
+    if len(units) != 1:
+        raise TypeError(f"runs: expected every run to return the same kind of value, found {sorted(units)}")
+    return Rounds(labels=labels, values={label: tuple(v) for label, v in values.items()}, unit=units.pop(),
+                  order=tuple(order))
+
+
 # ----------------------------------------------------------------------------------- input bound
 
 

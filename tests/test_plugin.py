@@ -112,6 +112,32 @@ def test_compare_with_previous_saved_run(pytester):
     second.stdout.fnmatch_lines(["*test_dataset*vs previous run*p=*"])
 
 
+def test_report_option_writes_summary_timelines_and_ratios(pytester):
+    _baselines(pytester, {})
+    result = _run(pytester, "--perfsuite-report=report")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*perfsuite report (2 benchmark(s)): *summary.md"])
+    report = pytester.path / "report"
+    summary = (report / "summary.md").read_text()
+    assert "smoke::test_bench.py::test_dataset" in summary and "fast_over_slow_ratio" in summary
+    pngs = sorted(p.name for p in report.glob("*.png"))
+    assert pngs == ["ratios.png", "timeline-01-test_bench.py-test_dataset.png"]  # test_ratio has no timeline
+    for name in pngs:
+        assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({name})" in summary
+
+
+def test_report_option_without_matplotlib_is_a_usage_error_naming_the_extra(pytester, monkeypatch):
+    hidden = pytester.mkdir("hide_matplotlib") / "matplotlib"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'matplotlib'\")\n")
+    monkeypatch.setenv("PYTHONPATH", str(hidden.parent))
+    result = _run(pytester, "--perfsuite-report=report")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--perfsuite-report needs matplotlib*perfsuite[[]report[]]*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not (pytester.path / "report").exists()
+
+
 def test_markers_are_registered():
     from perfsuite.plugin import MARKERS
 

@@ -298,6 +298,26 @@ def test_ratio_helpers_validate_inputs():
 # --------------------------------------------------------------------------------- input bound
 
 
+def test_paired_gain_needs_gain_consistency_and_significance():
+    steady = stats.paired_gain(candidate=[150, 162, 149], reference=[100, 105, 98])
+    assert steady.significant and steady.wins == 3 and steady.p_value < 0.05
+    assert steady.summary.median == pytest.approx(1.52, abs=0.01)
+    assert steady.as_dict()["rounds"] == 3
+    erratic = stats.paired_gain(candidate=[105, 180, 130], reference=[100, 100, 100])
+    assert erratic.wins == 3 and erratic.summary.median == pytest.approx(1.3) and erratic.p_value > 0.05
+    assert not erratic.significant
+    small = stats.paired_gain(candidate=[105, 105, 105], reference=[100, 100, 100])  # no spread: p from the sign
+    assert small.p_value == 0.0 and not small.significant  # 5 % < the 10 % minimum gain
+    slower = stats.paired_gain(candidate=[50, 50], reference=[100, 100])
+    assert slower.p_value == 1.0 and not slower.significant
+    single = stats.paired_gain(candidate=[300], reference=[100])
+    assert single.p_value is None and not single.significant
+    with pytest.raises(ValueError, match="equally long"):
+        stats.paired_gain(candidate=[1, 2], reference=[1])
+    with pytest.raises(ValueError, match="min_win_share"):
+        stats.paired_gain(candidate=[1, 2], reference=[1, 2], min_win_share=0)
+
+
 def test_input_bound_share_and_classification():
     assert stats.input_bound_share(t_synthetic=0.8, t_real=1.0) == pytest.approx(0.2)
     assert stats.input_bound_share(t_synthetic=1.1, t_real=1.0) == pytest.approx(-0.1)

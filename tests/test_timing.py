@@ -223,6 +223,25 @@ def test_interleave_measured_rounds_of_two_pipelines():
     assert result.summary.low <= result.summary.median <= result.summary.high
 
 
+def test_interleave_rounds_runs_forwards_then_backwards():
+    log = []
+
+    def run(label, value):
+        def go():
+            log.append(label)
+            return value
+        return go
+
+    result = timing.interleave_rounds({"A": run("A", 1.0), "B": run("B", 2.0), "C": run("C", 3.0)}, rounds=3)
+    assert "".join(log) == "ABC" + "CBA" + "ABC" + "CBA"  # the first (warm-up) round is discarded
+    assert result.order == (("C", "B", "A"), ("A", "B", "C"), ("C", "B", "A"))
+    assert result.values == {"A": (1.0,) * 3, "B": (2.0,) * 3, "C": (3.0,) * 3} and result.unit == "s"
+    assert result.as_dict()["order"][1] == ["A", "B", "C"]
+    with pytest.raises(TypeError, match="same kind of value"):
+        timing.interleave_rounds({"A": lambda: 1.0, "B": lambda: timing.measure_dataset(
+            dataset=[np.zeros((1, 1))] * 3, warmup_batches=1, measure_batches=2)}, rounds=1, warmup_rounds=0)
+
+
 def test_interleave_rejects_mixed_values():
     with pytest.raises(TypeError, match="same kind of value"):
         timing.interleave(a=lambda: 1.0, b=lambda: timing.measure_dataset(
