@@ -2,7 +2,8 @@
 
 smoke: CI's pass over every benchmark (tiny corpus, few batches); it proves they run and
        produce metrics, not how fast anything is.
-quick: the CI-sized measurement (≤ 10 minutes for all of ``pytest benchmarks/`` on 2 cores).
+quick: the CI-sized measurement (≤ 10 minutes for ``pytest benchmarks/ -m "not selftest"`` on 2 cores;
+       the self-test, ``-m selftest``, takes another ~1 min 40 s and runs on demand and nightly).
 full:  the nightly sweep (more batch sizes and workers, more rounds).
 """
 
