@@ -110,7 +110,7 @@ def test_loader_ratio(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow, 
 
     def round_of(dataset):
         return lambda: measure_dataset(dataset=dataset, warmup_batches=profile.warmup_batches,
-                                       measure_batches=profile.measure_batches)
+                                       measure_batches=profile.measure_batches, min_seconds=profile.min_round_s)
 
     result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b))
     assert len(result.ratios) == profile.rounds

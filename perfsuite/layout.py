@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from perfsuite import _tfenv  # noqa: F401  (quiets TensorFlow before its import)
 
 import tensorflow as tf  # noqa: E402
@@ -42,12 +44,19 @@ class FileLayout:
         return len(self.head)
 
 
-def layout_columns(layouts: list[FileLayout], prefix: str) -> dict[str, list]:
-    """The layouts as columns for ``tf.data.Dataset.from_tensor_slices``, names under ``prefix``."""
+def layout_columns(layouts: list[FileLayout], prefix: str) -> dict[str, object]:
+    """The layouts as columns for ``tf.data.Dataset.from_tensor_slices``, names under ``prefix``.
+
+    Offsets and sizes are int64 columns, so the graph needs no casts of them.
+    """
+    def int64(values):
+        return np.array(list(values), dtype=np.int64)
+
     columns = {
         f"{prefix}_head": [layout.head for layout in layouts],
-        f"{prefix}_size": [layout.file_size for layout in layouts],
-        f"{prefix}_data_bytes": [layout.data_bytes for layout in layouts],
+        f"{prefix}_offset": int64(layout.data_offset for layout in layouts),
+        f"{prefix}_size": int64(layout.file_size for layout in layouts),
+        f"{prefix}_data_bytes": int64(layout.data_bytes for layout in layouts),
     }
     if any(layout.big_endian for layout in layouts):  # else the graph decodes little-endian only
         columns[f"{prefix}_big_endian"] = [layout.big_endian for layout in layouts]
@@ -55,28 +64,36 @@ def layout_columns(layouts: list[FileLayout], prefix: str) -> dict[str, list]:
 
 
 @tf.autograph.experimental.do_not_convert  # plain graph ops; nothing for autograph to rewrite
-def decode_with_layout(raw, columns, prefix: str, *, dtype, path, what: str):
-    """The data of ``raw`` (a whole file's bytes) as a flat tensor of ``dtype``, after checking that the
-    file still has the layout in ``columns`` (one element of ``layout_columns``).
+def decode_with_layouts(files, columns, *, what: str):
+    """The data of each file as a flat tensor, after checking that every file still has its layout.
 
-    ``what`` names the kind of file in the error ("WAV", ".npy").
+    ``files``: (raw bytes of the whole file, column prefix, dtype, path) for each file of one element;
+    ``columns``: that element of ``layout_columns``; ``what`` names the kind of file in the error
+    ("WAV", ".npy"). One assertion covers all the files (assertions cost more than comparisons); its
+    message lists each file, whether it is unchanged, its sizes then and now and how a changed one starts.
     """
-    dtype = tf.as_dtype(dtype)
-    head = columns[f"{prefix}_head"]
-    size, data_bytes = (tf.cast(columns[f"{prefix}_{name}"], tf.int64) for name in ("size", "data_bytes"))
     start = tf.constant(0, tf.int64)
-    offset = tf.cast(tf.strings.length(head), tf.int64)
-    file_size = tf.cast(tf.strings.length(raw), tf.int64)
-    unchanged = tf.equal(tf.strings.substr(raw, start, offset), head) & tf.equal(file_size, size)
-    checked = tf.debugging.Assert(unchanged, [
-        f"cannot read {what} file", path,
-        f"expected the header and size it had when the loader was built; found (size then, size now, "
-        "file start now)", size, file_size, readable(tf.strings.substr(raw, start, _QUOTED_BYTES))])
+    ok, found = tf.constant(True), []
+    for raw, prefix, _, path in files:
+        size_now = tf.cast(tf.strings.length(raw), tf.int64)
+        head = tf.strings.substr(raw, start, columns[f"{prefix}_offset"])
+        unchanged = tf.equal(head, columns[f"{prefix}_head"]) & tf.equal(size_now, columns[f"{prefix}_size"])
+        ok = ok & unchanged
+        quoted = tf.where(unchanged, "", readable(tf.strings.substr(raw, start, _QUOTED_BYTES)))  # changed only
+        found += [path, unchanged, columns[f"{prefix}_size"], size_now, quoted]
+    checked = tf.debugging.Assert(ok, [
+        f"cannot read {what} file: expected the header and size it had when the loader was built; found "
+        "(file, unchanged, size then, size now, start of a changed file)", *found], summarize=_QUOTED_BYTES)
     with tf.control_dependencies([checked]):
-        big_endian = columns.get(f"{prefix}_big_endian")
-        if big_endian is None:
-            return tf.io.decode_raw(tf.strings.substr(raw, offset, data_bytes), dtype)
-        return decode_in_order(raw, offset, data_bytes, dtype=dtype, big_endian=big_endian)
+        return [_decode(raw, columns, prefix, tf.as_dtype(dtype)) for raw, prefix, dtype, _ in files]
+
+
+def _decode(raw, columns, prefix, dtype):
+    offset, length = columns[f"{prefix}_offset"], columns[f"{prefix}_data_bytes"]
+    big_endian = columns.get(f"{prefix}_big_endian")
+    if big_endian is None:
+        return tf.io.decode_raw(tf.strings.substr(raw, offset, length), dtype)
+    return decode_in_order(raw, offset, length, dtype=dtype, big_endian=big_endian)
 
 
 def decode_in_order(raw, offset, length, *, dtype, big_endian):

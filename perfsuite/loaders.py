@@ -34,7 +34,7 @@ from perfsuite import _tfenv  # noqa: F401
 from perfsuite import text as text_codec
 from perfsuite.audio import MelConfig, log_mel_numpy, log_mel_tf
 from perfsuite.corpus import cache_paths, default_cache_dir, read_metadata, wav_path
-from perfsuite.layout import FileLayout, decode_with_layout, layout_columns, read_layout
+from perfsuite.layout import FileLayout, decode_with_layouts, layout_columns, read_layout
 from perfsuite.npy import check_npy, decode_npy
 from perfsuite.wav import DataError, check_tf_readable, read_wav
 
@@ -288,8 +288,8 @@ def _add_slowdown(mel, path, fraction, mel_config):
 
 def _tf_native_wav(element, mel_config):
     """16-bit mono PCM at the corpus rate (preflight checked it), scaled as decode_wav scales: x / 32768."""
-    pcm = decode_with_layout(tf.io.read_file(element["path"]), element, "file", dtype=tf.int16,
-                             path=element["path"], what="WAV")
+    [pcm] = decode_with_layouts([(tf.io.read_file(element["path"]), "file", tf.int16, element["path"])],
+                                element, what="WAV")
     return log_mel_tf(tf.cast(pcm, tf.float32) * (1.0 / 32768.0), mel_config), element["tokens"]
 
 
@@ -303,10 +303,10 @@ def _tf_native_wav_in_graph(element, mel_config):
 
 
 def _tf_native_cache(element, mel_config):
-    mel = decode_with_layout(tf.io.read_file(element["path"]), element, "file", dtype=tf.float32,
-                             path=element["path"], what=".npy")
-    tokens = decode_with_layout(tf.io.read_file(element["tokens_path"]), element, "tokens_file", dtype=tf.int32,
-                                path=element["tokens_path"], what=".npy")
+    mel, tokens = decode_with_layouts([
+        (tf.io.read_file(element["path"]), "file", tf.float32, element["path"]),
+        (tf.io.read_file(element["tokens_path"]), "tokens_file", tf.int32, element["tokens_path"]),
+    ], element, what=".npy")
     return tf.reshape(mel, [-1, mel_config.n_mels]), tokens
 
 

@@ -19,6 +19,7 @@ class RunProfile:
     model: str  # a perfsuite.model.MODEL_PRESETS key
     warmup_batches: int
     measure_batches: int  # steady-state batches per measurement round
+    min_round_s: float  # a loader's round takes more batches until it lasts this long
     rounds: int  # interleaved A/B rounds for ratios
     batch_sizes: tuple[int, ...]
     workers: tuple[int, ...]  # -1 is AUTOTUNE
@@ -31,13 +32,13 @@ class RunProfile:
 
 
 PROFILES = {
-    "smoke": RunProfile(name="smoke", corpus="tiny", model="tiny", warmup_batches=1, measure_batches=3,
+    "smoke": RunProfile(name="smoke", corpus="tiny", model="tiny", warmup_batches=1, measure_batches=3, min_round_s=0.0,
                         rounds=2, batch_sizes=(16,), workers=(2,), step_calls=3, step_batch_sizes=(16,),
                         precisions=("fp32", "mixed_float16")),
-    "quick": RunProfile(name="quick", corpus="default", model="default", warmup_batches=2, measure_batches=10,
+    "quick": RunProfile(name="quick", corpus="default", model="default", warmup_batches=2, measure_batches=10, min_round_s=0.2,
                         rounds=5, batch_sizes=(16,), workers=(1, 2), step_calls=3, step_batch_sizes=(8, 16),
                         precisions=("fp32",)),
-    "full": RunProfile(name="full", corpus="default", model="default", warmup_batches=4, measure_batches=32,
+    "full": RunProfile(name="full", corpus="default", model="default", warmup_batches=4, measure_batches=32, min_round_s=0.5,
                        rounds=11, batch_sizes=(8, 16, 32, 64), workers=(1, 2, 4, -1), step_calls=20,
                        step_batch_sizes=(8, 16, 32), precisions=("fp32", "mixed_float16")),
 }

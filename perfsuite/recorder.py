@@ -78,7 +78,7 @@ class Recorder:
         self.metrics: dict[str, float] = {}
         self.primary: timing.Measurement | None = None
         self.primary_unit = "batch"  # what one of the primary measurement's times is: a batch or a step call
-        self.primary_round_length: int | None = None  # its times per measurement round, when it has rounds
+        self.primary_round_lengths: list[int] | None = None  # its times per measurement round, when it has rounds
         self._benchmark_used = False
 
     # -------------------------------------------------------------------------------- measuring
@@ -94,9 +94,10 @@ class Recorder:
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         warm = timing.measure_dataset(dataset=iterator, warmup_batches=self.profile.warmup_batches,
                                       measure_batches=1, **kwargs)
-        rounds = self._rounds(lambda: timing.measure_dataset(dataset=iterator, warmup_batches=1,
-                                                            measure_batches=self.profile.measure_batches, **kwargs))
-        self.primary_round_length = self.profile.measure_batches
+        rounds = self._rounds(lambda: timing.measure_dataset(
+            dataset=iterator, warmup_batches=1, measure_batches=self.profile.measure_batches,
+            min_seconds=self.profile.min_round_s, **kwargs))
+        self.primary_round_lengths = [len(r.batch_ns) for r in rounds]
         return self.record(timing.combine(rounds, name=name, first=warm))
 
     def measure_step(self, step, *, batches, name: str, readback=None) -> timing.Measurement:
@@ -107,7 +108,7 @@ class Recorder:
                                    measure_calls=1, name=name, **kwargs)
         rounds = self._rounds(lambda: timing.measure_step(step=step, batches=source, warmup_calls=1,
                                                           measure_calls=self.profile.step_calls, name=name, **kwargs))
-        self.primary_unit, self.primary_round_length = "call", self.profile.step_calls
+        self.primary_unit, self.primary_round_lengths = "call", [len(r.batch_ns) for r in rounds]
         return self.record(timing.combine(rounds, name=name, first=warm))
 
     def measure_input_bound(self, *, step, dataset, warmup: int, batches: int, rounds: int) -> timing.InputBound:
@@ -197,7 +198,7 @@ class Recorder:
         return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid,
                 "metrics": {k: v for k, v in self.metrics.items() if v is None or isinstance(v, int | float)},
                 "measurement": None if self.primary is None else self.primary.as_dict(),
-                "unit": self.primary_unit, "round_length": self.primary_round_length, "ratio_rounds": ratio_rounds}
+                "unit": self.primary_unit, "round_lengths": self.primary_round_lengths, "ratio_rounds": ratio_rounds}
 
     # -------------------------------------------------------------------------------- judging
 

@@ -6,6 +6,7 @@ matplotlib (the `report` extra) is imported here only, with the Agg backend: no 
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -54,20 +55,21 @@ def plot_batch_timeline(result: dict, path: Path) -> Path:
     plt = _pyplot()
     pipelines = result["pipelines"]
     figure, axes = plt.subplots(len(pipelines), 1, figsize=(9, 2.2 * len(pipelines)), squeeze=False)
-    round_length = result.get("settings", {}).get("batches")
+    batches = result.get("settings", {}).get("batches")
     for ax, (name, pipeline) in zip(axes[:, 0], pipelines.items()):
-        _timeline(ax, name, pipeline["loader"], round_length=round_length)
+        rounds = len(pipeline["loader"]["batch_s"]) // batches if batches else 0
+        _timeline(ax, name, pipeline["loader"], round_lengths=[batches] * rounds)
     axes[-1, 0].set_xlabel("steady batch (rounds joined; grey lines: round boundaries)")
     return _save(plt, figure, path)
 
 
-def _timeline(ax, name: str, figures: dict, *, unit: str = "batch", round_length: int | None = None) -> None:
+def _timeline(ax, name: str, figures: dict, *, unit: str = "batch", round_lengths=None) -> None:
     """One per-batch (or per-call) time series, with a detected cycle's period marked by red dotted lines
-    and, when round_length is given, the boundaries between measurement rounds by grey ones."""
+    and, when round_lengths (batches per round, in order) are given, the boundaries between measurement
+    rounds by grey ones."""
     times_ms = [s * 1e3 for s in figures["batch_s"]]
-    if round_length:
-        for x in range(round_length, len(times_ms), round_length):
-            ax.axvline(x - 0.5, color="grey", linestyle="--", linewidth=0.6, alpha=0.6)
+    for x in itertools.accumulate((round_lengths or [])[:-1]):
+        ax.axvline(x - 0.5, color="grey", linestyle="--", linewidth=0.6, alpha=0.6)
     ax.plot(range(len(times_ms)), times_ms, marker=".", linewidth=0.8)
     title = f"{name}: {figures['samples_per_s']:.0f} samples/s"
     if figures.get("cycle_significant"):
@@ -267,8 +269,8 @@ def plot_benchmark_timeline(record: dict, path: Path) -> Path:
     measurement = record["measurement"]
     unit = record.get("unit") or "batch"
     figure, ax = plt.subplots(figsize=(9, 2.6))
-    _timeline(ax, record["benchmark_id"], measurement, unit=unit, round_length=record.get("round_length"))
-    ax.set_xlabel(f"steady {unit} (rounds joined" + ("; grey lines: round boundaries)" if record.get("round_length")
+    _timeline(ax, record["benchmark_id"], measurement, unit=unit, round_lengths=record.get("round_lengths"))
+    ax.set_xlabel(f"steady {unit} (rounds joined" + ("; grey lines: round boundaries)" if record.get("round_lengths")
                                                      else ")"))
     return _save(plt, figure, path)
 

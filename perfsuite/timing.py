@@ -265,13 +265,21 @@ def _time_fetches(source: _Source, count: int, readback: Callable, samples_in: C
     return times, samples
 
 
+# A measurement extended to min_seconds takes at most this many times measure_batches batches.
+MAX_EXTENSION = 100
+
+
 def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: int,
                     samples_in: Callable[[Any], int] | None = None,
-                    readback: Callable[[Any], Any] | None = None, name: str = "dataset") -> Measurement:
+                    readback: Callable[[Any], Any] | None = None, name: str = "dataset",
+                    min_seconds: float = 0.0) -> Measurement:
     """Time batches drawn from one iterator over dataset (a tf.data.Dataset or any iterable).
 
     Each batch is timed from the request to the end of its readback. The first warmup_batches
     (>= 1; the first of them is first_ns) are kept apart from the measure_batches steady ones.
+    With min_seconds, more steady batches are taken, measure_batches at a time, until they add up to
+    min_seconds (at most MAX_EXTENSION times measure_batches): ten batches of a fast pipeline last a
+    few milliseconds and measure its buffers filling, not its rate.
     The dataset is not repeated implicitly: one that ends early raises ValueError naming the counts.
     samples_in defaults to leading_dim, readback to host_readback.
     """
@@ -282,6 +290,10 @@ def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: 
                      what=f"{warmup_batches} warm-up + {measure_batches} measured")
     warmup_ns, _ = _time_fetches(source, warmup_batches, readback, samples_in)
     batch_ns, batch_samples = _time_fetches(source, measure_batches, readback, samples_in)
+    while sum(batch_ns) < min_seconds * 1e9 and len(batch_ns) < measure_batches * MAX_EXTENSION:
+        more_ns, more_samples = _time_fetches(source, measure_batches, readback, samples_in)
+        batch_ns += more_ns
+        batch_samples += more_samples
     return _measurement(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples)
 
 

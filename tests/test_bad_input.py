@@ -311,3 +311,16 @@ def test_save_npy_atomic_output_is_read_by_both_cache_loaders(tmp_path, tiny_cor
     for kind in WAV_KINDS:
         loader = build_loader(dataset_dir=dataset, cache_dir=cache, config=LoaderConfig(kind=kind, source="cache"))
         np.testing.assert_array_equal(collect(loader)["saved"], mel)
+
+
+def test_a_tokens_file_changed_after_preflight_is_named(tmp_path, tiny_corpus, tiny_cache, arrays):
+    mel, tokens = arrays
+    dataset, cache = make_cache_dataset(tmp_path, tiny_corpus, tiny_cache, {"late": (npy_bytes(mel), npy_bytes(tokens))})
+    loader = build_loader(dataset_dir=dataset, cache_dir=cache, config=LoaderConfig(source="cache", batch_size=1))
+    victim = cache_paths(cache, "late")[1]
+    victim.write_bytes(npy_bytes(np.concatenate([tokens, tokens])))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        collect(loader)
+    message = error.value.message  # each file: [path] [unchanged] [size then] [size now] [its start now]
+    assert f"[{victim}] [0]" in message and f"[{cache_paths(cache, 'late')[0]}] [1]" in message
+    assert f"({2 * len(tokens)},)" in message  # the shape the changed file's header now gives

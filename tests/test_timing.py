@@ -283,3 +283,19 @@ def test_input_bound_needs_a_dataset_with_enough_batches():
     with pytest.raises(ValueError, match=r"expected at least 9 \(3 rounds x \(1 warm-up \+ 2 measured\)\)"):
         timing.measure_input_bound(step=_fast_step, dataset=tf.data.Dataset.range(8).batch(2),
                                    warmup=1, batches=2, rounds=3)
+
+
+def test_min_seconds_extends_a_short_measurement_in_whole_chunks():
+    def batches():
+        while True:
+            time.sleep(0.002)
+            yield np.zeros((4, 1))
+
+    plain = timing.measure_dataset(dataset=batches(), warmup_batches=1, measure_batches=3)
+    extended = timing.measure_dataset(dataset=batches(), warmup_batches=1, measure_batches=3, min_seconds=0.03)
+    capped = timing.measure_dataset(dataset=batches(), warmup_batches=1, measure_batches=1, min_seconds=60)
+    assert len(plain.batch_ns) == 3
+    assert sum(extended.batch_ns) >= 0.03e9 and len(extended.batch_ns) % 3 == 0
+    assert len(extended.batch_ns) <= 3 * (0.03 / 0.002 + 1)  # stops once the time is reached
+    assert len(capped.batch_ns) == timing.MAX_EXTENSION
+    assert extended.samples_per_s > 0 and sum(extended.batch_samples) == 4 * len(extended.batch_ns)
