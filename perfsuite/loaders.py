@@ -20,7 +20,7 @@ How the TF-native loaders decode (``decode``):
   ``tf.io.decode_raw``. The samples equal tf.audio.decode_wav's / np.load's exactly.
 - ``"in_graph"``: every read parses its header in the graph, with ``tf.audio.decode_wav`` for WAV and
   ``perfsuite.npy.decode_npy`` for `.npy`: the recipe TF TTS projects ship, slower (measured by
-  benchmarks/test_loaders.py::test_decode_ratio).
+  benchmarks/test_loaders.py::test_loader_ratio[preflight_over_in_graph_decode_*]).
 """
 
 from __future__ import annotations
