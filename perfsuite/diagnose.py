@@ -323,8 +323,8 @@ def _measure(*, dataset_dir, cache_dir, settings, mel_config, trace_dir, progres
         comparisons[f"tf_native_vs_numpy_function-{source}"] = ab.as_dict()
     progress(f"measuring the {settings.model} training step: eager, graph, XLA")
     fixed_batch = next(iter(loader("tf_native", "cache")))
-    steps, step_figures = _measure_steps(fixed_batch, settings=settings, shapes=(None, max_text, max_mel))
-    best_mode = min(("graph", "xla"), key=lambda mode: step_figures[mode]["batch_mean_s"])
+    steps, step_figures, step_ratios = _measure_steps(fixed_batch, settings=settings, shapes=(None, max_text, max_mel))
+    best_mode = "xla" if step_ratios["xla_over_graph"]["median"] > 1 else "graph"
     gpu = _gpu_window()
     with gpu:
         for name in pipelines:
@@ -343,7 +343,7 @@ def _measure(*, dataset_dir, cache_dir, settings, mel_config, trace_dir, progres
     return {"static_shapes": {"max_text_len": max_text, "max_mel_frames": max_mel},
             "pipelines": {name: {"loader": p["loader"].as_dict(), "input_bound": p["input_bound"]}
                           for name, p in pipelines.items()},
-            "comparisons": comparisons, "step": {"modes": step_figures, "input_bound_mode": best_mode},
+            "comparisons": comparisons, "step": {"modes": step_figures, "ratios": step_ratios, "input_bound_mode": best_mode},
             "sweep": sweep, "gpu": gpu.result(), "trace": trace}
 
 
@@ -367,16 +367,34 @@ def _compare_loaders(a, b, *, names, settings):
 
 
 def _measure_steps(batch, *, settings, shapes):
-    from perfsuite import timing
+    """Every mode's step on one fixed batch: the first calls (trace, compile) apart, then interleaved rounds
+    (eager graph XLA, XLA graph eager, ...) of a few calls each, so the modes compare by same-round ratios."""
+    from perfsuite import stats, timing
     from perfsuite.model import MODEL_PRESETS, make_train_step
 
-    steps, figures = {}, {}
-    for mode in STEP_MODES:
-        step = make_train_step(model_config=MODEL_PRESETS[settings.model], mode=mode, input_shapes=shapes)
-        measurement = timing.measure_step(step=step, batch=batch, warmup_calls=2, measure_calls=settings.batches,
-                                          name=f"step-{mode}")
-        steps[mode], figures[mode] = step, measurement.as_dict()
-    return steps, figures
+    steps = {mode: make_train_step(model_config=MODEL_PRESETS[settings.model], mode=mode, input_shapes=shapes)
+             for mode in STEP_MODES}
+    first = {mode: timing.measure_step(step=step, batch=batch, warmup_calls=2, measure_calls=1, name=f"step-{mode}")
+             for mode, step in steps.items()}
+    calls = max(2, settings.batches // settings.rounds)
+    measured = {mode: [] for mode in STEP_MODES}
+
+    def one_round(mode):
+        def run():
+            measured[mode].append(timing.measure_step(step=steps[mode], batch=batch, warmup_calls=1,
+                                                      measure_calls=calls, name=f"step-{mode}"))
+            return measured[mode][-1]
+        return run
+
+    rounds = timing.interleave_rounds({mode: one_round(mode) for mode in STEP_MODES}, rounds=settings.rounds,
+                                      warmup_rounds=0)
+    figures = {mode: timing.combine(measured[mode], name=f"step-{mode}", first=first[mode]).as_dict()
+               for mode in STEP_MODES}
+    ratios = {}
+    for name, (faster, slower) in {"graph_over_eager": ("graph", "eager"), "xla_over_graph": ("xla", "graph")}.items():
+        per_round = stats.ratio_of(rounds.values[faster], rounds.values[slower])  # samples/s over samples/s
+        ratios[name] = {"median": stats.ratio_summary(per_round).median, "rounds": list(per_round)}
+    return steps, figures, ratios
 
 
 def _input_bound(step, dataset, settings, name) -> dict:
@@ -583,14 +601,15 @@ def _cache_verdict(result):
 
 
 def _step_verdicts(result):
-    modes = result.get("step", {}).get("modes")
+    modes, ratios = result.get("step", {}).get("modes"), result.get("step", {}).get("ratios")
     if not modes:
         return []
-    mean = {mode: modes[mode]["batch_mean_s"] for mode in STEP_MODES}
-    evidence = {f"{mode}_step_s": mean[mode] for mode in STEP_MODES}
+    evidence = {f"{mode}_step_s": modes[mode]["batch_mean_s"] for mode in STEP_MODES}
+    evidence.update({f"{name}_per_round": ratio["rounds"] for name, ratio in ratios.items()})
     evidence["xla_first_call_s"] = modes["xla"]["first_s"]
     out = []
-    graph_gain, xla_gain = mean["eager"] / mean["graph"], mean["graph"] / mean["xla"]
+    # Same-round ratios (the modes ran interleaved), not ratios of means taken at different times.
+    graph_gain, xla_gain = ratios["graph_over_eager"]["median"], ratios["xla_over_graph"]["median"]
     if graph_gain >= MATERIAL_STEP_SPEEDUP:
         out.append(Verdict("step", f"eager step is {graph_gain:.1f}x slower than tf.function", evidence,
                            "wrap the training step in tf.function"))

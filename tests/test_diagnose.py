@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfsuite import cli
@@ -100,6 +101,8 @@ def test_json_holds_every_figure_settings_and_fingerprint(diagnosis):
     for figures in result["step"]["modes"].values():
         assert figures["batch_mean_s"] > 0
     assert result["step"]["modes"]["graph"]["retraces"] == 0  # static shapes: one trace
+    for ratio in result["step"]["ratios"].values():  # same-round ratios, one per interleaved round
+        assert len(ratio["rounds"]) == 1 and ratio["median"] == ratio["rounds"][0] > 0
     for axis, points, current in (("workers", [1, 2, 4], 2), ("batch_size", [2, 4, 8], 4)):
         sweep = result["sweep"][axis]
         assert [row[axis] for row in sweep["points"]] == points
@@ -199,16 +202,23 @@ def test_input_bound_share_is_classified_and_the_fed_fast_pipeline_recommended()
 
 
 def test_step_cycle_workers_and_gpu_rules_follow_the_figures():
-    def modes(eager, graph, xla):
-        return {"eager": {"batch_mean_s": eager, "first_s": eager, "retraces": None},
-                "graph": {"batch_mean_s": graph, "first_s": 1.0, "retraces": 0},
-                "xla": {"batch_mean_s": xla, "first_s": 3.0, "retraces": 0}}
+    def step(eager, graph, xla, *, rounds=((1.0, 1.0),)):
+        """Step times, and per-round speed ratios (graph over eager, XLA over graph) as a run measures them."""
+        modes = {"eager": {"batch_mean_s": eager, "first_s": eager, "retraces": None},
+                 "graph": {"batch_mean_s": graph, "first_s": 1.0, "retraces": 0},
+                 "xla": {"batch_mean_s": xla, "first_s": 3.0, "retraces": 0}}
+        per_round = {"graph_over_eager": [r[0] for r in rounds], "xla_over_graph": [r[1] for r in rounds]}
+        ratios = {name: {"median": float(np.median(values)), "rounds": values} for name, values in per_round.items()}
+        return {"step": {"modes": modes, "ratios": ratios}}
 
-    found = verdicts({"step": {"modes": modes(0.35, 0.32, 0.24)}})
+    found = verdicts(step(0.35, 0.32, 0.24, rounds=[(1.09, 1.33), (1.1, 1.3), (1.08, 1.35)]))
     assert [v.finding.split(" is ")[0] for v in found] == ["XLA step"]  # eager vs graph 1.09x: no finding
-    assert "jit_compile=True" in found[0].recommendation
-    same = verdicts({"step": {"modes": modes(0.30, 0.30, 0.30)}})
+    assert "jit_compile=True" in found[0].recommendation and found[0].evidence["xla_over_graph_per_round"][2] == 1.35
+    same = verdicts(step(0.30, 0.30, 0.30, rounds=[(1.0, 1.0), (1.02, 0.98), (0.99, 1.01)]))
     assert len(same) == 1 and same[0].recommendation is None
+    # The same-round ratios decide, not the means: means measured apart can disagree with them.
+    drifted = verdicts(step(0.30, 0.30, 0.20, rounds=[(1.0, 1.01), (1.0, 0.99), (1.0, 1.0)]))
+    assert len(drifted) == 1 and drifted[0].recommendation is None
     cycle = _topics(verdicts({"pipelines": {"tf_native-wav": {"loader": _pipeline(cycle=8)["loader"]}}}))
     assert "every 8 batches" in cycle["cycle-tf_native-wav"].finding
     gpu = {"gpu": {"available": True, "stats": {"gpu_util_median": 12.0, "gpu_idle_fraction": 0.7,
