@@ -605,7 +605,7 @@ def _step_verdicts(result):
     if not modes:
         return []
     evidence = {f"{mode}_step_s": modes[mode]["batch_mean_s"] for mode in STEP_MODES}
-    evidence.update({f"{name}_per_round": ratio["rounds"] for name, ratio in ratios.items()})
+    evidence.update({f"{name}_per_round": [round(r, 3) for r in ratio["rounds"]] for name, ratio in ratios.items()})
     evidence["xla_first_call_s"] = modes["xla"]["first_s"]
     out = []
     # Same-round ratios (the modes ran interleaved), not ratios of means taken at different times.
