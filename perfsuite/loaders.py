@@ -134,8 +134,8 @@ class _Record:
     tokens_path: str  # cache source only
     tokens: np.ndarray  # wav source only (from metadata); empty for the cache source
     mel_frames: int
-    layout: FileLayout  # of ``path``, as preflight read it
-    tokens_layout: FileLayout | None  # cache source only
+    layout: FileLayout | None  # of ``path``, as preflight read it (for decode="preflight" only)
+    tokens_layout: FileLayout | None  # likewise, cache source only
 
 
 def build_loader(*, dataset_dir: Path, config: LoaderConfig, cache_dir: Path | None = None,
@@ -212,11 +212,13 @@ def check_dataset(dataset_dir: Path, *, cache_dir: Path | None = None,
 
 
 def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _Record:
+    keep_layouts = config.kind == "tf_native" and config.decode == "preflight"  # else nobody reads them
     if config.source == "wav":
         path = wav_path(dataset_dir, utt.id)
         info = check_tf_readable(path, sample_rate=mel_config.sample_rate, channels=1)
         tokens = text_codec.encode(utt.normalized_text)
-        layout = read_layout(path, data_offset=info.data_offset, data_bytes=info.num_frames * info.block_align)
+        layout = read_layout(path, data_offset=info.data_offset,
+                             data_bytes=info.num_frames * info.block_align) if keep_layouts else None
         record = _Record(utt.id, str(path), "", tokens, mel_config.num_frames(info.num_frames), layout, None)
         text_len = len(tokens)
     else:
@@ -225,8 +227,9 @@ def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _Record
         tokens_header = check_npy(tokens_path, dtype=np.dtype(np.int32), ndim=1)
         if mel_header.shape[1] != mel_config.n_mels:
             raise DataError(mel_path, expected=f"{mel_config.n_mels} mel channels", found=f"shape {mel_header.shape}")
+        layouts = (_npy_layout(mel_header), _npy_layout(tokens_header)) if keep_layouts else (None, None)
         record = _Record(utt.id, str(mel_path), str(tokens_path), np.zeros(0, np.int32), mel_header.shape[0],
-                         _npy_layout(mel_header), _npy_layout(tokens_header))
+                         *layouts)
         text_len = tokens_header.shape[0]
     if config.static_shapes and config.overlong == "reject":
         _reject_overlong(record.path, text_len, record.mel_frames, config)
