@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfsuite.profiles import PROFILES
+from perfsuite.pytest_plugin.profiles import PROFILES
 
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
 
@@ -26,8 +26,9 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def tensorflow():
-    from perfsuite import _tfenv  # noqa: F401
-    import tensorflow as tf
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
 
     return tf
 
@@ -41,7 +42,8 @@ def device_name(request, device):
 @pytest.fixture
 def gpu_device(tensorflow) -> str:
     """The first GPU's device name, or a skip that names what is missing."""
-    from perfsuite.gpu import GpuUnavailable, visible_gpus
+    from perfsuite.errors import GpuUnavailable
+    from perfsuite.measure.gpu import visible_gpus
 
     try:
         visible_gpus()

@@ -6,24 +6,31 @@ Ceilings measured on the same files:
 - compute: the TF mel applied to audio already decoded in memory (the WAV loader's ceiling).
 """
 
+import statistics
+
 import pytest
 
-from perfsuite.audio import MelConfig, log_mel_tf
-from perfsuite.corpus import cache_paths, read_metadata, wav_path
-from perfsuite.loaders import LoaderConfig, build_loader
-from perfsuite.timing import measure_dataset
+from perfsuite.data.audio import MelConfig, log_mel_tf
+from perfsuite.data.corpus import cache_paths, read_metadata, wav_path
+from perfsuite.data.loaders import LoaderConfig, build_loader
+from perfsuite.data.wav import inspect_wav
+from perfsuite.measure import timing
+from perfsuite.measure.timing import measure_dataset
 
 PAIRS = [("tf_native", "wav"), ("numpy_function", "wav"), ("librosa", "wav"),
          ("tf_native", "cache"), ("numpy_function", "cache")]
 RATIO_BATCH, RATIO_WORKERS = 16, 2  # the configuration the targets are stated for
 
 
-def _loader_dataset(corpus, cache, *, kind, source, batch_size, workers, decode="preflight"):
+FRAME_S = MelConfig().hop_length / MelConfig().sample_rate  # seconds of audio per mel frame
+
+
+def _loader_dataset(corpus, cache, *, kind, source, batch_size, workers, decode="preflight", **options):
     if kind == "librosa":
         pytest.importorskip("librosa", reason="the librosa peer needs the 'peers' extra (librosa, soundfile)")
         pytest.importorskip("soundfile", reason="the librosa peer needs the 'peers' extra (librosa, soundfile)")
     config = LoaderConfig(kind=kind, source=source, batch_size=batch_size, num_parallel_calls=workers,
-                          decode=decode)
+                          decode=decode, **options)
     return build_loader(dataset_dir=corpus, cache_dir=cache, config=config).dataset, config.id
 
 
@@ -51,8 +58,67 @@ def _compute_ceiling_dataset(tf, corpus, *, batch_size, workers):
 def test_loader(perfsuite, perfsuite_corpus, perfsuite_cache, kind, source, batch_size, workers):
     dataset, name = _loader_dataset(perfsuite_corpus, perfsuite_cache, kind=kind, source=source,
                                     batch_size=batch_size, workers=workers)
-    measurement = perfsuite.measure_dataset(dataset, name=name)
+    measurement = perfsuite.measure_dataset(dataset, name=name, frame_s=FRAME_S)
+    assert measurement.samples_per_s > 0 and perfsuite.metrics["audio_s_per_s"] > 0
+
+
+COLD = [("tf_native", "wav"), ("tf_native", "cache")]
+
+
+def _files(corpus, cache, source):
+    utterances = read_metadata(corpus)
+    if source == "wav":
+        return [wav_path(corpus, utt.id) for utt in utterances]
+    return [path for utt in utterances for path in cache_paths(cache, utt.id)]
+
+
+@pytest.mark.parametrize("kind,source", COLD, ids=[f"{k}-{s}" for k, s in COLD])
+def test_cold_loader(perfsuite, perfsuite_corpus, perfsuite_cache, kind, source):
+    """The loader with its files evicted from the page cache before every round: read as a dataset
+    larger than memory would be (compare with test_loader's warm figure of the same loader)."""
+    from perfsuite.data.page_cache import PageCacheUnavailable, evict, evict_or_fail
+
+    files = _files(perfsuite_corpus, perfsuite_cache, source)
+    try:
+        evict_or_fail(files)
+    except PageCacheUnavailable as error:
+        pytest.skip(f"cold reads: {error}")
+    dataset, name = _loader_dataset(perfsuite_corpus, perfsuite_cache, kind=kind, source=source,
+                                    batch_size=RATIO_BATCH, workers=RATIO_WORKERS)
+    evictions = []
+    # The pipeline's prefetch threads may read files again between the eviction and its check: each
+    # round's count of files still cached after eviction is recorded, so the figure says how cold it was.
+    measurement = perfsuite.measure_dataset(dataset, name=f"cold-{name}", frame_s=FRAME_S,
+                                            before_round=lambda: evictions.append(evict(files)))
+    perfsuite.record({"evicted_files": len(files),
+                      "still_cached_after_eviction": [len(e.still_cached) for e in evictions]}, prefix="cold_")
     assert measurement.samples_per_s > 0
+
+
+def test_bucketing_padding(perfsuite, perfsuite_corpus, perfsuite_cache):
+    """Length bucketing vs plain padded batches of the TF-native cache loader, interleaved: the padding
+    each wastes (real / padded frames) and the same-run speed ratio."""
+    from perfsuite.measure.speech import FrameCounter
+
+    frames = sorted(MelConfig().num_frames(inspect_wav(wav_path(perfsuite_corpus, u.id)).num_frames)
+                    for u in read_metadata(perfsuite_corpus))
+    boundaries = tuple(sorted({frames[len(frames) * q // 8] for q in range(1, 8)}))  # octiles of the lengths
+    shape = {"kind": "tf_native", "source": "cache", "batch_size": RATIO_BATCH, "workers": RATIO_WORKERS}
+    counters = {"bucketed": FrameCounter(), "padded": FrameCounter()}
+    datasets = {"bucketed": _loader_dataset(perfsuite_corpus, perfsuite_cache, bucket_boundaries=boundaries,
+                                            **shape)[0].repeat(),
+                "padded": _loader_dataset(perfsuite_corpus, perfsuite_cache, **shape)[0].repeat()}
+    profile = perfsuite.profile
+
+    def round_of(label):
+        iterator = iter(datasets[label])
+        return lambda: measure_dataset(dataset=iterator, warmup_batches=1, measure_batches=profile.measure_batches,
+                                       min_seconds=profile.min_round_s, samples_in=counters[label])
+
+    perfsuite.compare("bucketed_over_padded_ratio", a=round_of("bucketed"), b=round_of("padded"))
+    efficiency = {label: sum(c.real) / sum(c.padded) for label, c in counters.items()}
+    perfsuite.record({f"{label}_padding_efficiency": value for label, value in efficiency.items()})
+    assert efficiency["bucketed"] > efficiency["padded"], efficiency
 
 
 def test_raw_read_ceiling(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow, batch_size, workers):
@@ -113,4 +179,8 @@ def test_loader_ratio(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow, 
                                        measure_batches=profile.measure_batches, min_seconds=profile.min_round_s)
 
     result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b))
-    assert len(result.ratios) == profile.rounds
+    # How much of each side's batch time is the timing loop's own (it weighs most on the fast side).
+    for side, dataset, rates in (("a", a, result.a_values), ("b", b, result.b_values)):
+        batch_s = RATIO_BATCH / statistics.median(rates)
+        perfsuite.record({f"harness_share_{side}": timing.harness_overhead(dataset) / batch_s})
+    assert len(result.ratios) >= profile.min_rounds

@@ -13,11 +13,12 @@ import time
 import numpy as np
 import pytest
 
-from perfsuite import selftest, stats, timing
-from perfsuite.corpus import CorpusSpec, build_cache, build_corpus, read_metadata
-from perfsuite.loaders import LoaderConfig, build_loader
-from perfsuite.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
-from perfsuite.wav import DataError
+from perfsuite.data.corpus import CorpusSpec, build_cache, build_corpus, read_metadata
+from perfsuite.data.loaders import LoaderConfig, build_loader
+from perfsuite.errors import DataError
+from perfsuite.measure import stats, timing
+from perfsuite.tools import selftest
+from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
 pytestmark = pytest.mark.selftest
 
@@ -43,7 +44,9 @@ CALIBRATION_ROUNDS = 8 * ORDER_CYCLE
 # 32 rounds x 4 arms of ~23 ms: about 60 s.
 ROUNDS_PER_TRIAL = 4 * ORDER_CYCLE
 TRIALS = 20
-SLOWDOWN_TOLERANCE = 0.3  # measured slowdown of a planted arm within ±30 % of its target (7-13 % for 10 %)
+SWAP_ROUND_S = 1.0
+HISTORY_RUNS = 5  # earlier trial blocks a block is compared with through the history comparison
+SLOWDOWN_TOLERANCE = 0.3  # a planted arm may cost at most 30 % more than its target (13 % for 10 %)
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +109,10 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
         gate = selftest.calibrate_gate(aa_ratios=aa_ratios, rounds_per_trial=ROUNDS_PER_TRIAL)
         probe_slowdowns = {fraction: _pooled_slowdown(cal[f"probe{i}"], cal["a"])
                            for i, fraction in enumerate(PROBE_FRACTIONS)}
+        reason = selftest.unmeasurable_reason(gate, smallest_target=min(TARGETS))
+        if reason is not None:
+            perfsuite.record(gate, prefix="selftest_gate_")
+            pytest.skip(reason)
         fractions = {target: selftest.calibrate_fraction(probes=probe_slowdowns, target=target) for target in TARGETS}
 
         arms = {"a": arm(), "a2": arm(), "slow10": arm(fractions[0.10]), "slow25": arm(fractions[0.25])}
@@ -129,6 +136,13 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
                       # every round time, so the rates can be recomputed offline with another decision rule
                       "calibration_round_s": {name: list(values) for name, values in cal.items()},
                       "pool_round_s": {name: list(values) for name, values in pool.items()}}, prefix="selftest_")
+    # The same rounds through the comparison with earlier runs: trial blocks as "runs" (not gated: blocks of
+    # one process share more than separate runs; the path is what is checked).
+    history = {key: selftest.history_rates(base=pool["a"], test=pool[arm_name], rounds_per_trial=ROUNDS_PER_TRIAL,
+                                           history_runs=HISTORY_RUNS, alpha=0.01, min_effect=0.05)
+               for key, arm_name in (("false_alarm", "a2"), ("detection_10pct", "slow10"), ("detection_25pct", "slow25"))}
+    perfsuite.record({f"{key}_flagged": flagged for key, (flagged, _) in history.items()}
+                     | {"judged": next(iter(history.values()))[1]}, prefix="selftest_history_")
     for key, rate in rates.items():
         perfsuite.record(rate, prefix=f"selftest_{key}_")
         perfsuite.add(f"selftest_{key}_rate", rate.rate)
@@ -139,6 +153,9 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
         print(f"selftest design: {TRIALS} trials x {ROUNDS_PER_TRIAL} rounds x {len(RATE_ARMS)} arms, round "
               f"{np.median(pool['a']) * 1e3:.1f} ms on CPU {cpu}; map_slowdown {fractions[0.10]:.3f} / {fractions[0.25]:.3f} "
               f"(probes {', '.join(f'{f} -> {s:+.1%}' for f, s in probe_slowdowns.items())}); {elapsed:.0f} s")
+        for key, (flagged, judged) in history.items():
+            print(f"selftest via the history comparison, {key}: {flagged}/{judged} trial blocks flagged "
+                  f"({HISTORY_RUNS} earlier blocks each, alpha 0.01, min effect 5 %)")
         for rate in rates.values():
             print(f"selftest {rate.name}: {rate.flagged}/{rate.trials} flagged ({rate.rate:.0%}, 95% CI "
                   f"{rate.ci_low:.1%}-{rate.ci_high:.1%}); median gate alone {rate.throughput_flagged}/{rate.trials}, with "
@@ -147,11 +164,12 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
 
     # The targets are gates in ratios.yaml (selftest_*_rate), judged by the plugin like every other gate.
     assert all(rate.trials == TRIALS >= 20 for rate in rates.values()), {k: r.trials for k, r in rates.items()}
-    # Honest mutants: the planted arms cost what they are named after, measured over every trial round.
+    # Honest mutants: a planted arm never costs more than it is named after (a "10 %" arm that is really
+    # 14 % would overstate what is detected); one that costs less makes its rate a conservative one.
     for target, slowdown in measured.items():
-        assert abs(slowdown - target) <= SLOWDOWN_TOLERANCE * target, (
-            f"{target:.0%} slowdown arm: expected a measured slowdown within ±{SLOWDOWN_TOLERANCE:.0%} of "
-            f"{target:.0%}, found {slowdown:+.1%} (probes {probe_slowdowns})")
+        assert slowdown <= (1 + SLOWDOWN_TOLERANCE) * target, (
+            f"{target:.0%} slowdown arm: expected a measured slowdown of at most {(1 + SLOWDOWN_TOLERANCE) * target:.1%}, "
+            f"found {slowdown:+.1%} (probes {probe_slowdowns})")
 
 
 def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, perfsuite_corpus):
@@ -162,19 +180,21 @@ def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, perfsuite_corpus):
     profile = perfsuite.profile
     base = LoaderConfig(kind="tf_native", source="wav", batch_size=16, num_parallel_calls=2)
 
-    def rate_round(config):
+    def rate_round(config):  # rounds of at least a second: the numpy_function loader's batch times are bimodal
         dataset = build_loader(dataset_dir=perfsuite_corpus, config=config).dataset.repeat()
         return lambda: timing.measure_dataset(dataset=dataset, warmup_batches=profile.warmup_batches,
                                               measure_batches=profile.measure_batches,
-                                              min_seconds=profile.min_round_s)
+                                              min_seconds=max(profile.min_round_s, SWAP_ROUND_S))
 
     reference = rate_round(selftest.mutant_loader_config(base, "numpy_function"))
+    # Enough rounds for both intervals to clear the gate on a loaded box (the gate decides by interval).
     good = perfsuite.compare("selftest_genuine_tf_native_over_numpy_function_ratio", a=rate_round(base),
-                             b=reference, rounds=profile.rounds)
+                             b=reference, rounds=profile.max_rounds)
     bad = timing.interleave(a=rate_round(selftest.mutant_loader_config(base, "numpy_function")), b=reference,
-                            rounds=profile.rounds)
+                            rounds=profile.max_rounds)
     verdicts = {label: perfsuite.context.baselines.check(benchmark_id=perfsuite.benchmark_id,
-                                                         metrics={gate_name: result.summary.median})
+                                                         metrics={gate_name: result.summary.median},
+                                                         rounds={gate_name: result.ratios})
                 for label, result in (("genuine", good), ("mutant", bad))}
     perfsuite.record({"mutant_ratio": bad.summary.median, "genuine_ratio": good.summary.median,
                       "genuine_passes_gate": verdicts["genuine"].passed, "mutant_flagged": not verdicts["mutant"].passed,
@@ -271,10 +291,11 @@ def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, selftest_corpus):
 
 
 def test_fortran_cache_file_raises_data_error(selftest_corpus, tmp_path):
-    from perfsuite import _tfenv  # noqa: F401, I001  (quiets TF before its first import)
-    import tensorflow as tf
+    from perfsuite._tensorflow import tensorflow
 
-    from perfsuite.npy import decode_npy
+    tf = tensorflow()
+
+    from perfsuite.data.npy import decode_npy
 
     dataset_dir, cache_dir = selftest_corpus
     utt_id = read_metadata(dataset_dir)[0].id

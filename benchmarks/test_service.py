@@ -16,10 +16,10 @@ from statistics import median
 
 import pytest
 
-from perfsuite.corpus import PRESETS, build_corpus, read_metadata
-from perfsuite.loaders import LoaderConfig, build_loader
-from perfsuite.service import ServiceCluster, distribute, with_deadline
-from perfsuite.timing import interleave, measure_dataset
+from perfsuite.data.corpus import PRESETS, build_corpus, read_metadata
+from perfsuite.data.loaders import LoaderConfig, build_loader
+from perfsuite.measure.timing import interleave, measure_dataset
+from perfsuite.workload.service import ServiceCluster, distribute, with_deadline
 
 pytestmark = pytest.mark.service
 
@@ -32,7 +32,7 @@ BATCH_TIMEOUT_S = 120.0  # a lost worker fails the round instead of hanging the 
 # quick stays on (1, 2) for a 2-core CI box; full adds counts past the cores to show saturation.
 PLAN = {
     "smoke": ((1, 2), 2, 6),
-    "quick": ((1, 2), 5, 16),
+    "quick": ((1, 2), 3, 12),
     "full": ((1, 2, 3, 4), 9, 24),
 }
 

@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from perfsuite.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
-from perfsuite.timing import measure_step
+from perfsuite.measure.timing import measure_step
+from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
 TEXT_LEN, MEL_FRAMES = 80, 400  # a 4-5 s LJSpeech utterance
 RATIO_BATCH = 16
@@ -50,4 +50,4 @@ def test_step_ratio(perfsuite, ratio):
     for train in (a, b):  # trace and compile before the first round
         round_of(train)()
     result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b))
-    assert len(result.ratios) == profile.rounds
+    assert len(result.ratios) >= profile.min_rounds

@@ -1,5 +1,5 @@
 """CPU cost of decoding a WAV in a tf.data map: tf.audio.decode_wav against tf.io.decode_raw at the offset
-preflight found (what perfsuite.layout does), with the bare read as the floor.
+preflight found (what perfsuite.data.layout does), with the bare read as the floor.
 
     python scripts/measure_decode_cost.py [--rounds 5] [--workers 2]
 
@@ -12,11 +12,12 @@ import time
 
 import numpy as np
 
-from perfsuite import _tfenv  # noqa: F401
-from perfsuite.corpus import PRESETS, build_corpus, read_metadata, wav_path
-from perfsuite.wav import check_tf_readable
+from perfsuite._tensorflow import tensorflow
+from perfsuite.data.corpus import PRESETS, build_corpus, read_metadata, wav_path
+from perfsuite.data.wav import check_tf_readable
 
-import tensorflow as tf  # noqa: E402
+tf = tensorflow()
+
 
 
 def pipelines(paths, infos, workers, batch_size=16):

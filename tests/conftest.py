@@ -35,7 +35,7 @@ def _data_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory):
     """The "tiny" preset corpus directory (LJSpeech layout). Tests must not modify it."""
-    from perfsuite.corpus import PRESETS, build_corpus
+    from perfsuite.data.corpus import PRESETS, build_corpus
 
     return build_corpus(PRESETS["tiny"], root=_data_root(tmp_path_factory))
 
@@ -43,6 +43,6 @@ def tiny_corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_cache(tiny_corpus):
     """The precomputed cache (default MelConfig) of the tiny corpus. Tests must not modify it."""
-    from perfsuite.corpus import build_cache
+    from perfsuite.data.corpus import build_cache
 
     return build_cache(tiny_corpus)

@@ -7,10 +7,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from perfsuite import _tfenv  # noqa: F401
-import tensorflow as tf
-
-from perfsuite.audio import (
+from perfsuite._tensorflow import tensorflow
+from perfsuite.data.audio import (
     MelConfig,
     _hz_to_mel,
     _mel_to_hz,
@@ -20,6 +18,8 @@ from perfsuite.audio import (
     mel_filterbank,
     num_frames_tf,
 )
+
+tf = tensorflow()
 
 CONFIG = MelConfig()
 FLOOR = np.log(CONFIG.log_floor)

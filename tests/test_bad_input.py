@@ -13,13 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import _tfenv  # noqa: F401  (before TensorFlow)
-from perfsuite.audio import MelConfig, log_mel_numpy
-from perfsuite.corpus import cache_paths, read_metadata, save_npy_atomic
-from perfsuite.loaders import LoaderConfig, build_loader
-from perfsuite.wav import DataError, read_wav
+from perfsuite._tensorflow import tensorflow
+from perfsuite.data.audio import MelConfig, log_mel_numpy
+from perfsuite.data.corpus import cache_paths, read_metadata, save_npy_atomic
+from perfsuite.data.loaders import LoaderConfig, build_loader
+from perfsuite.data.wav import read_wav
+from perfsuite.errors import DataError
 
-import tensorflow as tf  # noqa: E402  (after _tfenv)
+tf = tensorflow()
+
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 MEL = MelConfig()

@@ -1,6 +1,5 @@
 """Baseline files: fingerprints, loading and validation, checks, recording, concurrency and crashes."""
 
-import importlib.metadata
 import json
 import math
 import os
@@ -9,7 +8,6 @@ import sys
 import tempfile
 import textwrap
 import threading
-import types
 from pathlib import Path
 
 import pytest
@@ -17,33 +15,38 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import baselines
-from perfsuite.baselines import (
-    METRIC_RULES,
+from perfsuite.measure.machine import MachineFingerprint, default_profile_name
+from perfsuite.verdict import baselines
+from perfsuite.verdict import metrics as metric_registry
+from perfsuite.verdict.baselines import (
     UNKNOWN_MACHINE_NOTE,
     BaselineError,
-    BaselineFailure,
-    MachineFingerprint,
-    check_benchmark,
-    default_profile_name,
-    find_profile,
     load_baselines,
     load_profile,
     load_ratios,
-    match_fingerprint,
-    machine_fingerprint,
-    ratio_gates_not_measured,
     record_measurements,
     threshold_from_measurement,
 )
+from perfsuite.verdict.gates import check_benchmark, gates_not_measured
 
 CPU = MachineFingerprint(
-    cpu_model="Intel(R) Xeon(R) CPU @ 2.20GHz", cpu_count=2, gpu_model=None, gpu_driver=None,
-    tensorflow="2.21",
+    cpu_vendor="Intel", cpu_family=6, cpu_model_number=85, cpu_stepping=7,
+    cpu_model_name="Intel(R) Xeon(R) CPU @ 2.20GHz", isa=("avx", "avx2", "avx512f", "fma", "sse4_2"), cores=2,
+    l2_cache_kib=1024, l3_cache_kib=39424, memory_gib=7.8, tensorflow="2.21.0", tensorflow_cuda=None,
+    tensorflow_cudnn=None, onednn=True, gpu_model=None, gpu_driver=None, gpu_cuda_driver=None,
+    gpu_power_limit_w=None,
 )
-GPU = MachineFingerprint(
-    cpu_model="AMD EPYC 7B12", cpu_count=16, gpu_model="NVIDIA H200", gpu_driver="550.54.15",
-    tensorflow="2.21",
+
+
+def _with(fingerprint, **changes):
+    return MachineFingerprint.from_dict({**fingerprint.as_dict(), **changes})
+
+
+GPU = _with(
+    CPU, cpu_vendor="AMD", cpu_family=25, cpu_model_number=1, cpu_stepping=1, cpu_model_name="AMD EPYC",
+    isa=["avx", "avx2", "f16c", "fma", "sse4_2"], cores=16, l2_cache_kib=512, l3_cache_kib=32768,
+    memory_gib=251.5, tensorflow_cuda="12.5.1", tensorflow_cudnn="9", gpu_model="NVIDIA H200",
+    gpu_driver="550.54.15", gpu_cuda_driver="12.4", gpu_power_limit_w=700,
 )
 BENCH = "loaders/test_loader[tf_native-wav-bs16-w2]"
 NO_RATIOS = baselines.RatioGates(path=Path("ratios.yaml"), gates={})
@@ -87,8 +90,8 @@ def test_record_load_check_round_trip(tmp_path):
     slower = {**measured, "samples_per_s": 749.0}
     result = check_benchmark(profile=profile, ratios=NO_RATIOS, benchmark_id=BENCH, metrics=slower)
     (failure,) = result.failures
-    assert failure.message == f"samples_per_s: measured 749, threshold ≥ 750 ({path})"
-    assert (failure.kind, failure.threshold, failure.measured) == ("min", 750.0, 749.0)
+    assert failure.message == f"samples_per_s: fail: measured 749, threshold ≥ 750 ({path})"
+    assert (failure.threshold.kind, failure.threshold.value, failure.measured) == ("min", 750.0, 749.0)
     assert failure.source == str(path)
 
 
@@ -97,7 +100,7 @@ finite_positive = st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allo
 
 
 @given(
-    metrics=st.dictionaries(st.sampled_from(sorted(METRIC_RULES)), finite_positive, min_size=1),
+    metrics=st.dictionaries(st.sampled_from(sorted(m.name for m in metric_registry.declared())), finite_positive, min_size=1),
     margin=st.floats(min_value=0.0, max_value=0.95),
 )
 def test_recorded_values_pass_and_values_beyond_the_margin_fail(metrics, margin):
@@ -111,9 +114,9 @@ def test_recorded_values_pass_and_values_beyond_the_margin_fail(metrics, margin)
 
     for threshold in profile.benchmarks[BENCH]:
         measured = metrics[threshold.metric]
-        rule = METRIC_RULES[threshold.metric]
+        rule = metric_registry.lookup(threshold.metric)
         # The threshold sits at the margin, loosened only by rounding to 4 significant digits.
-        if rule.kind == "min":
+        if rule.threshold_kind == "min":
             at_margin = measured - measured * margin
             assert at_margin * (1 - ROUNDING) <= threshold.value <= at_margin * (1 + 1e-12)
         else:
@@ -144,7 +147,8 @@ def test_record_refuses_another_machines_file_and_leaves_it_alone(tmp_path):
     with pytest.raises(BaselineError) as error:
         record(path, metrics={"samples_per_s": 100.0}, fingerprint=GPU)
     assert error.value.key == "fingerprint" and error.value.path == str(path)
-    assert "cpu_count: profile has 2, this machine has 16" in str(error.value)
+    assert "recorded for other hardware" in str(error.value)
+    assert "cores: profile has 2, this machine has 16" in str(error.value)
     assert "gpu_model: profile has None, this machine has 'NVIDIA H200'" in str(error.value)
     assert path.read_bytes() == before
 
@@ -168,7 +172,7 @@ def test_record_refuses_to_overwrite_a_malformed_file(tmp_path):
     [
         ({"metrics": {"throughput": 1.0}},
          'benchmarks."loaders/test_loader[tf_native-wav-bs16-w2]".throughput',
-         "expected a metric with a known direction"),
+         "expected a metric declared in perfsuite.verdict.metrics"),
         ({"metrics": {"samples_per_s": float("nan")}},
          'benchmarks."loaders/test_loader[tf_native-wav-bs16-w2]".samples_per_s',
          "expected a finite number, found number nan"),
@@ -212,9 +216,9 @@ def test_threshold_rule_per_direction():
 
 RATIOS = """\
 ratios:
-  tf_native_over_numpy_function_wav_ratio: {min: 6.0}
-  xla_over_graph_ratio: {min: 1.25, max: 4.0}
-  cache_over_wav_ratio: {min: 2.0}
+  tf_native_over_numpy_function_wav_ratio: {min: 6.0, claim: TF-native is 6x numpy_function}
+  xla_over_graph_ratio: {min: 1.25, max: 4.0, claim: XLA gains but not absurdly}
+  cache_over_wav_ratio: {min: 2.0, claim: a cache is worth it}
 """
 
 
@@ -224,17 +228,26 @@ def test_unknown_machine_skips_absolute_thresholds_but_applies_ratio_gates(tmp_p
                "xla_over_graph_ratio": 4.2}
     result = check_benchmark(profile=None, ratios=ratios, benchmark_id=BENCH, metrics=metrics)
 
-    assert result.notes == (UNKNOWN_MACHINE_NOTE,)
+    assert result.notes == ()  # the session's one note says why (load_baselines)
     assert "absolute thresholds skipped" in UNKNOWN_MACHINE_NOTE
     assert {v.source for v in result.verdicts} == {str(tmp_path / "ratios.yaml")}
-    outcome = {(v.metric, v.kind): v.passed for v in result.verdicts}
+    outcome = {(v.metric, v.threshold.kind): v.passed for v in result.verdicts}
     assert outcome == {("tf_native_over_numpy_function_wav_ratio", "min"): True,
                        ("xla_over_graph_ratio", "min"): True, ("xla_over_graph_ratio", "max"): False}
-    assert ratio_gates_not_measured(ratios, [result]) == ("cache_over_wav_ratio",)
+    assert gates_not_measured(ratios, [result]) == ("cache_over_wav_ratio",)
+    assert {v.threshold.claim for v in result.verdicts} == {"TF-native is 6x numpy_function",
+                                                             "XLA gains but not absurdly"}
+
+
+def test_a_ratio_gate_without_a_claim_is_refused_naming_it(tmp_path):
+    path = write(tmp_path / "ratios.yaml", "ratios:\n  cache_over_wav_ratio: {min: 2.0}\n")
+    with pytest.raises(BaselineError, match=r"ratios.yaml: ratios.cache_over_wav_ratio.claim: missing"):
+        load_ratios(path)
 
 
 def test_missing_metric_fails_and_failures_are_reported_together(tmp_path):
     path = write(tmp_path / "cpu-2core.yaml", f"""\
+        format: 2
         profile: cpu-2core
         fingerprint: {json.dumps(CPU.as_dict())}
         benchmarks:
@@ -250,14 +263,10 @@ def test_missing_metric_fails_and_failures_are_reported_together(tmp_path):
     assert not result.passed and len(result.failures) == 3
     not_measured = next(v for v in result.verdicts if v.metric == "input_bound")
     assert (not_measured.measured, not_measured.note) == (None, "not measured")
-    assert not_measured.message == f"input_bound: not measured, threshold ≤ 0.05 ({path})"
-    with pytest.raises(BaselineFailure) as failure:
-        result.raise_for_failures()
-    lines = str(failure.value).splitlines()
-    assert lines[0] == "3 baseline check(s) failed:"
-    assert f"  {BENCH}: samples_per_s: measured 800, threshold ≥ 900 ({path})" in lines
-    assert f"  {BENCH}: input_bound: not measured, threshold ≤ 0.05 ({path})" in lines
-    assert any("variation_ratio: not a number (string 'n/a')" in line for line in lines)
+    assert not_measured.message == f"input_bound: fail: not measured, threshold ≤ 0.05 ({path})"
+    lines = [v.message for v in result.failures]
+    assert f"samples_per_s: fail: measured 800, threshold ≥ 900 ({path})" in lines
+    assert any("variation_ratio: fail: not a number ('n/a')" in line for line in lines)
     json.dumps(result.as_dict())  # results serialise (they go into extra_info)
 
 
@@ -267,76 +276,36 @@ def test_known_machine_without_thresholds_for_a_benchmark_says_so(tmp_path):
     result = check_benchmark(profile=profile, ratios=NO_RATIOS, benchmark_id=BENCH, metrics={})
     assert result.passed and result.verdicts == ()
     assert result.notes == (f"no absolute thresholds for {BENCH!r} in {path}",)
-    result.raise_for_failures()  # nothing failed: no exception
 
 
 # --------------------------------------------------------------------------------------------------
-# Fingerprints and profile matching
+# Profiles and matching (fingerprints themselves: tests/test_machine.py)
 
-
-def _with(fingerprint, **changes):
-    return MachineFingerprint(**{**fingerprint.as_dict(), **changes})
-
-
-@pytest.mark.parametrize(
-    ("recorded", "current"),
-    [
-        (CPU, _with(CPU, cpu_model="intel  XEON cpu @ 2.30GHz")),
-        (_with(CPU, cpu_model="Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz"),
-         _with(CPU, cpu_model="Intel Core i7-8700 CPU")),
-        (CPU, _with(CPU, tensorflow="2.21.3")),
-        (GPU, _with(GPU, gpu_driver="550.90.07", gpu_model="nvidia  h200")),
-    ],
-    ids=["cpu-case-trademark-clock", "cpu-core-tm", "tf-patch", "driver-minor-gpu-case"],
-)
-def test_fingerprint_matching_tolerates_cosmetic_differences(recorded, current):
-    assert match_fingerprint(recorded=recorded, current=current) == baselines.MatchResult(True, ())
-
-
-@pytest.mark.parametrize(
-    ("current", "reasons"),
-    [
-        (_with(GPU, cpu_count=8), ["cpu_count: profile has 16, this machine has 8"]),
-        (_with(GPU, cpu_model="AMD EPYC 7763 64-Core Processor"),
-         ["cpu_model: profile has 'AMD EPYC 7B12', this machine has 'AMD EPYC 7763 64-Core Processor'"]),
-        (_with(GPU, gpu_model="NVIDIA A100-SXM4-80GB"),
-         ["gpu_model: profile has 'NVIDIA H200', this machine has 'NVIDIA A100-SXM4-80GB'"]),
-        (_with(GPU, gpu_driver="535.104.05"),
-         ["gpu_driver: profile has '550.54.15', this machine has '535.104.05'"]),
-        (_with(GPU, tensorflow="2.20"), ["tensorflow: profile has '2.21', this machine has '2.20'"]),
-        (_with(GPU, onednn=False), ["onednn: profile has True, this machine has False"]),
-        (_with(GPU, gpu_model=None, gpu_driver=None, tensorflow=None),
-         ["gpu_model: profile has 'NVIDIA H200', this machine has None",
-          "gpu_driver: profile has '550.54.15', this machine has None",
-          "tensorflow: profile has '2.21', this machine has None"]),
-    ],
-    ids=["cpu-count", "cpu-model", "gpu-model", "driver-major", "tf-minor", "onednn", "no-gpu-no-tf"],
-)
-def test_fingerprint_mismatch_names_each_difference(current, reasons):
-    match = match_fingerprint(recorded=GPU, current=current)
-    assert not match and list(match.reasons) == reasons
-
-
-@pytest.mark.parametrize(("value", "enabled"), [(None, True), ("1", True), ("0", False), ("false", False),
-                                                ("False ", False), ("yes", True)])
-def test_onednn_follows_tensorflows_environment_rule(value, enabled):
-    assert baselines.onednn_enabled({} if value is None else {"TF_ENABLE_ONEDNN_OPTS": value}) is enabled
-
-
-def test_a_profile_without_onednn_means_tensorflows_default_and_a_bad_one_is_named(tmp_path):
-    fields = CPU.as_dict()
-    del fields["onednn"]
-    write(tmp_path / "cpu-2core.yaml", f"profile: cpu-2core\nfingerprint: {json.dumps(fields)}\nbenchmarks: {{}}\n")
-    assert find_profile(tmp_path, fingerprint=CPU).name == "cpu-2core"
-    assert find_profile(tmp_path, fingerprint=_with(CPU, onednn=False)) is None
-    write(tmp_path / "cpu-2core.yaml", f"profile: cpu-2core\nfingerprint: {json.dumps({**fields, 'onednn': 'no'})}"
-                                       "\nbenchmarks: {}\n")
-    with pytest.raises(BaselineError, match=r"fingerprint\.onednn.*expected true or false, found"):
-        find_profile(tmp_path, fingerprint=CPU)
+FORMAT_1 = """\
+profile: cpu-2core
+fingerprint:
+  cpu_model: AMD EPYC
+  cpu_count: 2
+  gpu_model: null
+  gpu_driver: null
+  tensorflow: '2.21'
+  onednn: true
+margin: 0.5
+benchmarks:
+  quick::test_step.py::test_step[graph]:
+    min_samples_per_s: 100.0
+"""
 
 
 def _profile_text(name, fingerprint):
-    return f"profile: {name}\nfingerprint: {json.dumps(fingerprint.as_dict())}\nbenchmarks: {{}}\n"
+    return f"format: 2\nprofile: {name}\nfingerprint: {json.dumps(fingerprint.as_dict())}\nbenchmarks: {{}}\n"
+
+
+def find_profile(directory, *, fingerprint):
+    """The profile load_baselines matches to ``fingerprint`` (with the gate file it also needs)."""
+    if not (directory / "ratios.yaml").exists():
+        write(directory / "ratios.yaml", RATIOS)
+    return load_baselines(directory, fingerprint=fingerprint).profile
 
 
 def test_find_profile_one_none_or_ambiguous(tmp_path):
@@ -344,9 +313,9 @@ def test_find_profile_one_none_or_ambiguous(tmp_path):
     write(tmp_path / "gpu-h200.yaml", _profile_text("gpu-h200", GPU))
     write(tmp_path / "ratios.yaml", RATIOS)  # not a profile: ignored by the search
 
-    assert find_profile(tmp_path, fingerprint=_with(CPU, tensorflow="2.21.0")).name == "cpu-2core"
+    assert find_profile(tmp_path, fingerprint=_with(CPU, tensorflow="2.21.3")).name == "cpu-2core"
     assert find_profile(tmp_path, fingerprint=GPU).name == "gpu-h200"
-    assert find_profile(tmp_path, fingerprint=_with(CPU, cpu_count=4)) is None
+    assert find_profile(tmp_path, fingerprint=_with(CPU, cores=4)) is None
 
     write(tmp_path / "cpu-copy.yaml", _profile_text("cpu-copy", CPU))
     with pytest.raises(BaselineError) as error:
@@ -355,13 +324,37 @@ def test_find_profile_one_none_or_ambiguous(tmp_path):
     assert str(tmp_path / "cpu-copy.yaml") in str(error.value)
 
 
-def test_load_baselines_on_an_unknown_machine_explains_why(tmp_path):
+def test_the_same_hardware_with_other_memory_or_model_name_gets_its_profile(tmp_path):
     write(tmp_path / "cpu-2core.yaml", _profile_text("cpu-2core", CPU))
+    renamed = _with(CPU, memory_gib=64.0, cpu_model_name="Intel Xeon Processor (Cascadelake)")
+    assert find_profile(tmp_path, fingerprint=renamed).name == "cpu-2core"
+
+
+def test_another_cpu_generation_behind_the_same_model_name_does_not(tmp_path):
+    write(tmp_path / "amd.yaml", _profile_text("amd", GPU))
+    newer = _with(GPU, cpu_family=26, cpu_model_number=2, isa=[*GPU.isa, "avx512f", "avx512bw"])
+    assert newer.cpu_model_name == GPU.cpu_model_name
+    assert find_profile(tmp_path, fingerprint=newer) is None
+
+
+def test_load_baselines_on_an_unknown_machine_gives_one_note_naming_each_difference(tmp_path):
+    write(tmp_path / "cpu-2core.yaml", _profile_text("cpu-2core", CPU))
+    write(tmp_path / "gpu-h200.yaml", _profile_text("gpu-h200", GPU))
+    write(tmp_path / "old.yaml", FORMAT_1.replace("profile: cpu-2core", "profile: old"))
     write(tmp_path / "ratios.yaml", RATIOS)
-    loaded = load_baselines(tmp_path, fingerprint=_with(CPU, cpu_count=16))
+    current = _with(CPU, cpu_family=25, l3_cache_kib=32768)
+    loaded = load_baselines(tmp_path, fingerprint=current)
+
     assert loaded.profile is None
-    assert UNKNOWN_MACHINE_NOTE in loaded.notes[0] and "cpu_count=16" in loaded.notes[0]
-    assert loaded.notes[1] == "cpu-2core.yaml: cpu_count: profile has 2, this machine has 16"
+    (note,) = loaded.notes
+    lines = note.splitlines()
+    assert UNKNOWN_MACHINE_NOTE in lines[0]
+    assert ("  cpu-2core.yaml: differs: cpu_family: profile has 6, this machine has 25; "
+            "l3_cache_kib: profile has 39424, this machine has 32768") in lines
+    assert any(line.startswith("  gpu-h200.yaml: differs: cpu_vendor: profile has 'AMD'") for line in lines)
+    assert f"  old.yaml: {baselines.FORMAT_1_NOTE}" in lines
+    assert lines[-1] == (f"  to record one ({tmp_path / default_profile_name(current)}.yaml): "
+                         f"{baselines.record_command(tmp_path)}")
     result = loaded.check(benchmark_id=BENCH, metrics={"cache_over_wav_ratio": 1.5})
     assert [(v.metric, v.passed) for v in result.verdicts] == [("cache_over_wav_ratio", False)]
 
@@ -371,76 +364,92 @@ def test_load_baselines_on_an_unknown_machine_explains_why(tmp_path):
         load_baselines(tmp_path, fingerprint=CPU)
 
 
-def test_machine_fingerprint_reads_cpu_gpu_and_tensorflow(monkeypatch):
-    monkeypatch.setattr(baselines, "_gpu_identity", lambda: ("NVIDIA H200", "550.54.15"))
-    monkeypatch.setitem(sys.modules, "tensorflow", types.SimpleNamespace(__version__="2.21.0-rc1"))
-    fingerprint = machine_fingerprint()
-    assert (fingerprint.gpu_model, fingerprint.gpu_driver, fingerprint.tensorflow) == (
-        "NVIDIA H200", "550.54.15", "2.21")
-    assert fingerprint.cpu_count == len(os.sched_getaffinity(0))
-    assert fingerprint.cpu_model == baselines._cpu_model() and fingerprint.cpu_model.strip()
-
-    monkeypatch.setattr(baselines, "_gpu_identity", lambda: None)
-    monkeypatch.delitem(sys.modules, "tensorflow")
-
-    def not_installed(name):
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", not_installed)
-    fingerprint = machine_fingerprint()
-    assert (fingerprint.gpu_model, fingerprint.gpu_driver, fingerprint.tensorflow) == (None, None, None)
+def test_a_directory_without_profiles_says_so_in_its_note(tmp_path):
+    write(tmp_path / "ratios.yaml", RATIOS)
+    (note,) = load_baselines(tmp_path, fingerprint=CPU).notes
+    assert "  (the directory holds no profile)" in note.splitlines()
 
 
-def test_gpu_seam_calls_perfsuite_gpu():
-    # The real call: None on a machine without a usable GPU, else (model, driver).
-    identity = baselines._gpu_identity()
-    if identity is not None:
-        model, driver = identity
-        assert isinstance(model, str) and model and isinstance(driver, str) and driver
+def test_a_format_1_profile_is_listed_as_not_applicable_not_an_error(tmp_path):
+    write(tmp_path / "cpu-2core.yaml", FORMAT_1)
+    write(tmp_path / "ratios.yaml", RATIOS)
+    # Whatever the machine: format 1 cannot say which hardware it came from.
+    for fingerprint in (CPU, GPU, _with(CPU, cpu_model_name="AMD EPYC")):
+        loaded = load_baselines(tmp_path, fingerprint=fingerprint)
+        assert loaded.profile is None
+        (note,) = loaded.notes
+        assert f"  cpu-2core.yaml: {baselines.FORMAT_1_NOTE}" in note.splitlines()
+    assert baselines.FORMAT_1_NOTE.startswith("not applicable: recorded in format 1")
+    assert "re-record it (README: Recording a baseline on a new machine)" in baselines.FORMAT_1_NOTE
 
 
-def test_cpu_model_from_cpuinfo_or_platform(tmp_path, monkeypatch):
-    cpuinfo = write(tmp_path / "cpuinfo", "processor\t: 0\nvendor_id\t: AMD\nmodel name\t: AMD EPYC 7B12\n")
-    assert baselines._cpu_model(cpuinfo) == "AMD EPYC 7B12"
-    monkeypatch.setattr(baselines.platform, "processor", lambda: "")
-    monkeypatch.setattr(baselines.platform, "machine", lambda: "aarch64")
-    assert baselines._cpu_model(write(tmp_path / "arm", "processor\t: 0\nBogoMIPS\t: 50.00\n")) == "aarch64"
+def test_load_profile_and_recording_refuse_a_format_1_file(tmp_path):
+    path = write(tmp_path / "cpu-2core.yaml", FORMAT_1)
+    before = path.read_bytes()
+    with pytest.raises(BaselineError) as error:
+        load_profile(path)
+    assert (error.value.path, error.value.key) == (str(path), "format")
+    assert baselines.FORMAT_1_NOTE in error.value.problem
+    with pytest.raises(BaselineError, match="format"):
+        record(path, metrics={"samples_per_s": 100.0})
+    assert path.read_bytes() == before
+
+
+def test_recording_writes_format_2_with_the_whole_fingerprint(tmp_path):
+    path = tmp_path / "gpu-h200.yaml"
+    record(path, metrics={"samples_per_s": 100.0}, fingerprint=GPU)
+    document = yaml.safe_load(path.read_text())
+    assert list(document)[:3] == ["format", "profile", "fingerprint"]
+    assert document["format"] == baselines.PROFILE_FORMAT == 2
+    assert document["fingerprint"] == GPU.as_dict()
+    assert MachineFingerprint.from_dict(document["fingerprint"]) == GPU
+    assert load_profile(path).fingerprint == GPU
 
 
 def test_importing_baselines_does_not_import_tensorflow():
-    code = "import sys, perfsuite.baselines; sys.exit('tensorflow' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
-
-
-def test_default_profile_name():
-    assert default_profile_name(CPU) == "cpu-2core"
-    assert default_profile_name(GPU) == "gpu-nvidia-h200-16core"
+    code = "import sys, perfsuite.verdict.baselines; sys.exit('tensorflow' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60, check=False).returncode == 0
 
 
 # --------------------------------------------------------------------------------------------------
 # Malformed files: each error names the file, the key and the problem
 
 VALID = f"""\
+format: 2
 profile: cpu-2core
 fingerprint:
-  cpu_model: "Intel(R) Xeon(R) CPU @ 2.20GHz"
-  cpu_count: 2
+  cpu_vendor: Intel
+  cpu_family: 6
+  cpu_model_number: 85
+  cpu_stepping: 7
+  cpu_model_name: "Intel(R) Xeon(R) CPU @ 2.20GHz"
+  isa: [avx, avx2, avx512f, fma, sse4_2]
+  cores: 2
+  l2_cache_kib: 1024
+  l3_cache_kib: 39424
+  memory_gib: 7.8
+  tensorflow: "2.21.0"
+  tensorflow_cuda: null
+  tensorflow_cudnn: null
+  onednn: true
   gpu_model: null
   gpu_driver: null
-  tensorflow: "2.21"
+  gpu_cuda_driver: null
+  gpu_power_limit_w: null
 margin: 0.25
 benchmarks:
   "{BENCH}":
     min_samples_per_s: 900.0
     max_input_bound: 0.05
 """
+END = len(VALID.splitlines()) + 1  # the line after the last: where an unterminated value is found
 QUOTED = f'benchmarks."{BENCH}"'
 
 
 @pytest.mark.parametrize(
     ("text", "key", "problem"),
     [
-        (VALID.replace("max_input_bound: 0.05", "max_input_bound: [0.05"), "line 13, column 1",
+        (VALID.replace("max_input_bound: 0.05", "max_input_bound: [0.05"), f"line {END}, column 1",
          "invalid YAML"),
         ("- a\n- b\n", "(top level)", "expected a mapping, found list ['a', 'b']"),
         ("", "(top level)", "expected a mapping, found an empty document"),
@@ -450,15 +459,20 @@ QUOTED = f'benchmarks."{BENCH}"'
         (VALID.replace("fingerprint:", "fingerprint_:"), "fingerprint_", "unknown key"),
         (VALID.replace("margin: 0.25", "margin: 25"), "margin",
          "expected a margin in [0, 1), found integer 25"),
-        ("\n".join(VALID.splitlines()[:1] + VALID.splitlines()[7:]), "fingerprint", "missing (required key)"),
+        (VALID.split("fingerprint:")[0] + "margin:" + VALID.split("margin:")[1], "fingerprint",
+         "missing (required key)"),
         (VALID.replace("  gpu_driver: null\n", ""), "fingerprint.gpu_driver", "missing (required key)"),
-        (VALID.replace("cpu_count: 2", "cpu_count: two"), "fingerprint.cpu_count",
+        (VALID.replace("cores: 2", "cores: two"), "fingerprint.cores",
          "expected a positive integer, found string 'two'"),
-        (VALID.replace('tensorflow: "2.21"', "tensorflow: 2.20"), "fingerprint.tensorflow",
-         "(quote numbers: '2.21') or null, found number 2.2"),
-        (VALID.replace('cpu_model: "Intel(R) Xeon(R) CPU @ 2.20GHz"', "cpu_model: null"),
-         "fingerprint.cpu_model",
-         "expected a non-empty string (quote numbers: '2.21'), found null"),
+        (VALID.replace('tensorflow: "2.21.0"', "tensorflow: 2.20"), "fingerprint.tensorflow",
+         "(quote numbers: '2.21'), found number 2.2"),
+        (VALID.replace("cpu_model_name:", "cpu_model:"), "fingerprint.cpu_model",
+         "unknown key; expected one of cpu_vendor, cpu_family"),
+        (VALID.replace("isa: [avx, avx2, avx512f, fma, sse4_2]", "isa: avx2"), "fingerprint.isa",
+         "expected a list of feature names, found string 'avx2'"),
+        (VALID.replace("format: 2", "format: 3"), "format",
+         "expected 2 (the profile format this perfsuite reads), found integer 3"),
+        (VALID.replace("format: 2", "format: '2'"), "format", "found string '2'"),
         (VALID.split("benchmarks:")[0] + "benchmarks:\n  - x\n", "benchmarks",
          "expected a mapping, found list"),
         (VALID.split("benchmarks:")[0], "benchmarks", "missing (required key)"),
@@ -474,10 +488,11 @@ QUOTED = f'benchmarks."{BENCH}"'
          "expected a finite number, found boolean True"),
         (VALID.replace("max_input_bound: 0.05", "max_samples_per_s: 800"), QUOTED,
          "min 900.0 is above max 800.0 for 'samples_per_s'; no value could pass"),
-        (VALID + f'  "{BENCH}":\n    min_samples_per_s: 1.0\n', "line 13, column 3", "found duplicate key"),
+        (VALID + f'  "{BENCH}":\n    min_samples_per_s: 1.0\n', f"line {END}, column 3", "found duplicate key"),
     ],
     ids=["yaml-syntax", "top-list", "empty", "profile-name", "unknown-top-key", "misspelt-key",
-         "margin-range", "no-fingerprint", "no-driver", "cpu-count-type", "tf-unquoted", "cpu-model-null",
+         "margin-range", "no-fingerprint", "no-driver", "cores-type", "tf-unquoted", "format-1-key", "isa-str",
+         "format-3", "format-str",
          "benchmarks-list", "no-benchmarks", "entry-null", "threshold-key", "threshold-str", "threshold-nan",
          "threshold-bool", "min-above-max", "duplicate-id"],
 )
@@ -503,11 +518,11 @@ def test_valid_profile_loads(tmp_path):
         ("{}\n", "ratios", "missing (required key)"),
         ("ratios: [1]\n", "ratios", "expected a mapping, found list [1]"),
         ("ratios:\n  x_ratio: {minimum: 6}\n", "ratios.x_ratio.minimum",
-         "unknown key; expected one of min, max"),
-        ("ratios:\n  x_ratio: {}\n", "ratios.x_ratio", "expected at least one of min, max; found neither"),
-        ("ratios:\n  x_ratio: {min: six}\n", "ratios.x_ratio.min",
+         "unknown key; expected one of min, max, claim"),
+        ("ratios:\n  x_ratio: {claim: c}\n", "ratios.x_ratio", "expected at least one of min, max; found neither"),
+        ("ratios:\n  x_ratio: {min: six, claim: c}\n", "ratios.x_ratio.min",
          "expected a finite number, found string 'six'"),
-        ("ratios:\n  x_ratio: {min: 2, max: 1}\n", "ratios.x_ratio", "no value could pass"),
+        ("ratios:\n  x_ratio: {min: 2, max: 1, claim: c}\n", "ratios.x_ratio", "no value could pass"),
         ("ratios:\n  1.5: {min: 2}\n", "ratios", "expected string keys, found number 1.5"),
     ],
 )
@@ -531,9 +546,10 @@ def test_missing_file_is_named(tmp_path):
 WRITER = """\
 import json, sys, time
 from pathlib import Path
-from perfsuite.baselines import MachineFingerprint, record_measurements
+from perfsuite.measure.machine import MachineFingerprint
+from perfsuite.verdict.baselines import record_measurements
 path, worker, rounds, go = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
-fingerprint = MachineFingerprint(**json.loads(sys.argv[5]))
+fingerprint = MachineFingerprint.from_dict(json.loads(sys.argv[5]))
 while not go.exists():  # start together, so the writers really contend
     time.sleep(0.001)
 for r in range(rounds):

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import cli
-from perfsuite.corpus import cache_paths, read_metadata
+from perfsuite.data.corpus import cache_paths, read_metadata
+from perfsuite.tools import cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 UNREADABLE = sorted(p.stem for p in FIXTURES.glob("*.wav") if not p.stem.startswith("good_"))
@@ -65,13 +65,14 @@ def test_console_script_is_installed_and_reports(tmp_path):
     script = shutil.which("perfsuite") or str(Path(sys.executable).parent / "perfsuite")
     assert Path(script).exists(), "the perfsuite console script is not installed (pip install -e .)"
     dataset = fixtures_dataset(tmp_path)
-    result = subprocess.run([script, "check-data", str(dataset)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([script, "check-data", str(dataset)], capture_output=True, text=True, timeout=120,
+                            check=False)
     assert result.returncode == 1
     assert sorted(listed_paths(result.stdout)) == sorted(
         str(dataset / "wavs" / f"{name}.wav") for name in [*UNREADABLE, "missing_file"])
     assert "Traceback" not in result.stderr
     usage = subprocess.run([script, "check-data", str(tmp_path / "nowhere")], capture_output=True, text=True,
-                           timeout=60)
+                           timeout=60, check=False)
     assert usage.returncode == 2 and "PATH: expected a dataset directory, found nothing at that path" in usage.stderr
     assert "Traceback" not in usage.stderr
 
@@ -112,10 +113,11 @@ def test_path_that_is_not_a_directory_is_a_usage_error(capfd, tmp_path, what):
         f"perfsuite: error: PATH: expected a dataset directory, found {'a file' if what == 'file' else 'nothing at that path'}")
 
 
-@pytest.mark.parametrize("args", [["--cache", "/nonexistent/cache"], ["--sample-rate", "0"], ["--sample-rate", "x"]])
-def test_bad_options_are_usage_errors(capfd, tiny_corpus, args):
+@pytest.mark.parametrize("args", [["--cache", "/nonexistent/cache"], ["--sample-rate", "0"], ["--sample-rate", "x"],
+                                  ["--sample-rate", "8000"]])
+def test_bad_options_are_usage_errors_naming_the_option(capfd, tiny_corpus, args):
     code, out, err = run(capfd, tiny_corpus, *args)
-    assert code == 2 and out == "" and "error:" in err
+    assert code == 2 and out == "" and "error:" in err and args[0] in err
 
 
 def test_missing_subcommand_is_a_usage_error(capfd):
@@ -128,13 +130,13 @@ def test_missing_metadata_is_a_one_line_error(capfd, tmp_path):
     code, out, err = run(capfd, tmp_path)
     assert code == 1 and out == ""
     python_lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert python_lines == [f"error: {tmp_path / 'metadata.csv'}: expected an LJSpeech metadata.csv "
-                            "(id|text|normalized_text lines), found no such file"]
+    assert python_lines == [(f"error: {tmp_path / 'metadata.csv'}: expected an LJSpeech metadata.csv "
+                             "(id|text|normalized_text lines), found no such file")]
 
 
 def test_malformed_metadata_is_a_one_line_error_naming_the_line(capfd, tmp_path):
     (tmp_path / "metadata.csv").write_text("a|x|x\nbroken line\n")
-    code, out, err = run(capfd, tmp_path)
+    code, _, err = run(capfd, tmp_path)
     assert code == 1
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
         f"error: {tmp_path / 'metadata.csv'}:2: expected 'id|text|normalized_text', found 1 field(s): 'broken line'"]

@@ -11,12 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
-from perfsuite import corpus, text
-from perfsuite.audio import MelConfig, log_mel_numpy
-from perfsuite.corpus import (CorpusSpec, PRESETS, build_cache, build_corpus, cache_paths, read_metadata,
-                              save_npy_atomic, synthesize_utterance, wav_path)
-from perfsuite.npy import inspect_npy
-from perfsuite.wav import DataError, inspect_wav, read_wav
+from perfsuite.data import corpus, text
+from perfsuite.data.audio import MelConfig, log_mel_numpy
+from perfsuite.data.corpus import (
+    PRESETS,
+    CorpusSpec,
+    build_cache,
+    build_corpus,
+    cache_paths,
+    read_metadata,
+    save_npy_atomic,
+    synthesize_utterance,
+    wav_path,
+)
+from perfsuite.data.npy import inspect_npy
+from perfsuite.data.wav import inspect_wav, read_wav
+from perfsuite.errors import DataError
 
 SMALL = CorpusSpec(num_utterances=3, min_seconds=0.3, max_seconds=0.6, seed=7)
 

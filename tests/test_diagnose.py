@@ -1,31 +1,82 @@
-"""`perfsuite diagnose`: JSON schema, plots, verdicts that follow the figures, bad files counted, exit codes.
+"""`perfsuite diagnose`: the time budget (split, early stopping, the minimum), intervals on every figure,
+checkpoints an interrupted run keeps, the JSON schema and its round trip, plots, verdicts that follow
+the figures, bad files counted, exit codes.
 
-The full diagnosis runs once per module (tiny corpus with two bad WAVs added, tiny model, few
-batches; 24 usable utterances are fewer than one round at batch 8 x 4 batches, so it also runs on a
-repeated view); the verdict rules are unit-tested on hand-made figures.
+The full diagnosis runs once per module through the CLI (tiny corpus with two bad WAVs added, tiny
+model, few batches, a small budget; 24 usable utterances are fewer than one round at batch 8 x 4
+batches, so it also runs on a repeated view). The budget machinery is tested with fake clocks, the
+verdict rules on hand-made figures, and the checkpoints by interrupting a run after its first stage.
 """
 
+import copy
 import json
 import shutil
+import stat
+import sys
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
-from perfsuite import cli
-from perfsuite.diagnose import (
+from perfsuite.errors import PerfsuiteError
+from perfsuite.measure.stats import classify_input_bound
+from perfsuite.tools import cli
+from perfsuite.tools import diagnose as diagnose_module
+from perfsuite.tools.diagnose import (
+    DECIDED,
+    INPUT_BOUND_BOUNDARIES,
+    INTERRUPTED,
+    LOADER_PIPELINES,
+    MIN_ROUNDS,
+    SCHEMA_VERSION,
+    STAGE_NEEDS,
+    STAGES,
     STEP_MODES,
+    TOO_SHORT,
+    UNDECIDED,
     DiagnoseSettings,
+    Diagnosis,
+    DiagnosisFormatError,
+    Estimate,
+    Event,
+    FeedFigures,
+    GpuFigures,
+    InputBoundFigures,
+    LoaderComparison,
+    Pipeline,
+    PipelineFigures,
+    StageRecord,
+    StepFigures,
+    StepMode,
+    StepRatio,
+    cache_verdicts,
+    calls_that_fit,
+    estimate,
+    feed_figures,
+    feed_verdict,
+    gpu_verdicts,
+    input_bound_verdicts,
+    keeps_busy,
+    loader_verdicts,
     repeat_copies,
+    run_rounds,
+    split_budget,
+    stage_verdicts,
+    step_verdicts,
     sweep_figures,
     sweep_points,
+    sweep_verdicts,
+    variation_verdicts,
     verdicts,
     write_repeated_view,
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 BAD = ("pcm24", "not_a_wav")
-PIPELINES = ("tf_native-wav", "numpy_function-wav", "tf_native-cache", "numpy_function-cache")
+PIPELINES = {("tf_native", "wav"), ("numpy_function", "wav"), ("tf_native", "cache"), ("numpy_function", "cache")}
+BUDGET_S = 40
 
 
 @pytest.fixture(scope="module")
@@ -40,138 +91,480 @@ def dataset_with_bad_files(tiny_corpus, tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def diagnosis(dataset_with_bad_files, tmp_path_factory):
-    """One diagnose run through the CLI: (exit code, stdout, stderr, JSON, report dir)."""
-    out_dir = tmp_path_factory.mktemp("diagnose-out")
-    capture = pytest.MonkeyPatch()
-    import io
-    import sys
+class Run(NamedTuple):
+    code: int
+    out: str
+    err: str
+    result: dict  # the --json file, as loaded
+    out_dir: Path
+    diagnosis: Diagnosis  # the object diagnose() returned to the CLI
+    checkpoints: list  # (complete, stage names) of every checkpoint the CLI wrote
 
+
+@pytest.fixture(scope="module")
+def run(dataset_with_bad_files, tmp_path_factory) -> Run:
+    """One diagnose run through the CLI."""
+    import io
+
+    out_dir = tmp_path_factory.mktemp("diagnose-out")
+    returned, checkpoints = [], []
+
+    def diagnose_and_keep(**kwargs):
+        write = kwargs["checkpoint"]
+
+        def checkpoint(diagnosis):
+            checkpoints.append((diagnosis.complete, [stage.name for stage in diagnosis.stages]))
+            write(diagnosis)
+
+        returned.append(original(**{**kwargs, "checkpoint": checkpoint}))
+        return returned[-1]
+
+    original = diagnose_module.diagnose
     stdout, stderr = io.StringIO(), io.StringIO()
-    capture.setattr(sys, "stdout", stdout)
-    capture.setattr(sys, "stderr", stderr)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(diagnose_module, "diagnose", diagnose_and_keep)
+    patch.setattr(sys, "stdout", stdout)
+    patch.setattr(sys, "stderr", stderr)
     try:
         code = cli.main(["diagnose", str(dataset_with_bad_files), "--model", "tiny", "--batches", "4",
-                         "--rounds", "1", "--batch-size", "4", "--json", str(out_dir / "result.json"),
+                         "--budget", str(BUDGET_S), "--batch-size", "4", "--json", str(out_dir / "result.json"),
                          "--report", str(out_dir / "report"), "--trace", str(out_dir / "trace")])
     finally:
-        capture.undo()
+        patch.undo()
     result = json.loads((out_dir / "result.json").read_text())
-    return code, stdout.getvalue(), stderr.getvalue(), result, out_dir
+    return Run(code, stdout.getvalue(), stderr.getvalue(), result, out_dir, returned[0], checkpoints)
 
 
-def test_bad_files_are_listed_counted_and_the_rest_measured(diagnosis, tiny_corpus):
-    code, out, _, result, _ = diagnosis
-    assert code == 1  # data problems found, measured on the rest
-    listed = [line.split(": expected ")[0] for line in out.splitlines() if ": expected " in line]
+def _pipeline_key(figures: dict) -> tuple[str, str]:
+    return figures["pipeline"]["kind"], figures["pipeline"]["source"]
+
+
+def _estimates(data, path="") -> list[tuple[str, dict]]:
+    """Every Estimate record in a JSON tree, with where it sits."""
+    found = []
+    if isinstance(data, dict):
+        if {"median", "low", "high", "coverage", "rounds", "straddles"} <= set(data):
+            found.append((path, data))
+        for key, value in data.items():
+            found += _estimates(value, f"{path}.{key}")
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found += _estimates(value, f"{path}[{i}]")
+    return found
+
+
+# ------------------------------------------------------------------------------------ the budget
+
+
+def test_the_budget_is_split_in_proportion_to_what_each_stage_needs():
+    plan = split_budget(180.0, STAGE_NEEDS)
+    assert list(plan) == list(STAGE_NEEDS) and sum(plan.values()) == pytest.approx(180.0)
+    assert plan["input_bound"] / plan["loaders"] == pytest.approx(STAGE_NEEDS["input_bound"] / STAGE_NEEDS["loaders"])
+    assert split_budget(60.0, {"a": 1.0, "b": 2.0}) == {"a": 20.0, "b": 40.0}
+    assert split_budget(-5.0, {"a": 1.0, "b": 3.0}) == {"a": 0.0, "b": 0.0}  # nothing left: nothing to share
+    assert split_budget(10.0, {}) == {}
+    with pytest.raises(ValueError, match=r"needs\['b'\]: expected a weight > 0, found 0"):
+        split_budget(10.0, {"a": 1.0, "b": 0})
+
+
+def test_calls_per_round_follow_the_measured_step_time():
+    assert calls_that_fit(60.0, 1.0, most=64) == 10  # 6 rounds of 10 one-second calls fill 60 s
+    assert calls_that_fit(60.0, 0.001, most=64) == 64  # a fast step: at most `most`
+    assert calls_that_fit(3.0, 2.0, most=64) == 1  # a slow step: at least one call
+    assert calls_that_fit(60.0, 0.0, most=8) == 8
+
+
+class FakeClock:
+    """A clock that only moves when a round says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_stage_stops_once_decided_with_share_left():
+    clock, rounds = FakeClock(), []
+
+    def one_round(index):
+        clock.now += 2.0
+        rounds.append(index)
+
+    outcome = run_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock)
+    assert outcome.rounds == MIN_ROUNDS and outcome.stopped == "decided" and outcome.status == DECIDED
+    assert clock.now == 2.0 * MIN_ROUNDS  # decided after the minimum: 94 s of the share left unspent
+
+
+def test_a_stage_stops_before_a_round_that_would_overrun_its_share():
+    clock = FakeClock()
+
+    def one_round(index):
+        clock.now += 10.0
+
+    outcome = run_rounds(one_round, decided=lambda: False, share_s=45.0, clock=clock)
+    assert outcome.rounds == 4 and outcome.stopped == "share spent" and outcome.status == UNDECIDED
+    assert clock.now == 40.0 and outcome.round_s == 10.0  # a fifth round would end at 50 s
+
+
+def test_a_share_below_the_minimum_rounds_is_not_enough_time_to_decide():
+    clock = FakeClock()
+
+    def one_round(index):
+        clock.now += 10.0
+
+    short = run_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock)
+    assert short.rounds == 2 and short.status == TOO_SHORT == "not enough time to decide"
+    nothing = run_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock, first_estimate_s=30.0)
+    assert nothing.rounds == 0 and nothing.status == TOO_SHORT  # the estimate says no round fits: none runs
+    spent = run_rounds(one_round, decided=lambda: True, share_s=0.0, clock=clock)
+    assert spent.rounds == 0  # no share left: not even a first round to learn what one costs
+
+
+def test_warm_up_rounds_run_first_and_do_not_count():
+    clock, seen = FakeClock(), []
+
+    def one_round(index):
+        clock.now += 5.0 if index == 0 else 1.0  # a slow warm-up round (start-up)
+        seen.append(index)
+
+    outcome = run_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock, warmup_rounds=1,
+                         on_round=lambda rounds, spent: seen.append(("after", rounds)))
+    assert outcome.rounds == MIN_ROUNDS and seen[:2] == [0, ("after", 0)]
+    assert outcome.round_s == 1.0  # the measured rounds, not the warm-up, estimate the next one
+
+
+def test_an_estimate_carries_its_interval_rounds_and_the_boundaries_it_straddles():
+    from perfsuite.measure import stats
+
+    assert INPUT_BOUND_BOUNDARIES == (stats.MODERATELY_INPUT_BOUND, stats.HIGHLY_INPUT_BOUND)
+    clear = estimate([0.01, 0.02, 0.03, 0.02], INPUT_BOUND_BOUNDARIES)
+    assert (clear.low, clear.high, clear.rounds, clear.straddles) == (0.01, 0.03, 4, ())
+    assert clear.decided and clear.coverage == stats.median_interval([0.01, 0.02, 0.03, 0.02]).coverage
+    straddling = estimate([0.03, 0.12, 0.25], INPUT_BOUND_BOUNDARIES)
+    assert straddling.straddles == (0.05, 0.20) and not straddling.decided
+    assert not estimate([0.01, 0.02], INPUT_BOUND_BOUNDARIES).decided  # clear of the boundaries, too few rounds
+
+
+# ------------------------------------------------------------------------------- the full run
+
+
+def test_bad_files_are_listed_counted_and_the_rest_measured(run, tiny_corpus):
+    assert run.code == 1  # data problems found, measured on the rest
+    listed = [line.split(": expected ")[0] for line in run.out.splitlines() if ": expected " in line]
     assert sorted(Path(p).stem for p in listed) == sorted(BAD)
     good = len((tiny_corpus / "metadata.csv").read_text().splitlines())
-    assert result["data"]["skipped"] == 2
-    assert result["data"]["checked"] == good + 2
-    assert result["data"]["usable"] == good
-    assert "Traceback" not in out
+    assert run.result["data"]["skipped"] == 2
+    assert run.result["data"]["checked"] == good + 2
+    assert run.result["data"]["usable"] == good
+    assert "Traceback" not in run.out
 
 
-def test_a_dataset_smaller_than_a_round_is_measured_repeated_and_says_so(diagnosis, tiny_corpus):
-    _, out, _, result, _ = diagnosis
+def test_a_dataset_smaller_than_a_round_is_measured_repeated_and_says_so(run, tiny_corpus):
     good = len((tiny_corpus / "metadata.csv").read_text().splitlines())
     # 24 utterances < 8 (largest batch) x 4 batches: listed twice, 48 = a multiple of 2, 4 and 8
-    assert result["data"]["repeat"] == {"copies": 2, "utterances_measured": 2 * good, "round_samples": 32}
-    assert "[data-size] only 24 usable utterance(s)" in out
-    for pipeline in result["pipelines"].values():  # full batches only
+    assert run.result["data"]["repeat"] == {"copies": 2, "utterances_measured": 2 * good, "round_samples": 32}
+    assert "[data-size] only 24 usable utterance(s)" in run.out
+    for pipeline in run.result["pipelines"]:  # full batches only
         loader = pipeline["loader"]
         assert loader["samples"] == 4 * loader["batches"]
 
 
-def test_json_holds_every_figure_settings_and_fingerprint(diagnosis):
-    _, _, _, result, out_dir = diagnosis
+def test_the_run_keeps_to_its_budget_and_records_every_stage(run):
+    result = run.result
+    assert result["complete"] is True
+    assert [stage["name"] for stage in result["stages"]] == list(STAGES)
+    # Only the step's first calls (trace, compile) and one round past an estimate can overrun.
+    assert result["elapsed_s"] <= BUDGET_S + 15
+    for stage in result["stages"]:
+        assert stage["status"] in (DECIDED, UNDECIDED, TOO_SHORT, "done") and stage["plan"]
+        if stage["status"] == DECIDED:
+            assert stage["rounds"] >= MIN_ROUNDS
+        if stage["status"] == UNDECIDED and stage["name"] != "feed":  # feed: a step inside a feed interval
+            assert stage["rounds"] >= MIN_ROUNDS and stage["spent_s"] > 0.5 * stage["share_s"]
+    # A checkpoint after check-data and after every stage, then the complete diagnosis.
+    assert run.checkpoints == [(False, [])] + [(False, list(STAGES[:n]))
+                                               for n in range(1, len(STAGES) + 1)] + [(True, [s["name"] for s in result["stages"]])]
+
+
+def test_every_loader_gets_a_feed_rate_and_a_judgement_its_interval_supports(run):
+    result = run.result
+    measured = [figures["pipeline"] for figures in result["feed"]]
+    assert measured and measured == [p.label for p in LOADER_PIPELINES][:len(measured)]
+    stage = next(stage for stage in result["stages"] if stage["name"] == "feed")
+    assert stage["rounds"] == len(measured)
+    assert (stage["status"] == TOO_SHORT) == (len(measured) < len(LOADER_PIPELINES))
+    for figures in result["feed"]:
+        feed, step_s = figures["feed"], figures["step_s"]
+        assert figures["step_time"] == DiagnoseSettings().step_time and step_s > 0
+        if figures["keeps_busy"] is True:
+            assert step_s >= feed["feed_step_high_s"]
+        elif figures["keeps_busy"] is False:
+            assert feed["feed_step_s"] is None or step_s <= feed["feed_step_low_s"]
+        assert figures["timeline"]["devices"][0]["util"]  # the round at the step was sampled
+    topics = {verdict.topic for verdict in run.diagnosis.verdicts}
+    assert {f"feed-{label}" for label in measured} <= topics
+
+
+def test_every_figure_carries_its_interval_and_rounds_and_decided_stages_decided_them(run):
+    result = run.result
+    found = _estimates(result)
+    assert found
+    for where, figure in found:
+        assert figure["low"] <= figure["median"] <= figure["high"], where
+        assert figure["rounds"] >= 1 and 0 <= figure["coverage"] <= 1, where
+        assert figure["straddles"] == [b for b in figure["boundaries"] if figure["low"] < b <= figure["high"]], where
+    stages = {stage["name"]: stage for stage in result["stages"]}
+    if stages["input_bound"]["status"] == DECIDED:
+        assert all(Estimate.from_dict(f["share"]).decided for f in result["input_bound"])
+    if stages["loaders"]["status"] == DECIDED:
+        assert all(Estimate.from_dict(c["ratio"]).decided for c in result["comparisons"])
+
+
+def test_every_verdict_on_a_measured_figure_carries_its_interval(run):
+    measured = ("loader-", "cache", "step-", "input-", "variation-", "workers", "batch_size")
+    for verdict in run.diagnosis.verdicts:
+        if verdict.topic.startswith(measured):
+            assert verdict.interval is not None, verdict.topic
+            figure = verdict.interval
+            if figure.rounds < MIN_ROUNDS:
+                assert TOO_SHORT in verdict.finding and verdict.recommendation is None
+            elif figure.straddles:
+                assert "straddles" in verdict.finding and verdict.recommendation is None
+    printed = [line for line in run.out.splitlines() if line.startswith("    interval: ")]
+    assert len(printed) == sum(v.interval is not None for v in run.diagnosis.verdicts)
+
+
+def test_json_holds_every_figure_settings_and_fingerprint(run):
+    from perfsuite.measure.machine import machine_fingerprint
+
+    result = run.result
+    assert result["schema_version"] == SCHEMA_VERSION == 4
     assert result["settings"]["batch_size"] == 4 and result["settings"]["model"] == "tiny"
-    assert result["settings"]["batches"] == 4
-    assert set(result["fingerprint"]) == {"cpu_model", "cpu_count", "gpu_model", "gpu_driver", "tensorflow", "onednn"}
-    assert set(result["pipelines"]) == set(PIPELINES)
-    for pipeline in result["pipelines"].values():
-        bound = pipeline["input_bound"]
-        assert bound["t_real"] > 0 and bound["t_synthetic"] > 0
-        assert bound["share"] == pytest.approx(1 - bound["t_synthetic"] / bound["t_real"])
-        loader = pipeline["loader"]
-        assert loader["samples_per_s"] > 0 and len(loader["batch_s"]) == loader["batches"] == 4
-        assert "variation_ratio" in loader and "cycle_significant" in loader
-    assert set(result["step"]["modes"]) == set(STEP_MODES)
-    for figures in result["step"]["modes"].values():
-        assert figures["batch_mean_s"] > 0
-    assert result["step"]["modes"]["graph"]["retraces"] == 0  # static shapes: one trace
-    for ratio in result["step"]["ratios"].values():  # same-round ratios, one per interleaved round
-        assert len(ratio["rounds"]) == 1 and ratio["median"] == ratio["rounds"][0] > 0
+    assert result["settings"]["batches"] == 4 and result["settings"]["budget_s"] == BUDGET_S
+    assert set(result["fingerprint"]) == set(machine_fingerprint().as_dict())
+    assert {_pipeline_key(p) for p in result["pipelines"]} == PIPELINES
+    for pipeline in result["pipelines"]:
+        loader, rounds = pipeline["loader"], pipeline["samples_per_s"]["rounds"]
+        assert loader["samples_per_s"] > 0 and len(loader["batch_s"]) == loader["batches"] == 4 * rounds
+        assert pipeline["variation"]["rounds"] == rounds
+    assert {(c["a"]["kind"], c["a"]["source"], c["b"]["kind"], c["b"]["source"]) for c in result["comparisons"]} == {
+        ("tf_native", "wav", "numpy_function", "wav"), ("tf_native", "cache", "numpy_function", "cache"),
+        ("tf_native", "cache", "tf_native", "wav")}
+    for comparison in result["comparisons"]:
+        assert len(comparison["ratios"]) == comparison["ratio"]["rounds"]
+    for bound in result["input_bound"]:
+        assert bound["t_real"] > 0 and bound["t_synthetic"] > 0 and bound["batches"] >= 2
+        assert len(bound["real_round_s"]) == len(bound["synthetic_round_s"]) == bound["share"]["rounds"]
+        shares = [1 - s / r for s, r in zip(bound["synthetic_round_s"], bound["real_round_s"])]
+        assert bound["share"]["low"] == pytest.approx(min(shares)) or bound["share"]["rounds"] > 5
+    step = result["step"]
+    assert set(step["modes"]) == set(STEP_MODES)
+    for figures in step["modes"].values():
+        assert figures["first_s"] > 0 and figures["first_steady_s"] > 0
+        assert len(figures["call_s"]) == step["calls_per_round"] * (figures["step_s"] or {"rounds": 0})["rounds"]
+    assert step["modes"]["graph"]["retraces"] == 0  # static shapes: one trace
+    for ratio in step["ratios"].values():  # same-round ratios, one per interleaved round
+        assert len(ratio["rounds"]) == ratio["ratio"]["rounds"]
+    sweeps = {sweep["axis"]: sweep for sweep in result["sweep"]}
     for axis, points, current in (("workers", [1, 2, 4], 2), ("batch_size", [2, 4, 8], 4)):
-        sweep = result["sweep"][axis]
-        assert [row[axis] for row in sweep["points"]] == points
-        assert sweep["current"] == current and sweep["rounds"] == 1
-        assert sweep["order"] == [points[::-1]]  # the warm-up round ran forwards, the measured one backwards
+        if axis not in sweeps:
+            continue  # no round fit its share
+        sweep = sweeps[axis]
+        assert [row["point"] for row in sweep["points"]] == points and sweep["current"] == current
+        assert sweep["order"][0] == points[::-1]  # the warm-up round ran forwards, the first measured one backwards
         for row in sweep["points"]:
-            assert row["current"] == (row[axis] == current)
+            assert row["current"] == (row["point"] == current)
             assert row["samples_per_s_low"] <= row["samples_per_s"] <= row["samples_per_s_high"]
-            assert len(row["samples_per_s_rounds"]) == 1
-            if row["current"]:
-                assert row["vs_current"] is None
-            else:
-                gain = row["vs_current"]
-                assert gain["ratios"] == [pytest.approx(row["samples_per_s"] / sweep["points"][1]["samples_per_s"])]
-                assert gain["p_value"] is None and gain["significant"] is False  # one round: no test
-    assert result["sweep"]["batch_size"]["batches"] == {"2": 8, "4": 4, "8": 2}  # about equal samples a round
+            assert len(row["samples_per_s_rounds"]) == sweep["rounds"] == row["interval"]["rounds"]
+            assert (row["vs_current"] is None) == (row["ratio"] is None) == row["current"]
+    if "batch_size" in sweeps:  # about equal samples a round
+        assert {row["point"]: row["batches"] for row in sweeps["batch_size"]["points"]} == {2: 8, 4: 4, 8: 2}
     assert result["gpu"]["available"] in (True, False)
     if not result["gpu"]["available"]:
         assert result["gpu"]["reason"]
     assert result["cache"]["temporary"] is True  # the corpus copy has no cache: one was built
-    assert any((out_dir / "trace").rglob("*.xplane.pb"))
+    trace_stage = result["stages"][-1]
+    assert (result["trace"] is not None) == (trace_stage["status"] == "done")
+    if result["trace"] is not None:
+        assert any((run.out_dir / "trace").rglob("*.xplane.pb"))
 
 
-def test_printed_verdicts_are_the_json_verdicts_with_evidence(diagnosis):
-    _, out, err, result, _ = diagnosis
-    assert result["verdicts"]
-    for verdict in result["verdicts"]:
-        assert f"[{verdict['topic']}] {verdict['finding']}" in out
+def test_json_round_trips_through_diagnosis_from_dict(run):
+    returned = run.diagnosis
+    assert Diagnosis.from_dict(returned.as_dict()) == returned
+    assert json.loads(json.dumps(returned.as_dict())) == run.result  # the CLI wrote as_dict() as it is
+    loaded = Diagnosis.from_dict(run.result)
+    assert loaded == returned and loaded.as_dict() == run.result
+    assert verdicts(loaded) == list(loaded.verdicts)  # the stored verdicts follow from the stored figures
+    assert [p.name for p in run.out_dir.iterdir() if p.name.endswith(".tmp")] == []  # written atomically
+    assert stat.S_IMODE((run.out_dir / "result.json").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d.update(schema_version=3), "schema_version: expected 4, found 3"),
+    (lambda d: d.pop("schema_version"), "diagnosis.schema_version: expected a value, found no such key"),
+    (lambda d: d.pop("complete"), "diagnosis.complete: expected a value, found no such key"),
+    (lambda d: d["step"]["modes"].pop("xla"), "step.modes.xla: expected a value, found no such key"),
+    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"),
+     "pipelines[1].loader.samples_per_s: expected a value, found no such key"),
+    (lambda d: d["input_bound"][0]["share"].pop("rounds"), ("input_bound[0].share.rounds: expected a value, "
+                                                          "found no such key")),
+    (lambda d: d["stages"][0].pop("status"), "stages[0].status: expected a value, found no such key"),
+    (lambda d: d.update(verdicts={}), "verdicts: expected a list, found dict"),
+], ids=["old-version", "no-version", "no-complete", "step-mode", "loader-figure", "share-rounds", "stage-status",
+        "verdicts-type"])
+def test_a_wrong_schema_version_or_missing_key_is_refused_by_name(run, damage, message):
+    result = copy.deepcopy(run.result)
+    damage(result)
+    with pytest.raises(DiagnosisFormatError) as raised:
+        Diagnosis.from_dict(result)
+    assert str(raised.value) == message
+    assert isinstance(raised.value, PerfsuiteError)
+
+
+def test_printed_verdicts_are_the_json_verdicts_with_evidence(run):
+    assert run.result["verdicts"]
+    for verdict in run.result["verdicts"]:
+        assert f"[{verdict['topic']}] {verdict['finding']}" in run.out
         assert verdict["evidence"]
-    assert "perfsuite diagnose [1] checking the data" in err  # stage lines on stderr
+    assert "perfsuite diagnose [check] checking the data" in run.err  # progress on stderr
+    assert f"perfsuite diagnose [plan] budget {BUDGET_S} s" in run.err
+    assert "perfsuite diagnose [input_bound] share " in run.err and "s of its share, " in run.err
+    assert "s of the budget left" in run.err
+    assert f"of the {BUDGET_S} s budget" in run.out.splitlines()[-3]  # the stages line, before json: and report:
 
 
-def test_report_has_non_empty_pngs_linked_from_the_summary(diagnosis):
-    _, _, _, _, out_dir = diagnosis
-    report = out_dir / "report"
+def test_report_has_non_empty_pngs_linked_from_the_summary(run):
+    report = run.out_dir / "report"
     pngs = sorted(report.glob("*.png"))
-    assert {p.name for p in pngs} >= {"batch_timeline.png", "throughput_vs_workers.png",
-                                      "throughput_vs_batch_size.png"}
+    assert {p.name for p in pngs} >= {"batch_timeline.png"}
     summary = (report / "summary.md").read_text()
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
         assert f"]({png.name})" in summary
+    assert "| stage | status | share s |" in summary and "**Incomplete**" not in summary
 
 
-def test_summary_notes_drift_of_the_same_setting_measured_three_times(diagnosis):
-    import copy
+def test_summary_notes_drift_of_the_same_setting_measured_three_times(run):
+    from perfsuite.tools.report import markdown_summary
 
-    from perfsuite.report import markdown_summary
+    result = copy.deepcopy(run.result)
+    same = next(p for p in result["pipelines"] if _pipeline_key(p) == ("tf_native", "wav"))["loader"]["samples_per_s"]
+    result["sweep"] = [sweep_figures(axis=axis, current=current, values={1: [same] * 3, current: [same] * 3}).as_dict()
+                       for axis, current in (("workers", 2), ("batch_size", 4))]  # whether or not they had time here
+    current = {sweep["axis"]: next(row for row in sweep["points"] if row["current"]) for sweep in result["sweep"]}
+    for row in current.values():
+        row["samples_per_s"] = same
+    assert "measured 3 times" not in markdown_summary(Diagnosis.from_dict(result), [])
+    current["batch_size"]["samples_per_s"] = 2 * same
+    assert f"{2 * same:.0f} samples/s in the batch-size sweep" in markdown_summary(Diagnosis.from_dict(result), [])
 
-    result = copy.deepcopy(diagnosis[3])
-    same = result["pipelines"]["tf_native-wav"]["loader"]["samples_per_s"]
-    for axis in ("workers", "batch_size"):
-        next(row for row in result["sweep"][axis]["points"] if row["current"])["samples_per_s"] = same
-    assert "measured 3 times" not in markdown_summary(result, [])
-    next(row for row in result["sweep"]["batch_size"]["points"] if row["current"])["samples_per_s"] = 2 * same
-    assert f"{2 * same:.0f} samples/s in the batch-size sweep" in markdown_summary(result, [])
+
+# --------------------------------------------------------------------- interrupted: nothing lost
+
+
+def _interrupt_after(stage_name):
+    def progress(event: Event) -> None:
+        if event.stage == stage_name and event.kind == "end":
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_an_interrupted_run_keeps_a_partial_json_that_loads(tiny_corpus, tmp_path):
+    path = tmp_path / "partial.json"
+    settings = DiagnoseSettings(model="tiny", batch_size=4, batches=4, budget_s=20)
+    with pytest.raises(KeyboardInterrupt):
+        diagnose_module.diagnose(dataset_dir=tiny_corpus, settings=settings, progress=_interrupt_after("loaders"),
+                                 checkpoint=lambda d: cli._write_json(path, d.as_dict()))
+    partial = Diagnosis.from_dict(json.loads(path.read_text()))
+    assert partial.complete is False and [s.name for s in partial.stages] == ["loaders"]
+    assert partial.step is None and partial.input_bound == () and partial.sweep == () and partial.gpu is None
+    if partial.stages[0].rounds:
+        assert {(p.pipeline.kind, p.pipeline.source) for p in partial.pipelines} == PIPELINES
+    assert verdicts(partial) == list(partial.verdicts)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and [p.name for p in tmp_path.iterdir()] == ["partial.json"]
+
+
+def test_no_time_left_is_not_enough_time_to_decide_never_a_guess(tiny_corpus, tmp_path):
+    path = tmp_path / "short.json"
+    settings = DiagnoseSettings(model="tiny", batch_size=4, batches=4, budget_s=0.001)  # spent by check-data
+    with pytest.raises(KeyboardInterrupt):
+        diagnose_module.diagnose(dataset_dir=tiny_corpus, settings=settings, progress=_interrupt_after("loaders"),
+                                 checkpoint=lambda d: cli._write_json(path, d.as_dict()))
+    partial = Diagnosis.from_dict(json.loads(path.read_text()))
+    [stage] = partial.stages
+    assert (stage.name, stage.status, stage.rounds) == ("loaders", TOO_SHORT, 0)
+    assert partial.pipelines == () and partial.comparisons == ()
+    [verdict] = [v for v in partial.verdicts if v.topic == "stage-loaders"]
+    assert verdict.finding.startswith("not enough time to decide: 0 round(s)") and "--budget" in verdict.recommendation
+
+
+def test_ctrl_c_exits_130_with_the_stages_written_so_far(dataset_with_bad_files, tmp_path, monkeypatch, capfd):
+    def interrupted_step(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(diagnose_module, "_step_stage", interrupted_step)
+    path = tmp_path / "out" / "d.json"
+    code = cli.main(["diagnose", str(dataset_with_bad_files), "--model", "tiny", "--batches", "4", "--batch-size", "4",
+                     "--budget", "15", "--json", str(path)])
+    _, err = capfd.readouterr()
+    assert code == 130 and "Traceback" not in err
+    assert f"the figures measured so far are in {path} (complete: false)" in err
+    partial = Diagnosis.from_dict(json.loads(path.read_text()))
+    assert partial.complete is False
+    assert [(s.name, s.status) for s in partial.stages][-1] == ("step", INTERRUPTED)
+    assert any(v.topic == "stage-step" and v.finding.startswith("interrupted") for v in partial.verdicts)
+
+
+def test_a_partial_diagnosis_makes_a_report_that_says_so(run, tmp_path):
+    from perfsuite.tools.report import write_report
+
+    result = copy.deepcopy(run.result)
+    result.update(complete=False, stages=result["stages"][:1], step=None, input_bound=[], sweep=[], gpu=None,
+                  trace=None)
+    result["verdicts"] = [v.as_dict() for v in verdicts(Diagnosis.from_dict(result))]
+    summary = write_report(result, tmp_path).read_text()
+    assert "**Incomplete**" in summary and "stages that ran: loaders" in summary
+    assert "## Training step" not in summary and "## Loaders" in summary
+
+
+def test_progress_lines_show_the_stage_its_share_and_the_time_left():
+    line = cli.progress_line(Event("step", "round", "round 2 measured", 48.0, 12.4, 130.2))
+    assert line == "perfsuite diagnose [step] round 2 measured | 12/48 s of its share, 130 s of the budget left"
+    assert cli.progress_line(Event("plan", "plan", "budget 180 s", None, 0.0, 170.0)).endswith(
+        "(170 s of the budget left)")
 
 
 # ------------------------------------------------------------------------------- verdict rules
 
 
-def _ab(ratio):
-    return {"ratio_median": ratio, "ratio_low": ratio, "ratio_high": ratio, "ratios": [ratio] * 3}
+def _figure(values, boundaries=()):
+    return estimate(values, boundaries)
 
 
-def _pipeline(*, samples_per_s=100.0, share=0.0, variation=0.02, cycle=None):
-    return {"loader": {"samples_per_s": samples_per_s, "variation_ratio": variation, "batches": 40,
-                       "cycle_significant": cycle is not None, "cycle_period": cycle},
-            "input_bound": {"share": share, "t_real": 1.0, "t_synthetic": 1.0 - share}}
+def _ab(source, ratio, *, rounds=3, kind_b="numpy_function", source_b=None):
+    from perfsuite.tools.diagnose import CACHE_BOUNDARIES, LOADER_BOUNDARIES
+
+    a, b = Pipeline("tf_native", source), Pipeline(kind_b, source_b or source)
+    boundaries = LOADER_BOUNDARIES if a.source == b.source else CACHE_BOUNDARIES
+    ratios = (ratio,) * rounds
+    return LoaderComparison(a=a, b=b, ratios=ratios, ratio=_figure(ratios, boundaries))
+
+
+def _loaders(kind, source, *, samples_per_s=100.0, variation=0.02, cycle=None):
+    return PipelineFigures(pipeline=Pipeline(kind, source),
+                           loader={"samples_per_s": samples_per_s, "batches": 40,
+                                   "cycle_significant": cycle is not None, "cycle_period": cycle},
+                           samples_per_s=_figure([samples_per_s] * 3), variation=_figure([variation] * 3, (0.10,)))
+
+
+def _bound(kind, source, shares):
+    return InputBoundFigures(pipeline=Pipeline(kind, source), share=_figure(shares, INPUT_BOUND_BOUNDARIES),
+                             classification=classify_input_bound(sorted(shares)[len(shares) // 2]),
+                             t_real=1.0, t_synthetic=1.0, real_round_s=(1.0,) * len(shares),
+                             synthetic_round_s=(1.0,) * len(shares), batches=4, warmup=1)
 
 
 def _topics(found):
@@ -179,52 +572,87 @@ def _topics(found):
 
 
 def test_faster_tf_native_gives_a_switch_recommendation_equal_speeds_none():
-    found = _topics(verdicts({"comparisons": {"tf_native_vs_numpy_function-wav": _ab(3.0),
-                                              "tf_native_vs_numpy_function-cache": _ab(1.02)}}))
+    found = _topics(loader_verdicts((_ab("wav", 3.0), _ab("cache", 1.02))))
     assert "3.0x slower than tf_native" in found["loader-wav"].finding
+    assert "interval 3.00x–3.00x over 3 rounds" in found["loader-wav"].finding
     assert "tf_native" in found["loader-wav"].recommendation
     assert found["loader-wav"].evidence["tf_native_over_numpy_function"] == 3.0
+    assert found["loader-wav"].interval.rounds == 3
     assert found["loader-cache"].recommendation is None
 
 
+def test_a_ratio_whose_interval_straddles_a_boundary_says_so_and_recommends_nothing():
+    straddling = LoaderComparison(a=Pipeline("tf_native", "wav"), b=Pipeline("numpy_function", "wav"),
+                                  ratios=(1.1, 1.3, 1.5), ratio=_figure((1.1, 1.3, 1.5), (1 / 1.2, 1.2)))
+    [verdict] = loader_verdicts((straddling,))
+    assert "undecided: its interval 1.10x–1.50x straddles the 1.20x boundary" in verdict.finding
+    assert verdict.recommendation is None
+    cache = _topics(cache_verdicts((_ab("cache", 4.0, source_b="wav", kind_b="tf_native"),)))["cache"]
+    assert "4.0x faster" in cache.finding and cache.evidence["cache_over_wav"] == 4.0
+
+
 def test_input_bound_share_is_classified_and_the_fed_fast_pipeline_recommended():
-    pipelines = {"numpy_function-wav": _pipeline(samples_per_s=50, share=0.3),
-                 "tf_native-wav": _pipeline(samples_per_s=500, share=0.10),
-                 "tf_native-cache": _pipeline(samples_per_s=2000, share=0.01),
-                 "numpy_function-cache": _pipeline(samples_per_s=900, share=-0.02)}
-    found = _topics(verdicts({"pipelines": pipelines}))
+    figures = (_bound("numpy_function", "wav", [0.3, 0.31, 0.29]), _bound("tf_native", "wav", [0.10, 0.11, 0.09]),
+               _bound("tf_native", "cache", [0.01, 0.02, 0.0]), _bound("numpy_function", "cache", [-0.02, -0.01, 0.0]))
+    pipelines = (_loaders("tf_native", "cache", samples_per_s=2000), _loaders("numpy_function", "cache",
+                                                                              samples_per_s=900))
+    found = _topics(input_bound_verdicts(figures, pipelines))
     assert "highly input-bound" in found["input-numpy_function-wav"].finding
     assert "moderately input-bound" in found["input-tf_native-wav"].finding
     assert "tf_native-cache" in found["input-numpy_function-wav"].recommendation
     assert found["input-tf_native-cache"].recommendation is None
     assert "not input-bound" in found["input-numpy_function-cache"].finding
-    assert found["cache"].evidence["cache_over_wav"] == 4.0 and "4.0x faster" in found["cache"].finding
+    assert found["input-tf_native-wav"].interval.rounds == 3
 
 
-def test_step_cycle_workers_and_gpu_rules_follow_the_figures():
-    def step(eager, graph, xla, *, rounds=((1.0, 1.0),)):
-        """Step times, and per-round speed ratios (graph over eager, XLA over graph) as a run measures them."""
-        modes = {"eager": {"batch_mean_s": eager, "first_s": eager, "retraces": None},
-                 "graph": {"batch_mean_s": graph, "first_s": 1.0, "retraces": 0},
-                 "xla": {"batch_mean_s": xla, "first_s": 3.0, "retraces": 0}}
-        per_round = {"graph_over_eager": [r[0] for r in rounds], "xla_over_graph": [r[1] for r in rounds]}
-        ratios = {name: {"median": float(np.median(values)), "rounds": values} for name, values in per_round.items()}
-        return {"step": {"modes": modes, "ratios": ratios}}
+def test_an_input_bound_share_straddling_5_or_20_percent_is_undecided():
+    found = _topics(input_bound_verdicts((_bound("tf_native", "wav", [0.03, 0.12, 0.25]),
+                                          _bound("tf_native", "cache", [0.01, 0.02]))))
+    wav, cache = found["input-tf_native-wav"], found["input-tf_native-cache"]
+    assert "straddles the 5% and 20% boundary" in wav.finding and wav.recommendation is None
+    assert "moderately input-bound at the median" in wav.finding
+    assert cache.finding.startswith("tf_native-cache: not enough time to decide (2 round(s)")
 
-    found = verdicts(step(0.35, 0.32, 0.24, rounds=[(1.09, 1.33), (1.1, 1.3), (1.08, 1.35)]))
-    assert [v.finding.split(" is ")[0] for v in found] == ["XLA step"]  # eager vs graph 1.09x: no finding
-    assert "jit_compile=True" in found[0].recommendation and found[0].evidence["xla_over_graph_per_round"][2] == 1.35
-    same = verdicts(step(0.30, 0.30, 0.30, rounds=[(1.0, 1.0), (1.02, 0.98), (0.99, 1.01)]))
-    assert len(same) == 1 and same[0].recommendation is None
-    # The same-round ratios decide, not the means: means measured apart can disagree with them.
-    drifted = verdicts(step(0.30, 0.30, 0.20, rounds=[(1.0, 1.01), (1.0, 0.99), (1.0, 1.0)]))
-    assert len(drifted) == 1 and drifted[0].recommendation is None
-    cycle = _topics(verdicts({"pipelines": {"tf_native-wav": {"loader": _pipeline(cycle=8)["loader"]}}}))
+
+def test_stage_verdicts_say_which_stage_lacked_time_and_how_much_budget_would_do():
+    records = (StageRecord("loaders", 20.0, 19.0, 2, TOO_SHORT, "plan", 30.0),
+               StageRecord("step", 30.0, 30.0, 5, UNDECIDED, "plan", 10.0),
+               StageRecord("sweep", 10.0, 2.0, 0, INTERRUPTED, "plan", None),
+               StageRecord("input_bound", 10.0, 5.0, 3, DECIDED, "plan", 5.0))
+    found = _topics(stage_verdicts(records, budget_s=180.0))
+    assert found["stage-loaders"].recommendation.startswith("raise --budget to about 270 s")
+    assert "before every figure was decided" in found["stage-step"].finding
+    assert found["stage-sweep"].finding.startswith("interrupted")
+    assert "stage-input-bound" not in found
+
+
+def test_step_cycle_and_gpu_rules_follow_the_figures():
+    def step(per_round):
+        """Per-round speed ratios (graph over eager, XLA over graph) as a run measures them."""
+        modes = {mode: StepMode(first_s=1.0, first_steady_s=0.3, call_s=(0.3,), step_s=_figure([0.3] * 3),
+                                traces=None if mode == "eager" else 1, retraces=None if mode == "eager" else 0)
+                 for mode in STEP_MODES}
+        ratios = {name: StepRatio(rounds=tuple(r[i] for r in per_round),
+                                  ratio=_figure([r[i] for r in per_round], (1 / 1.1, 1.1)))
+                  for i, name in enumerate(("graph_over_eager", "xla_over_graph"))}
+        return StepFigures(modes=modes, ratios=ratios, calls_per_round=1, input_bound_mode="xla")
+
+    found = _topics(step_verdicts(step([(1.0, 1.33), (1.02, 1.3), (0.99, 1.35)])))
+    assert "XLA step is 1.3x faster" in found["step-xla"].finding
+    assert "jit_compile=True" in found["step-xla"].recommendation
+    assert found["step-graph"].recommendation is None and "within 1.1x" in found["step-graph"].finding
+    undecided = _topics(step_verdicts(step([(1.0, 1.05), (1.0, 1.2), (1.0, 1.15)])))["step-xla"]
+    assert "straddles the 1.10x boundary" in undecided.finding and undecided.recommendation is None
+    none = StepFigures(modes=step([(1, 1)] * 3).modes, ratios={}, calls_per_round=1, input_bound_mode="graph")
+    assert step_verdicts(none)[0].finding.startswith("not enough time to decide")
+    cycle = _topics(variation_verdicts((_loaders("tf_native", "wav", cycle=8),)))
     assert "every 8 batches" in cycle["cycle-tf_native-wav"].finding
-    gpu = {"gpu": {"available": True, "stats": {"gpu_util_median": 12.0, "gpu_idle_fraction": 0.7,
-                                                "gpu_oscillation_period_s": None}}}
-    assert "12%" in _topics(verdicts(gpu))["gpu"].finding
-    assert verdicts({"gpu": {"available": False, "reason": "no NVML"}}) == []
+    noisy = _topics(variation_verdicts((_loaders("tf_native", "wav", variation=0.3),)))["variation-tf_native-wav"]
+    assert "vary by 30%" in noisy.finding and noisy.interval.rounds == 3
+    gpu = GpuFigures(available=True, stats={"gpu_util_median": 12.0, "gpu_idle_fraction": 0.7,
+                                            "gpu_oscillation_period_s": None})
+    assert "12%" in _topics(gpu_verdicts(gpu))["gpu"].finding
+    assert gpu_verdicts(GpuFigures(available=False, reason="no NVML")) == []
 
 
 # --------------------------------------------------------------------------------- usage errors
@@ -236,7 +664,9 @@ def test_step_cycle_workers_and_gpu_rules_follow_the_figures():
     ["diagnose", ".", "--batch-size", "0"],
     ["diagnose", ".", "--model", "huge"],
     ["diagnose", ".", "--workers", "0"],
-], ids=["no-path", "missing-dir", "zero-batch", "bad-model", "zero-workers"])
+    ["diagnose", ".", "--budget", "0"],
+    ["diagnose", ".", "--budget", "soon"],
+], ids=["no-path", "missing-dir", "zero-batch", "bad-model", "zero-workers", "zero-budget", "word-budget"])
 def test_usage_errors_exit_2_without_traceback(capfd, args):
     assert cli.main(args) == 2
     out, err = capfd.readouterr()
@@ -244,8 +674,6 @@ def test_usage_errors_exit_2_without_traceback(capfd, args):
 
 
 def test_report_without_matplotlib_is_a_usage_error_naming_the_extra(capfd, tmp_path, monkeypatch):
-    import sys
-
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     assert cli.main(["diagnose", str(tmp_path), "--report", str(tmp_path / "report")]) == 2
     _, err = capfd.readouterr()
@@ -260,26 +688,30 @@ def test_a_directory_without_metadata_exits_1_naming_it(capfd, tmp_path):
 
 def test_settings_validate_and_default_the_batch_size_sweep():
     assert DiagnoseSettings(batch_size=16).sweep_batch_sizes == (8, 16, 32)
+    assert DiagnoseSettings().budget_s == 180.0
     with pytest.raises(ValueError, match="batches: expected an integer >= 1, found 0"):
         DiagnoseSettings(batches=0)
+    with pytest.raises(ValueError, match="budget_s: expected a number of seconds > 0, found -1"):
+        DiagnoseSettings(budget_s=-1)
 
 
 # ------------------------------------------------------------------------------------ the sweep
 
 
 def _sweep_verdict(axis, current, values):
-    found = _topics(verdicts({"sweep": {axis: sweep_figures(axis=axis, current=current, values=values)}}))
-    return found[axis]
+    [verdict] = sweep_verdicts((sweep_figures(axis=axis, current=current, values=values),))
+    assert verdict.topic == axis
+    return verdict
 
 
 def test_a_point_faster_in_every_round_beyond_the_noise_is_recommended():
     values = {1: [100.0, 104.0, 98.0], 2: [150.0, 160.0, 155.0], 4: [240.0, 250.0, 245.0]}
     figures = sweep_figures(axis="workers", current=2, values=values)
-    rows = {row["workers"]: row for row in figures["points"]}
-    assert rows[2]["vs_current"] is None and rows[2]["samples_per_s"] == 155.0
-    assert rows[2]["samples_per_s_spread"] == pytest.approx(10 / 155)
-    assert rows[4]["vs_current"]["ratios"] == pytest.approx([240 / 150, 250 / 160, 245 / 155])
-    assert rows[4]["vs_current"]["significant"] and not rows[1]["vs_current"]["significant"]
+    rows = {row.point: row for row in figures.points}
+    assert rows[2].vs_current is None and rows[2].samples_per_s == 155.0 and rows[2].current
+    assert rows[2].samples_per_s_spread == pytest.approx(10 / 155)
+    assert rows[4].vs_current["ratios"] == pytest.approx([240 / 150, 250 / 160, 245 / 155])
+    assert rows[4].vs_current["significant"] and not rows[1].vs_current["significant"]
     verdict = _sweep_verdict("workers", 2, values)
     assert verdict.recommendation == "set num_parallel_calls=4"
     assert verdict.evidence["best"] == "4 workers" and verdict.evidence["rounds_faster"] == "3/3"
@@ -308,10 +740,11 @@ def test_a_current_setting_faster_than_every_other_point_says_so():
                                       "(closest: batch 32 at 0.95x")
 
 
-def test_one_round_cannot_recommend_and_says_why():
-    verdict = _sweep_verdict("workers", 2, {2: [100.0], 4: [300.0]})
-    assert verdict.recommendation is None and "one round only" in verdict.finding
-    assert "p_value" not in verdict.evidence
+def test_fewer_than_the_minimum_rounds_cannot_recommend_and_says_why():
+    verdict = _sweep_verdict("workers", 2, {2: [100.0, 101.0], 4: [300.0, 310.0]})
+    assert verdict.recommendation is None
+    assert verdict.finding.startswith("not enough time to decide (2 round(s); a decision needs 3)")
+    assert verdict.interval.rounds == 2 and not verdict.interval.decided
 
 
 def test_batch_size_and_autotune_recommendations_name_the_setting():
@@ -350,9 +783,9 @@ def test_full_batches_are_not_bought_with_a_much_larger_view():
 
 
 def test_repeated_view_links_every_file_and_loads(tiny_corpus, tiny_cache, tmp_path):
-    from perfsuite.audio import MelConfig
-    from perfsuite.corpus import read_metadata
-    from perfsuite.loaders import LoaderConfig, preflight
+    from perfsuite.data.audio import MelConfig
+    from perfsuite.data.corpus import read_metadata
+    from perfsuite.data.loaders import LoaderConfig, preflight
 
     ids = [utt.id for utt in read_metadata(tiny_corpus)][:3]
     view_ids = write_repeated_view(tiny_corpus, tiny_cache, ids=ids, copies=4, root=tmp_path / "data",
@@ -364,3 +797,65 @@ def test_repeated_view_links_every_file_and_loads(tiny_corpus, tiny_cache, tmp_p
         records, skipped = preflight(dataset_dir=tmp_path / "data", config=config, cache_dir=tmp_path / "cache",
                                      mel_config=MelConfig())
         assert len(records) == 12 and not skipped
+
+
+# ------------------------------------------------------------------------------- the emulated GPU
+
+
+@pytest.mark.parametrize("fed,low,high,step,expected", [
+    (0.01, 0.008, 0.012, 0.05, True),  # the step is above the whole interval
+    (0.01, 0.008, 0.012, 0.012, True),
+    (0.01, 0.008, 0.012, 0.005, False),  # below: a step this short was seen to fail
+    (0.01, 0.008, 0.012, 0.008, False),
+    (0.01, 0.008, 0.012, 0.010, None),  # inside: undecided
+    (0.001, None, 0.001, 0.0005, None),  # fed at the shortest step searched: shorter ones unknown
+    (0.001, None, 0.001, 0.05, True),
+    (None, 0.2, None, 0.05, False),  # no step up to 0.2 s fed
+    (None, 0.2, None, 0.5, None),
+])
+def test_a_step_is_judged_by_the_feed_rates_interval(fed, low, high, step, expected):
+    assert keeps_busy(fed, low, high, step) is expected
+
+
+def produced(every_s: float, *, mel_len: bool = True):
+    """Endless dict batches of 4 x 100 frames, each taking every_s to produce in the consumer's thread."""
+    while True:
+        time.sleep(every_s)
+        batch = {"mel": np.zeros((4, 100, 80), np.float32)}
+        if mel_len:
+            batch["mel_len"] = np.full(4, 100, np.int32)
+        yield batch
+
+
+def test_a_source_that_cannot_keep_up_would_starve_the_step_and_says_so():
+    # 20 ms per batch in the consumer's thread against a 5 ms step: busy about 5 / 25.
+    figures = feed_figures(produced(0.02), label="slow", step_time="0.005", share_s=4.0)
+    assert figures.keeps_busy is False and figures.step_s == pytest.approx(0.005)
+    assert figures.round["busy_fraction"] < 0.5
+    assert FeedFigures.from_dict(json.loads(json.dumps(figures.as_dict()))) == figures
+    verdict = feed_verdict(figures)
+    assert verdict.topic == "feed-slow" and "would starve a 5 ms step (0.005)" in verdict.finding
+    assert verdict.recommendation and verdict.evidence["busy_fraction"] == figures.round["busy_fraction"]
+
+
+def test_a_fast_source_keeps_a_long_step_busy():
+    figures = feed_figures(produced(0.0), label="fast", step_time="0.05", share_s=4.0)
+    assert figures.keeps_busy is True and figures.stats["emulated_util_median"] > 85
+    assert "keeps a 50 ms step (0.05) >= 90 % busy" in feed_verdict(figures).finding
+
+
+def test_a_per_frame_preset_on_batches_without_lengths_is_left_out_with_the_reason():
+    figures = feed_figures(produced(0.0, mel_len=False), label="no-lengths", step_time="fastpitch-a100-tf32",
+                           share_s=2.0)
+    assert figures.feed["feed_step_s"] is not None  # the feed rate needs no step time
+    assert figures.step_s is None and figures.timeline is None
+    assert "mel_len" in figures.reason and "--step-time SECONDS" in figures.reason
+    assert figures.reason in feed_verdict(figures).finding
+
+
+@pytest.mark.parametrize("spec", ["0", "-1", "nan", "a100", ""])
+def test_a_bad_step_time_is_refused_when_parsed(spec, capsys):
+    assert cli.main(["diagnose", "--pipeline", "x:y", "--step-time", spec]) == 2
+    assert "argument --step-time: step time: expected seconds > 0 or one of fastpitch-a100-tf32" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="step time: expected seconds > 0"):
+        DiagnoseSettings(step_time=spec)

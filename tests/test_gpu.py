@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfsuite import gpu
-from perfsuite.gpu import (
+from perfsuite.measure import gpu
+from perfsuite.measure.gpu import (
     CAUSE_DRIVER_NOT_LOADED,
     CAUSE_NO_DEVICE,
     CAUSE_NVML_MISSING,
@@ -26,6 +26,7 @@ from perfsuite.gpu import (
     SOURCE_DRIVER_BUFFER,
     SOURCE_POLLING,
     DeviceTimeline,
+    GpuIdentity,
     GpuSampler,
     GpuTimeline,
     GpuUnavailable,
@@ -166,6 +167,13 @@ class FakeNvml:
     def nvmlSystemGetDriverVersion(self):
         self._hook("nvmlSystemGetDriverVersion")
         return "555.42"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12050  # NVML's encoding of CUDA 12.5
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        self._hook("nvmlDeviceGetEnforcedPowerLimit")
+        return 699_600 + handle.index  # milliwatts
 
     def nvmlDeviceGetUtilizationRates(self, handle):
         self._hook("nvmlDeviceGetUtilizationRates")
@@ -501,15 +509,25 @@ def test_explicit_devices_override_the_environment(clock):
 def test_sampler_and_identity_use_the_visible_device(monkeypatch, clock):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     fake = use(monkeypatch, FakeNvml(clock=clock, names=("Fake GPU A", "Fake GPU B"), buffer=False))
-    assert gpu_identity() == ("Fake GPU B", "555.42")
+    assert gpu_identity() == GpuIdentity("Fake GPU B", "555.42", cuda_driver="12.5", power_limit_w=700)
     fake.inits = fake.shutdowns = 0
     timeline = run_window(fake, ticks=4)
     assert [(d.index, d.name) for d in timeline.devices] == [(1, "Fake GPU B")]
 
 
 def test_identity_of_the_first_gpu(monkeypatch, clock):
-    use(monkeypatch, FakeNvml(clock=clock, names=("Fake GPU A", "Fake GPU B")))
-    assert gpu_identity() == ("Fake GPU A", "555.42")
+    fake = use(monkeypatch, FakeNvml(clock=clock, names=("Fake GPU A", "Fake GPU B")))
+    assert gpu_identity() == GpuIdentity("Fake GPU A", "555.42", cuda_driver="12.5", power_limit_w=700)
+    assert fake.inits == fake.shutdowns == 1
+
+
+def test_identity_without_a_power_limit_reading(monkeypatch, clock):
+    # Some boards (and vGPUs) answer "not supported": the fingerprint records None, it does not fail.
+    not_supported = FakeNvml.NVMLError_NotSupported("Not Supported")
+    fake = use(monkeypatch, FakeNvml(clock=clock, fail_in="nvmlDeviceGetEnforcedPowerLimit",
+                                     fail_with=not_supported))
+    assert gpu_identity() == GpuIdentity("Fake GPU A", "555.42", cuda_driver="12.5", power_limit_w=None)
+    assert fake.inits == fake.shutdowns == 1
 
 
 # ------------------------------------------------------------------------------ failures and clean-up
@@ -632,5 +650,6 @@ def test_the_fake_mirrors_the_real_bindings():
 
 
 def test_real_nvml_here_gives_an_identity_or_none():
-    identity = gpu_identity()  # None on a machine without NVIDIA driver, (model, driver) on a GPU box
-    assert identity is None or (len(identity) == 2 and all(isinstance(part, str) for part in identity))
+    identity = gpu_identity()  # None on a machine without NVIDIA driver, the first GPU's on a GPU box
+    assert identity is None or (isinstance(identity.model, str) and identity.model
+                                and isinstance(identity.driver, str) and identity.driver)

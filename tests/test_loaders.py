@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfsuite import text
-from perfsuite.audio import MelConfig, log_mel_numpy
-from perfsuite.corpus import cache_paths, read_metadata, wav_path
-from perfsuite.loaders import AUTOTUNE, Loader, LoaderConfig, build_loader
-from perfsuite.wav import DataError, inspect_wav, read_wav
+from perfsuite.data import text
+from perfsuite.data.audio import MelConfig, log_mel_numpy
+from perfsuite.data.corpus import cache_paths, read_metadata, wav_path
+from perfsuite.data.loaders import AUTOTUNE, Loader, LoaderConfig, build_loader
+from perfsuite.data.wav import inspect_wav, read_wav
+from perfsuite.errors import DataError
 
 MEL = MelConfig()
 PAIRS = [("tf_native", "wav"), ("numpy_function", "wav"), ("tf_native", "cache"), ("numpy_function", "cache")]
@@ -282,7 +283,7 @@ def test_prefetch_to_device_is_the_last_transformation(tiny_corpus, tiny_cache, 
 
 
 def test_the_configured_sample_rate_is_the_one_loaded(tmp_path):
-    from perfsuite.corpus import CorpusSpec, build_cache, build_corpus
+    from perfsuite.data.corpus import CorpusSpec, build_cache, build_corpus
 
     directory = build_corpus(CorpusSpec(num_utterances=3, sample_rate=16000, min_seconds=0.3, max_seconds=0.5,
                                         seed=5), root=tmp_path)

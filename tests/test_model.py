@@ -3,10 +3,8 @@
 import numpy as np
 import pytest
 
-from perfsuite import _tfenv  # noqa: F401
-import tensorflow as tf
-
-from perfsuite.model import (
+from perfsuite._tensorflow import tensorflow
+from perfsuite.workload.model import (
     MODEL_PRESETS,
     AdamW,
     DynamicLossScale,
@@ -16,6 +14,8 @@ from perfsuite.model import (
     make_synthetic_batch,
     make_train_step,
 )
+
+tf = tensorflow()
 
 TINY = MODEL_PRESETS["tiny"]
 SHAPES = (4, 12, 30)  # batch, text tokens, mel frames

@@ -20,11 +20,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import _tfenv  # noqa: F401
-from perfsuite.npy import accepted_descrs, check_npy, decode_npy, inspect_npy
-from perfsuite.wav import DataError
+from perfsuite._tensorflow import tensorflow
+from perfsuite.data.npy import accepted_descrs, check_npy, decode_npy, inspect_npy
+from perfsuite.errors import DataError
 
-import tensorflow as tf  # noqa: E402
+tf = tensorflow()
+
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 _spec = importlib.util.spec_from_file_location("make_npy_fixtures", FIXTURES / "make_npy_fixtures.py")

@@ -38,7 +38,8 @@ def serial_inner_runs(monkeypatch):
 
 def _baselines(pytester, gate: dict) -> None:
     directory = pytester.mkdir("baselines")
-    (directory / "ratios.yaml").write_text(yaml.safe_dump({"ratios": gate}))
+    gates = {metric: {**bounds, "claim": "a test claim"} for metric, bounds in gate.items()}
+    (directory / "ratios.yaml").write_text(yaml.safe_dump({"ratios": gates}))
 
 
 def _run(pytester, *args):
@@ -59,7 +60,29 @@ def test_ratio_gate_fails_with_metric_threshold_and_file(pytester):
     _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
     result = _run(pytester)
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*fast_over_slow_ratio: measured *, threshold ≥ 50 (*ratios.yaml)*"])
+    expected = ("*fast_over_slow_ratio: fail: measured * [[]*, *[]] (3 rounds, 75% interval), "
+                "threshold ≥ 50 (*ratios.yaml) — a test claim*")
+    result.stdout.fnmatch_lines([expected])
+
+
+def test_ratio_gate_straddled_by_the_interval_is_inconclusive_and_passes(pytester):
+    _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
+    pytester.makeconftest("""
+        import perfsuite.measure.timing as timing
+        from perfsuite.measure import stats
+        real = timing.interleave
+
+        def straddling(**kwargs):  # per-round ratios 10, 60, 100 around the gate at 50
+            result = real(**kwargs)
+            ratios = (10.0, 60.0, 100.0)
+            return timing.ABResult(a_values=result.a_values, b_values=result.b_values, unit=result.unit,
+                                   ratios=ratios, summary=stats.ratio_summary(ratios), order=result.order)
+
+        timing.interleave = straddling
+    """)
+    result = _run(pytester)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*fast_over_slow_ratio*60 [[]10, 100[]] (3 rounds*inconclusive*"])
 
 
 def test_report_mode_prints_the_failed_gate_without_failing(pytester):
@@ -83,6 +106,15 @@ def test_metrics_land_in_the_benchmark_json(pytester):
     assert len(ratio["fast_over_slow_ratio_detail"]["ratios"]) == 3
 
 
+def test_a_malformed_gate_file_stops_the_run_with_one_line_naming_it(pytester):
+    directory = pytester.mkdir("baselines")
+    (directory / "ratios.yaml").write_text("ratios:\n  fast_over_slow_ratio: {min: 1.5}\n")
+    result = _run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*perfsuite: baselines/ratios.yaml: ratios.fast_over_slow_ratio.claim: missing*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
 def test_unknown_machine_skips_absolute_thresholds_with_a_note(pytester):
     _baselines(pytester, {})
     result = _run(pytester)
@@ -102,14 +134,47 @@ def test_save_baselines_records_then_enforces(pytester):
     result.stdout.fnmatch_lines(["*test_dataset*samples_per_s*≥*ok*"])
 
 
-def test_compare_with_previous_saved_run(pytester):
+def _saved_runs(pytester) -> list:
+    return sorted((pytester.path / ".benchmarks").rglob("*.json"))
+
+
+def test_compare_needs_three_earlier_runs_on_this_hardware(pytester):
     _baselines(pytester, {})
     first = _run(pytester, "--benchmark-autosave", "--benchmark-compare")
     first.assert_outcomes(passed=2)
-    first.stdout.fnmatch_lines(["*no saved run to compare with*"])
+    first.stdout.fnmatch_lines(["*no earlier run of these benchmarks was saved on this hardware*"])
     second = _run(pytester, "--benchmark-autosave", "--benchmark-compare")
-    second.assert_outcomes(passed=2)
-    second.stdout.fnmatch_lines(["*test_dataset*vs previous run*p=*"])
+    assert second.ret == 0
+    second.stdout.fnmatch_lines(["*test_dataset*vs 1 earlier run(s)*not judged*"])
+    saved = json.loads(_saved_runs(pytester)[0].read_text())
+    assert saved["machine_info"]["perfsuite_fingerprint"]["cores"] >= 1
+
+
+def _plant_history(pytester, factors) -> None:
+    """The one saved run replaced by copies with test_dataset's samples/s multiplied by each factor."""
+    (source,) = _saved_runs(pytester)
+    original = source.read_text()
+    source.unlink()
+    for index, factor in enumerate(factors, start=1):
+        run = json.loads(original)
+        for bench in run["benchmarks"]:
+            if "samples_per_s" in bench["extra_info"]:
+                bench["extra_info"]["samples_per_s"] *= factor
+        (source.parent / f"{index:04d}_planted.json").write_text(json.dumps(run))
+
+
+def test_compare_flags_a_slowdown_beyond_the_history_and_fails_the_run(pytester):
+    _baselines(pytester, {})
+    _run(pytester, "--benchmark-autosave").assert_outcomes(passed=2)
+    _plant_history(pytester, [100.0, 101.0, 99.0, 100.5])  # earlier runs were 100x faster
+    result = _run(pytester, "--benchmark-compare")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*test_dataset*vs 4 earlier runs*Holm p=*SLOWER*",
+                                 "*significantly slower than their earlier runs (fails the run)*test_dataset*"])
+    report = _run(pytester, "--benchmark-compare", "--perfsuite-compare=report")
+    assert report.ret == 0
+    report.stdout.fnmatch_lines(["*reported only*"])
 
 
 def test_report_option_writes_summary_timelines_and_ratios(pytester):
@@ -139,6 +204,6 @@ def test_report_option_without_matplotlib_is_a_usage_error_naming_the_extra(pyte
 
 
 def test_markers_are_registered():
-    from perfsuite.plugin import MARKERS
+    from perfsuite.pytest_plugin.plugin import MARKERS
 
     assert set(MARKERS) == {"gpu", "service", "selftest", "slow"}

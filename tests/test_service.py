@@ -17,8 +17,15 @@ import time
 import numpy as np
 import pytest
 
-from perfsuite.service import (PROCESSING_MODES, ServiceCluster, ServiceError, distribute, py_function_ops,
-                               running_service_pids, with_deadline)
+from perfsuite.workload.service import (
+    PROCESSING_MODES,
+    ServiceCluster,
+    ServiceError,
+    distribute,
+    py_function_ops,
+    running_service_pids,
+    with_deadline,
+)
 
 pytestmark = pytest.mark.service
 
@@ -91,7 +98,7 @@ def cluster(shared_cluster):
 
 
 def _loader(corpus, **overrides):
-    from perfsuite.loaders import LoaderConfig, build_loader
+    from perfsuite.data.loaders import LoaderConfig, build_loader
 
     return build_loader(dataset_dir=corpus, config=LoaderConfig(**{"batch_size": 4, **overrides}))
 
@@ -101,7 +108,7 @@ def _ids(batches) -> list[str]:
 
 
 def _all_ids(corpus) -> set[str]:
-    from perfsuite.corpus import read_metadata
+    from perfsuite.data.corpus import read_metadata
 
     return {utt.id for utt in read_metadata(corpus)}
 
@@ -259,7 +266,7 @@ def test_a_cluster_not_ready_in_time_is_a_service_error_and_is_reaped(tmp_path):
 
 def test_a_server_exits_when_its_owner_dies():
     # A shell starts a server with itself as owner and is then SIGKILLed: the orphaned server must go.
-    script = (f"{sys.executable} -m perfsuite.service dispatcher --port {_unused_port()} --owner-pid $$ & "
+    script = (f"{sys.executable} -m perfsuite.workload.service dispatcher --port {_unused_port()} --owner-pid $$ & "
               "echo $!; wait")
     shell = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
     with shell.stdout:

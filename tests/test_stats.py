@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import stats
+from perfsuite.measure import stats
 
 positive = st.floats(min_value=1e-3, max_value=1e3, allow_nan=False, allow_infinity=False)
 samples = st.lists(positive, min_size=2, max_size=60)
 
 
 def test_stats_module_does_not_import_tensorflow():
-    code = "import sys, perfsuite.stats; print('tensorflow' in sys.modules)"
+    code = "import sys, perfsuite.measure.stats; print('tensorflow' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
@@ -224,52 +224,7 @@ def test_cycle_as_dict():
     assert cycle.as_dict()["period"] == 4 and cycle.as_dict()["significant"] is True
 
 
-# ----------------------------------------------------------------------------------- comparisons
-
-
-def test_compare_samples_detects_a_10_percent_slowdown():
-    rng = np.random.default_rng(4)
-    old = 1.0 + 0.02 * rng.standard_normal(40)
-    new = 1.1 + 0.02 * rng.standard_normal(40)
-    result = stats.compare_samples(old=old, new=new)
-    assert result.significant and result.direction == "slower"
-    assert result.effect == pytest.approx(0.10, abs=0.02)
-    assert result.p_value < 1e-6
-    faster = stats.compare_samples(old=1 / old, new=1 / new, higher_is_better=True)
-    assert faster.direction == "slower" and faster.effect < 0
-    improved = stats.compare_samples(old=new, new=old)
-    assert improved.direction == "faster"
-
-
-def test_compare_samples_is_quiet_on_a_to_a():
-    rng = np.random.default_rng(8)
-    alarms = sum(
-        stats.compare_samples(old=1 + 0.05 * rng.standard_normal(40), new=1 + 0.05 * rng.standard_normal(40)).significant
-        for _ in range(300)
-    )
-    _report("compare_samples A/A false-alarm rate, 300 pairs of n=40, CV 5 %", {"rate": alarms / 300})
-    assert alarms / 300 <= 0.01
-
-
-def test_small_significant_change_below_min_effect_is_same():
-    rng = np.random.default_rng(9)
-    old = 1.0 + 0.002 * rng.standard_normal(60)
-    result = stats.compare_samples(old=old, new=old * 1.02)
-    assert result.p_value < 0.01 and not result.significant and result.direction == "same"
-    assert result.as_dict()["n_new"] == 60
-
-
-def test_bootstrap_interval_holds_one_only_without_change():
-    rng = np.random.default_rng(10)
-    old = 1.0 + 0.02 * rng.standard_normal(40)
-    same = stats.bootstrap_ratio_interval(old=old, new=1.0 + 0.02 * rng.standard_normal(40), seed=1)
-    assert same.low < 1.0 < same.high
-    slower = stats.bootstrap_ratio_interval(old=old, new=old * 1.1, seed=1)
-    assert 1.0 < slower.low <= slower.ratio <= slower.high
-    assert stats.bootstrap_ratio_interval(old=old, new=old * 1.1, seed=1) == slower
-
-
-# -------------------------------------------------------------------------------------- ratios
+# ----------------------------------------------------------------------------------- paired ratios
 
 
 @given(st.lists(st.tuples(positive, positive), min_size=1, max_size=30))

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import text
+from perfsuite.data import text
 
 
 def test_vocabulary_is_the_documented_one():

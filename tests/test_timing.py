@@ -1,15 +1,16 @@
 """Timing on tiny tf.data pipelines and steps: structure and clear orderings, never absolute speed."""
 
-import json  # noqa: I001  (perfsuite._tfenv must precede tensorflow)
+import itertools
+import json
 import time
 
 import numpy as np
 import pytest
 
-from perfsuite import _tfenv  # noqa: F401
-import tensorflow as tf
+from perfsuite._tensorflow import tensorflow
+from perfsuite.measure import stats, timing
 
-from perfsuite import stats, timing
+tf = tensorflow()
 
 
 def _sleep_where(index, seconds, every=None, only=None):
@@ -43,7 +44,7 @@ def test_measure_dataset_structure_and_rates():
     assert result.samples_per_s == pytest.approx(40 / steady_s)
     assert result.batches_per_s == pytest.approx(10 / steady_s)
     assert result.summary.n == 10 and result.summary.min <= result.summary.p50 <= result.summary.max
-    assert result.retraces is None and result.epochs == ()
+    assert result.retraces is None
     assert any("only 10 values" in w for w in result.warnings)
     assert not result.cycle.significant and "too few points" in result.cycle.note
     info = result.as_dict()
@@ -85,30 +86,6 @@ def test_plain_iterables_and_custom_samples():
     assert sum(counted.batch_samples) == 5
     with pytest.raises(ValueError, match="cannot infer the batch size"):
         timing.measure_dataset(dataset=[np.float32(1.0)] * 3, warmup_batches=1, measure_batches=1)
-
-
-def test_measure_epochs_keeps_the_first_epoch_apart():
-    dataset = tf.data.Dataset.range(20).batch(5)
-    result = timing.measure_epochs(dataset=dataset, epochs=3)
-    assert result.warm_epoch.samples == 20 and result.warm_epoch.batches == 4
-    assert len(result.warmup_ns) == 4
-    assert [e.samples for e in result.epochs] == [20, 20] and len(result.batch_ns) == 8
-    assert result.samples_per_s == pytest.approx(40 / sum(e.seconds for e in result.epochs))
-    assert all(e.samples_per_s == pytest.approx(e.samples / e.seconds) for e in result.epochs)
-    assert sum(result.batch_ns) / 1e9 <= sum(e.seconds for e in result.epochs)
-    assert len(result.as_dict()["epoch_s"]) == 2
-
-
-def test_measure_epochs_rejects_infinite_and_one_shot_datasets():
-    with pytest.raises(ValueError, match="infinite"):
-        timing.measure_epochs(dataset=tf.data.Dataset.range(4).repeat(), epochs=2)
-    with pytest.raises(ValueError, match="epoch 2 yielded no batches"):
-        timing.measure_epochs(dataset=iter([np.zeros((2, 1))] * 3), epochs=2)
-    with pytest.raises(ValueError, match="epochs: expected an integer >= 2"):
-        timing.measure_epochs(dataset=[np.zeros((2, 1))], epochs=1)
-
-
-# ----------------------------------------------------------------------------------------- steps
 
 
 def _two_shapes():
@@ -161,19 +138,17 @@ def test_measure_step_argument_errors():
         timing.measure_step(step=tf.reduce_sum, batches=[tf.ones([2])] * 2, warmup_calls=1, measure_calls=2)
 
 
-def test_trace_counter():
+def test_tracing_count():
     @tf.function
     def double(x):
         return x * 2
 
-    with timing.TraceCounter(double) as counter:
-        double(tf.constant(1.0))
-        double(tf.constant(2.0))
-        double(tf.constant([1.0, 2.0]))
-    assert counter.traces == 2
+    start = timing.tracing_count(double)
+    double(tf.constant(1.0))
+    double(tf.constant(2.0))
+    double(tf.constant([1.0, 2.0]))
+    assert timing.tracing_count(double) - start == 2
     assert timing.tracing_count(lambda x: x) is None
-    with pytest.raises(TypeError, match="expected a tf.function"):
-        timing.TraceCounter(lambda x: x)
 
 
 def test_host_readback_and_leading_dim():
@@ -184,6 +159,82 @@ def test_host_readback_and_leading_dim():
     assert timing.leading_dim(batch) == 3
     with pytest.raises(ValueError, match="shape \\(\\)"):
         timing.leading_dim(tf.constant(1.0))
+
+
+def _spy_force(monkeypatch):
+    forced = []
+    real = timing._force
+    monkeypatch.setattr(timing, "_force", lambda tensor: (forced.append(tensor.dtype), real(tensor)))
+    return forced
+
+
+def _loader_like_batch():
+    return {"id": tf.constant(["a", "b"]), "mel": tf.ones([2, 5, 3]), "tokens": tf.ones([2, 4], tf.int32),
+            "r": tf.ragged.constant([[1], [2, 3]])}
+
+
+def test_host_readback_reads_nothing_from_host_tensors_of_an_iterator(monkeypatch):
+    forced = _spy_force(monkeypatch)
+    batch = next(iter(tf.data.Dataset.from_tensors(_loader_like_batch()).repeat()))
+    assert timing.host_readback(batch) == 5  # counted: they are complete
+    assert forced == []  # neither the string id nor the mel was copied
+
+
+def test_host_readback_forces_host_tensors_when_asked_or_asynchronous(monkeypatch):
+    forced = _spy_force(monkeypatch)
+    assert timing.host_readback(_loader_like_batch(), force_host=True) == 5
+    assert len(forced) == 5 and tf.string in forced
+    forced.clear()
+    monkeypatch.setattr(tf.config.experimental, "get_synchronous_execution", lambda: False)
+    assert timing.host_readback({"x": tf.ones([2, 2]) * 2.0}) == 1
+    assert forced == [tf.float32]
+
+
+def test_step_readback_forces_the_steps_output(monkeypatch):
+    forced = _spy_force(monkeypatch)
+    timing.measure_step(step=tf.function(lambda x: tf.reduce_sum(x)), batch=tf.ones([4, 2]),
+                        warmup_calls=1, measure_calls=2)
+    assert forced == [tf.float32] * 3
+
+
+def test_device_resident_tensors_are_forced_one_element_each(monkeypatch):
+    forced = _spy_force(monkeypatch)
+    monkeypatch.setattr(timing, "_on_host", lambda tensor: False)  # as if every tensor were on a GPU
+    batch = {**_loader_like_batch(), "scalar": tf.constant(1.0), "empty": tf.zeros([0, 3])}
+    assert timing.host_readback(batch) == 7
+    assert len(forced) == 7
+
+
+def test_force_copies_one_element_of_a_real_device_tensor():
+    devices = tf.config.list_logical_devices("GPU")
+    if not devices:
+        pytest.skip("no GPU: device-resident readback needs one")
+    with tf.device(devices[0].name):
+        batch = {"mel": tf.ones([16, 400, 80]), "loss": tf.reduce_sum(tf.ones([8]))}
+    assert "GPU" in batch["mel"].device and not timing._on_host(batch["mel"])
+    assert timing.host_readback(batch) == 2
+
+
+def test_null_pipeline_repeats_one_batch_of_the_same_structure():
+    dataset = tf.data.Dataset.from_tensors(_loader_like_batch()).repeat()
+    for source in (dataset, next(iter(dataset))):
+        first, second = itertools.islice(timing.null_pipeline(source), 2)
+        flat = [tf.nest.flatten(b, expand_composites=True) for b in (first, second)]
+        assert [t.dtype for t in flat[0]] == [t.dtype for t in flat[1]] and len(flat[0]) == 5
+        assert first["id"].numpy().tolist() == second["id"].numpy().tolist() == [b"a", b"b"]
+
+
+def test_harness_overhead_is_small_next_to_a_slow_pipeline():
+    batch = _loader_like_batch()
+    overhead = timing.harness_overhead(batch, warmup_batches=2, measure_batches=40)
+    assert 0 < overhead < 0.02  # tens of microseconds on a quiet machine; loose for a loaded one
+    slow = _sequential(tf.data.Dataset.range(60).map(lambda i: _sleep_where(i, 0.02, every=1)).batch(1))
+    measured = timing.measure_dataset(dataset=slow, warmup_batches=2, measure_batches=10)
+    assert overhead < measured.summary.median
+    counted = []
+    timing.harness_overhead(batch, warmup_batches=1, measure_batches=3, readback=counted.append,
+                            samples_in=lambda b: 2)
+    assert len(counted) == 4  # the loop measure_dataset runs, with the readback given
 
 
 # ------------------------------------------------------------------------------------------- A/B

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import _tfenv  # noqa: F401
-import tensorflow as tf
+from perfsuite._tensorflow import tensorflow
+from perfsuite.data.wav import check_tf_readable, inspect_wav, read_wav, write_wav
+from perfsuite.errors import DataError
 
-from perfsuite.wav import DataError, check_tf_readable, inspect_wav, read_wav, write_wav
+tf = tensorflow()
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 RATE = 22050

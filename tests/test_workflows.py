@@ -73,8 +73,8 @@ def test_nightly_runs_on_a_self_hosted_gpu_runner(nightly):
 def test_nightly_installs_the_gpu_extra_and_checks_the_gpu(nightly):
     commands = run_lines(only_job(nightly))
     assert 'pip install -e ".[test,gpu]"' in commands
-    assert "python -m perfsuite.gpu" in commands
-    assert commands.index('pip install -e ".[test,gpu]"') < commands.index("python -m perfsuite.gpu")
+    assert "python -m perfsuite.measure.gpu" in commands
+    assert commands.index('pip install -e ".[test,gpu]"') < commands.index("python -m perfsuite.measure.gpu")
 
 
 def test_nightly_benchmarks_compare_and_autosave(nightly):

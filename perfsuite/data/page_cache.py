@@ -1,0 +1,102 @@
+"""Cold reads: evict a dataset's files from the page cache, and check that it worked.
+
+A loader benchmark reads files the previous round left in memory, so it measures memory, not the disk
+a dataset larger than RAM is read from (MLPerf runs start without the data in memory). ``evict`` asks
+the kernel to drop each file's cached pages (``posix_fadvise(POSIX_FADV_DONTNEED)``, after writing out
+dirty pages, which it would keep) and then checks with ``mincore`` that none is left. A platform or filesystem that does not honour either
+raises ``PageCacheUnavailable`` naming what failed, which a benchmark turns into a skip.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfsuite.errors import PerfsuiteError
+
+class PageCacheUnavailable(PerfsuiteError, RuntimeError):
+    """Files cannot be evicted from the page cache here (no posix_fadvise / RWF_NOWAIT, or ignored)."""
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What ``evict`` did: files asked, and those still cached afterwards (dirty pages, a filesystem
+    that ignores the advice)."""
+
+    files: int
+    still_cached: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {"files": self.files, "still_cached": list(self.still_cached)}
+
+
+def cached_fraction(path: Path | str) -> float:
+    """Share of ``path``'s pages in the page cache, by mincore(2) on a read-only mapping (which, unlike
+    a probing read, triggers no read-ahead)."""
+    libc = _libc()
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0.0
+    page = os.sysconf("SC_PAGE_SIZE")
+    pages = (size + page - 1) // page
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            raise PageCacheUnavailable(f"{path}: expected mmap to map the file, found "
+                                       f"{os.strerror(ctypes.get_errno())}")
+        try:
+            vector = (ctypes.c_ubyte * pages)()
+            if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vector) != 0:
+                raise PageCacheUnavailable(f"{path}: expected mincore to report cached pages, found "
+                                           f"{os.strerror(ctypes.get_errno())}")
+            return sum(byte & 1 for byte in vector) / pages
+        finally:
+            libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
+    finally:
+        os.close(fd)
+
+
+def _libc():
+    _require_platform()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not all(hasattr(libc, name) for name in ("mmap", "mincore", "munmap")):
+        raise PageCacheUnavailable("expected the C library's mmap, mincore and munmap, found them missing")
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    return libc
+
+
+def evict(paths: Iterable[Path | str]) -> Eviction:
+    """Drop each file's pages from the page cache; report the files whose first page stayed cached."""
+    _require_platform()
+    paths = [str(p) for p in paths]
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)  # dirty pages are not dropped: write them out first
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return Eviction(files=len(paths), still_cached=tuple(p for p in paths if cached_fraction(p) > 0))
+
+
+def evict_or_fail(paths: Iterable[Path | str]) -> Eviction:
+    """``evict``, raising PageCacheUnavailable when the kernel kept every file (the advice is ignored)."""
+    eviction = evict(paths)
+    if eviction.files and len(eviction.still_cached) == eviction.files:
+        raise PageCacheUnavailable(f"expected POSIX_FADV_DONTNEED to drop cached files, found all {eviction.files} "
+                                   f"still cached (e.g. {eviction.still_cached[0]}): this filesystem ignores it")
+    return eviction
+
+
+def _require_platform() -> None:
+    missing = [name for name in ("posix_fadvise", "POSIX_FADV_DONTNEED", "fdatasync")
+               if not hasattr(os, name)]
+    if missing:
+        raise PageCacheUnavailable(f"expected os.{', os.'.join(missing)} to evict files from the page cache, "
+                                   "found them missing on this platform")

@@ -1,0 +1,719 @@
+"""NVML GPU sampler: a timeline of GPU utilisation taken while the measured work runs.
+
+The project this suite replaces polled `nvidia-smi` after the work had finished. Here a background thread
+samples each selected device for exactly the ``with`` block of `GpuSampler`:
+
+- GPU utilisation comes, where the driver supports it, from the driver's own high-rate sample buffer
+  (`nvmlDeviceGetSamples` with `NVML_GPU_UTILIZATION_SAMPLES`), read incrementally and clipped to the
+  measured window; otherwise by polling `nvmlDeviceGetUtilizationRates`. The timeline records which.
+- Memory utilisation, memory used and the SM clock are polled at the sampler's interval.
+
+Utilisation is in percent (0-100), NVML's own unit, everywhere in this module, including the gate
+metrics; the idle fraction is a fraction (0-1).
+
+NVML is imported lazily through `_load_nvml()`, the seam tests replace with a fake module, so this module
+imports without a GPU, without NVML and without TensorFlow. A missing NVML library, a driver that is not
+loaded, no selected device or no permission raise `GpuUnavailable` naming the cause; the pytest side turns
+that into a skip with `reason`.
+
+`python -m perfsuite.measure.gpu` lists the selected GPUs (or says why there are none, exit status 1);
+`--sample SECONDS` also samples them for that long and prints the statistics as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import Any
+
+from perfsuite.errors import GpuUnavailable
+from perfsuite.measure.stats import Cycle, detect_cycle, summarize
+
+DEFAULT_INTERVAL_S = 0.05
+IDLE_THRESHOLD_PCT = 10.0
+# Defaults for a GPU runner's gates (issue 5): the compiled step fed by the TF-native cache pipeline
+# should keep the GPU busy.
+MIN_UTIL_MEDIAN_PCT = 85.0
+MAX_IDLE_FRACTION = 0.05
+
+SOURCE_DRIVER_BUFFER = "driver_buffer"
+SOURCE_POLLING = "polling"
+
+CAUSE_NVML_MISSING = "nvml-missing"
+CAUSE_DRIVER_NOT_LOADED = "driver-not-loaded"
+CAUSE_NO_DEVICE = "no-device"
+CAUSE_PERMISSION_DENIED = "permission-denied"
+
+SAMPLER_THREAD_NAME = "perfsuite-gpu-sampler"
+DEFAULT_JOIN_TIMEOUT_S = 5.0
+
+# NVML tags each buffered sample's value with a type; the value sits in the matching union member.
+_VALUE_FIELDS = {
+    "NVML_VALUE_TYPE_DOUBLE": "dVal",
+    "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
+    "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+}
+
+
+
+
+def _load_nvml() -> Any:
+    """Import NVML's Python bindings. The seam tests replace (monkeypatch) with a fake module."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise GpuUnavailable(
+            cause=CAUSE_NVML_MISSING,
+            reason=f"NVML library missing: cannot import pynvml ({exc}); "
+            "install the gpu extra (nvidia-ml-py)",
+        ) from exc
+    return pynvml
+
+
+def _text(value: str | bytes) -> str:
+    # Older nvidia-ml-py releases return bytes for names and versions.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _init(nvml: Any) -> None:
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError_LibraryNotFound as exc:
+        raise GpuUnavailable(
+            cause=CAUSE_NVML_MISSING,
+            reason="NVML library missing: libnvidia-ml could not be loaded, "
+            f"no NVIDIA driver installed ({exc})",
+        ) from exc
+    except nvml.NVMLError_DriverNotLoaded as exc:
+        raise GpuUnavailable(
+            cause=CAUSE_DRIVER_NOT_LOADED, reason=f"NVIDIA driver not loaded: nvmlInit failed ({exc})"
+        ) from exc
+    except nvml.NVMLError_NoPermission as exc:
+        raise GpuUnavailable(
+            cause=CAUSE_PERMISSION_DENIED, reason=f"permission denied: nvmlInit failed ({exc})"
+        ) from exc
+
+
+def _handle(nvml: Any, index: int) -> Any:
+    try:
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+    except nvml.NVMLError_NoPermission as exc:
+        raise GpuUnavailable(
+            cause=CAUSE_PERMISSION_DENIED,
+            reason=f"permission denied: cannot open GPU {index} via NVML ({exc})",
+        ) from exc
+
+
+def _parse_visible_devices(visible: str, *, count: int, uuids: Callable[[], list[str]]) -> list[int]:
+    """NVML indices named by CUDA_VISIBLE_DEVICES, parsed the way CUDA does: left to right, stopping at the
+    first entry that names no device (so "-1" or "" selects none). Entries are indices or GPU-UUID
+    prefixes."""
+    selected: list[int] = []
+    for entry in (part.strip() for part in visible.split(",")):
+        if entry.startswith("MIG-"):
+            raise GpuUnavailable(
+                cause=CAUSE_NO_DEVICE,
+                reason=f"no device: CUDA_VISIBLE_DEVICES={visible!r} names a MIG instance ({entry}); "
+                "NVML reports no per-instance utilisation, so the sampler cannot follow it",
+            )
+        if entry.lstrip("-").isdigit():
+            index = int(entry)
+            if not 0 <= index < count:
+                break
+        elif entry.startswith("GPU-"):
+            matches = [i for i, uuid in enumerate(uuids()) if uuid.startswith(entry)]
+            if len(matches) != 1:
+                break
+            index = matches[0]
+        else:
+            break
+        if index not in selected:
+            selected.append(index)
+    return selected
+
+
+def select_devices(
+    nvml: Any, *, devices: Sequence[int] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[int, ...]:
+    """NVML indices to sample: `devices` when given, else those CUDA_VISIBLE_DEVICES selects, else all.
+
+    NVML numbers devices in PCI bus order; CUDA (and so TensorFlow) does too only with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID. On machines with mixed GPU models set it, or name GPUs by UUID.
+    """
+    count = nvml.nvmlDeviceGetCount()
+    if count == 0:
+        raise GpuUnavailable(cause=CAUSE_NO_DEVICE, reason="no device: NVML reports 0 NVIDIA GPUs")
+    if devices is not None:
+        bad = [index for index in devices if not 0 <= index < count]
+        if not devices or bad:
+            raise ValueError(f"devices: expected NVML indices in 0..{count - 1}, found {list(devices)!r}")
+        return tuple(devices)
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return tuple(range(count))
+
+    def uuids() -> list[str]:
+        return [_text(nvml.nvmlDeviceGetUUID(_handle(nvml, i))) for i in range(count)]
+
+    selected = _parse_visible_devices(visible, count=count, uuids=uuids)
+    if not selected:
+        raise GpuUnavailable(
+            cause=CAUSE_NO_DEVICE,
+            reason=f"no device: CUDA_VISIBLE_DEVICES={visible!r} selects none of the {count} GPU(s)",
+        )
+    return tuple(selected)
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int  # NVML index
+    name: str
+    driver_version: str
+
+
+def visible_gpus(*, devices: Sequence[int] | None = None) -> tuple[GpuDevice, ...]:
+    """The GPUs the sampler would sample; raises GpuUnavailable naming the cause when there are none."""
+    nvml = _load_nvml()
+    _init(nvml)
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        return tuple(
+            GpuDevice(index=i, name=_text(nvml.nvmlDeviceGetName(_handle(nvml, i))), driver_version=driver)
+            for i in select_devices(nvml, devices=devices)
+        )
+    finally:
+        nvml.nvmlShutdown()
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """What a machine fingerprint records about the first selected GPU. cuda_driver and power_limit_w
+    are None where the driver does not report them (NVML answers "not supported")."""
+
+    model: str
+    driver: str
+    cuda_driver: str | None  # the CUDA version the driver supports, "major.minor"
+    power_limit_w: int | None  # the enforced power limit: the same GPU model is sold at several
+
+
+def gpu_identity() -> GpuIdentity | None:
+    """The first selected GPU's identity for machine fingerprints, or None.
+
+    This is the one place where "unavailable" is a value rather than an error: a machine without a usable
+    GPU is a legitimate machine profile (the CPU runners), and its fingerprint simply has no GPU part.
+    Errors other than GpuUnavailable (a broken driver, say) still raise.
+    """
+    try:
+        nvml = _load_nvml()
+        _init(nvml)
+    except GpuUnavailable:
+        return None
+    try:
+        handle = _handle(nvml, select_devices(nvml)[0])
+        return GpuIdentity(
+            model=_text(nvml.nvmlDeviceGetName(handle)),
+            driver=_text(nvml.nvmlSystemGetDriverVersion()),
+            cuda_driver=_optional(nvml, lambda: _cuda_version(nvml.nvmlSystemGetCudaDriverVersion())),
+            power_limit_w=_optional(nvml, lambda: round(nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)),
+        )
+    except GpuUnavailable:
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _optional(nvml: Any, read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except nvml.NVMLError_NotSupported:
+        return None
+
+
+def _cuda_version(encoded: int) -> str:
+    # NVML encodes CUDA versions as 1000 * major + 10 * minor (12040 is 12.4).
+    return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
+# ---------------------------------------------------------------------------------------------- timeline
+
+
+@dataclass(frozen=True)
+class DeviceTimeline:
+    """One device's samples within the measured window, in time order; timestamps in clock seconds.
+
+    Utilisation has its own time axis because the driver buffer samples at the driver's rate; the
+    polled series (memory utilisation, memory used, SM clock) share `timestamps`. With polling the two
+    axes are the same. Each utilisation value is the share of the driver's last sample period (1/6 s to
+    1 s depending on the GPU) in which a kernel ran, stamped at the period's end.
+    """
+
+    index: int
+    name: str
+    source: str | None  # SOURCE_DRIVER_BUFFER, SOURCE_POLLING, or None when no read succeeded
+    util_timestamps: tuple[float, ...]
+    util: tuple[float, ...]  # percent
+    timestamps: tuple[float, ...]
+    mem_util: tuple[float, ...]  # percent of time the memory was being read or written
+    mem_used: tuple[int, ...]  # bytes
+    sm_clock: tuple[int, ...]  # MHz
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "source": self.source,
+            "util_timestamps": list(self.util_timestamps),
+            "util": list(self.util),
+            "timestamps": list(self.timestamps),
+            "mem_util": list(self.mem_util),
+            "mem_used": list(self.mem_used),
+            "sm_clock": list(self.sm_clock),
+        }
+
+
+@dataclass(frozen=True)
+class GpuTimeline:
+    start: float
+    end: float
+    interval_s: float
+    devices: tuple[DeviceTimeline, ...]
+    complete: bool  # False when an NVML error stopped sampling early
+    error: str | None
+
+    @property
+    def source(self) -> str:
+        """The utilisation source, or the sources joined by '+' when devices differ."""
+        return "+".join(sorted({d.source or "none" for d in self.devices}))
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "interval_s": self.interval_s,
+            "source": self.source,
+            "complete": self.complete,
+            "error": self.error,
+            "devices": [d.as_dict() for d in self.devices],
+        }
+
+
+@dataclass
+class _Recorder:
+    """Mutable per-device buffers, written only by the sampler thread until it is joined."""
+
+    index: int
+    name: str
+    handle: Any
+    source: str | None
+    last_seen_us: int
+    util_timestamps: list[float] = field(default_factory=list)
+    util: list[float] = field(default_factory=list)
+    timestamps: list[float] = field(default_factory=list)
+    mem_util: list[float] = field(default_factory=list)
+    mem_used: list[int] = field(default_factory=list)
+    sm_clock: list[int] = field(default_factory=list)
+
+    def clipped(self, *, start: float, end: float) -> DeviceTimeline:
+        util = sorted(p for p in zip(self.util_timestamps, self.util) if start <= p[0] <= end)
+        rows = zip(self.timestamps, self.mem_util, self.mem_used, self.sm_clock)
+        polled = sorted(p for p in rows if start <= p[0] <= end)
+        util_ts, util_values = (tuple(c) for c in zip(*util)) if util else ((), ())
+        ts, mem_util, mem_used, sm_clock = (tuple(c) for c in zip(*polled)) if polled else ((), (), (), ())
+        return DeviceTimeline(
+            index=self.index,
+            name=self.name,
+            source=self.source,
+            util_timestamps=util_ts,
+            util=util_values,
+            timestamps=ts,
+            mem_util=mem_util,
+            mem_used=mem_used,
+            sm_clock=sm_clock,
+        )
+
+
+class GpuSampler:
+    """Samples the selected GPUs on a background thread for the duration of the ``with`` block.
+
+        with GpuSampler(interval_s=0.05) as sampler:
+            run_the_work()
+        stats = gpu_stats(sampler.timeline)
+
+    `clock` must be wall-clock seconds since the epoch (time.time): the driver buffer stamps its samples
+    in epoch microseconds, and the window they are clipped to is taken with this clock.
+    An NVML error while sampling stops the sampling and marks the timeline incomplete with the error text;
+    the block itself is not disturbed. The thread is stopped and joined on every exit; if it does not stop
+    within `join_timeout_s` (an NVML call hanging), __exit__ raises.
+    """
+
+    def __init__(
+        self,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        devices: Sequence[int] | None = None,
+        use_driver_buffer: bool = True,
+        clock: Callable[[], float] = time.time,
+        join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S,
+    ):
+        if not interval_s > 0:
+            raise ValueError(f"interval_s: expected a positive number of seconds, found {interval_s!r}")
+        self.interval_s = interval_s
+        self.devices = None if devices is None else tuple(devices)
+        self.use_driver_buffer = use_driver_buffer
+        self.join_timeout_s = join_timeout_s
+        self._clock = clock
+        self._nvml: Any = None
+        self._recorders: list[_Recorder] = []
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._start = 0.0
+        self._end = 0.0
+        self._error: str | None = None
+        self._crash: BaseException | None = None
+        self._timeline: GpuTimeline | None = None
+
+    def __enter__(self) -> GpuSampler:
+        if self._thread is not None:
+            raise RuntimeError("GpuSampler: already entered; use a new sampler for each window")
+        nvml = _load_nvml()
+        _init(nvml)
+        try:
+            self._recorders = [self._recorder(nvml, i) for i in select_devices(nvml, devices=self.devices)]
+        except BaseException:
+            nvml.nvmlShutdown()
+            raise
+        self._nvml = nvml
+        self._start = self._clock()
+        for recorder in self._recorders:
+            recorder.last_seen_us = int(self._start * 1e6)
+        self._thread = threading.Thread(target=self._run, name=SAMPLER_THREAD_NAME, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        assert self._thread is not None
+        self._end = self._clock()
+        self._stop.set()
+        self._thread.join(self.join_timeout_s)
+        if self._thread.is_alive():
+            # A thread cannot be killed; it is a daemon, so it will not keep the process alive. NVML is
+            # left initialised because shutting it down under a running call is undefined.
+            raise RuntimeError(
+                f"GpuSampler: the sampling thread did not stop within {self.join_timeout_s} s "
+                "(an NVML call is hanging)"
+            )
+        self._nvml.nvmlShutdown()
+        self._timeline = GpuTimeline(
+            start=self._start,
+            end=self._end,
+            interval_s=self.interval_s,
+            devices=tuple(r.clipped(start=self._start, end=self._end) for r in self._recorders),
+            complete=self._error is None and self._crash is None,
+            error=self._error if self._crash is None else f"sampler failed: {self._crash!r}",
+        )
+        if self._crash is not None and exc_type is None:
+            raise RuntimeError("GpuSampler: the sampling thread failed") from self._crash
+        return False
+
+    @property
+    def timeline(self) -> GpuTimeline:
+        if self._timeline is None:
+            raise RuntimeError("GpuSampler.timeline: available only after the with block has exited")
+        return self._timeline
+
+    def _recorder(self, nvml: Any, index: int) -> _Recorder:
+        handle = _handle(nvml, index)
+        return _Recorder(
+            index=index,
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            handle=handle,
+            source=None if self.use_driver_buffer else SOURCE_POLLING,
+            last_seen_us=0,
+        )
+
+    def _run(self) -> None:
+        try:
+            while True:
+                for recorder in self._recorders:
+                    self._sample(recorder)
+                if self._stop.wait(self.interval_s):
+                    break
+            # The driver buffer may hold samples from the end of the window that have not been read yet.
+            for recorder in self._recorders:
+                if recorder.source == SOURCE_DRIVER_BUFFER:
+                    self._read_buffer(recorder)
+        except self._nvml.NVMLError as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 -- a bug, not an NVML failure: re-raised by __exit__
+            self._crash = exc
+
+    def _sample(self, recorder: _Recorder) -> None:
+        nvml = self._nvml
+        if recorder.source != SOURCE_POLLING:
+            self._read_buffer(recorder)
+        now = self._clock()
+        # Read everything before appending so the series stay aligned if a call fails.
+        rates = nvml.nvmlDeviceGetUtilizationRates(recorder.handle)
+        memory = nvml.nvmlDeviceGetMemoryInfo(recorder.handle)
+        sm_clock = nvml.nvmlDeviceGetClockInfo(recorder.handle, nvml.NVML_CLOCK_SM)
+        recorder.timestamps.append(now)
+        recorder.mem_util.append(float(rates.memory))
+        recorder.mem_used.append(int(memory.used))
+        recorder.sm_clock.append(int(sm_clock))
+        if recorder.source == SOURCE_POLLING:
+            recorder.util_timestamps.append(now)
+            recorder.util.append(float(rates.gpu))
+
+    def _read_buffer(self, recorder: _Recorder) -> None:
+        """Append the driver-buffer utilisation samples newer than the last one read."""
+        nvml = self._nvml
+        try:
+            value_type, samples = nvml.nvmlDeviceGetSamples(
+                recorder.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, recorder.last_seen_us
+            )
+        except nvml.NVMLError_NotSupported:
+            if recorder.source is not None:
+                raise  # it worked before: this is a failure, not a capability answer
+            recorder.source = SOURCE_POLLING
+            return
+        except nvml.NVMLError_NotFound:
+            # NVML's answer when no sample is newer than last_seen_us.
+            recorder.source = SOURCE_DRIVER_BUFFER
+            return
+        recorder.source = SOURCE_DRIVER_BUFFER
+        value_field = _value_field(nvml, value_type)
+        for sample in samples:
+            recorder.util_timestamps.append(sample.timeStamp / 1e6)
+            recorder.util.append(float(getattr(sample.sampleValue, value_field)))
+            recorder.last_seen_us = max(recorder.last_seen_us, int(sample.timeStamp))
+
+
+def _value_field(nvml: Any, value_type: int) -> str:
+    for constant, member in _VALUE_FIELDS.items():
+        if getattr(nvml, constant, None) == value_type:
+            return member
+    raise ValueError(f"nvmlDeviceGetSamples: expected a numeric sample value type, found type {value_type!r}")
+
+
+# -------------------------------------------------------------------------------------------- statistics
+
+# A significant cycle whose swing (peak to trough of the utilisation averaged per phase of the cycle) is
+# smaller than this many percentage points is a ripple, not an oscillation: at full load, a beat between
+# the step period and the sampling interval makes a regular pattern of a few points that the
+# scale-free cycle detector would otherwise report.
+MIN_OSCILLATION_SWING_PCT = 10.0
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """Utilisation statistics of one device's timeline; utilisation in percent, idle as a fraction.
+
+    Both utilisation sources compute these here: the NVML sampler's timeline and the emulated
+    accelerator's (perfsuite.measure.emulated), so the same gates apply to both.
+    """
+
+    device_index: int
+    device_name: str
+    source: str | None
+    samples: int
+    sample_spacing_s: float | None  # median time between utilisation samples
+    util_median: float
+    util_mean: float
+    idle_fraction: float  # share of samples with utilisation below idle_threshold
+    idle_threshold: float
+    variation_ratio: float  # std (ddof=1) / mean as in perfsuite.measure.stats; 0 for a series without variation
+    oscillation: Cycle  # not significant when its swing is below min_swing (the note says so)
+    oscillation_period_s: float | None  # oscillation.period (samples) x sample_spacing_s when significant
+    oscillation_swing: float | None  # points, peak to trough of the per-phase mean at the cycle's lag
+    starvation_episodes: int  # maximal runs of consecutive idle samples
+    longest_starvation_s: float | None  # the longest such run, samples x sample_spacing_s
+    mem_used_max: int | None  # bytes
+    sm_clock_median: float | None  # MHz
+    complete: bool
+    error: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat keys for pytest-benchmark's extra_info."""
+        strength = self.oscillation.strength
+        return {
+            "gpu_device": self.device_index,
+            "gpu_name": self.device_name,
+            "gpu_source": self.source,
+            "gpu_samples": self.samples,
+            "gpu_sample_spacing_s": self.sample_spacing_s,
+            "gpu_util_median": self.util_median,
+            "gpu_util_mean": self.util_mean,
+            "gpu_idle_fraction": self.idle_fraction,
+            "gpu_idle_threshold": self.idle_threshold,
+            "gpu_util_variation_ratio": self.variation_ratio,
+            "gpu_oscillation": self.oscillation.significant,
+            "gpu_oscillation_period_samples": self.oscillation.period,  # None when not significant
+            "gpu_oscillation_period_s": self.oscillation_period_s,
+            # NaN (too few samples, constant series) is not JSON; None says "not measured".
+            "gpu_oscillation_strength": None if math.isnan(strength) else strength,
+            "gpu_oscillation_note": self.oscillation.note,
+            "gpu_oscillation_swing": self.oscillation_swing,
+            "gpu_starvation_episodes": self.starvation_episodes,
+            "gpu_longest_starvation_s": self.longest_starvation_s,
+            "gpu_mem_used_max_bytes": self.mem_used_max,
+            "gpu_sm_clock_median_mhz": self.sm_clock_median,
+            "gpu_complete": self.complete,
+            "gpu_error": self.error,
+        }
+
+
+def gpu_stats(
+    timeline: GpuTimeline,
+    *,
+    device: int | None = None,
+    idle_threshold: float = IDLE_THRESHOLD_PCT,
+    alpha: float = 0.05,
+    min_points: int = 32,
+    max_lag: int | None = None,
+    min_swing: float = MIN_OSCILLATION_SWING_PCT,
+) -> GpuStats:
+    """Statistics of one device's utilisation (`device` = NVML index; default: the first sampled device,
+    the one TensorFlow places work on by default). Oscillation uses the same cycle detector as batch times;
+    a cycle swinging less than `min_swing` points is reported as not significant (a ripple).
+    A starvation episode is a maximal run of consecutive idle samples.
+    Raises ValueError when the device has no utilisation sample in the window."""
+    series = _device(timeline, device)
+    util = series.util
+    if not util:
+        raise ValueError(
+            f"GPU {series.index} ({series.name}): expected utilisation samples in the "
+            f"{timeline.duration_s:.3f} s window, found none (source={series.source}, error={timeline.error})"
+        )
+    gaps = [b - a for a, b in zip(series.util_timestamps, series.util_timestamps[1:])]
+    spacing = statistics.median(gaps) if gaps else None
+    summary = summarize(util)
+    # detect_cycle analyses the logarithm of positive values (batch times stall multiplicatively).
+    # Utilisation is additive and often 0, so it goes in as exp(u / 100): the detector's logarithm then
+    # sees the utilisation itself, and its robust z-scores do not depend on the scale.
+    cycle = detect_cycle([math.exp(u / 100) for u in util], alpha=alpha, min_points=min_points,
+                         max_lag=max_lag)
+    swing = _folded_swing(util, cycle.period) if cycle.significant else None
+    if swing is not None and swing < min_swing:
+        cycle = replace(cycle, significant=False, period=None,
+                        note=f"a ripple, not an oscillation: {cycle.note}, but it swings {swing:.1f} points "
+                             f"< min_swing={min_swing:g}")
+    period_s = cycle.period * spacing if cycle.significant and spacing is not None else None
+    idle_runs = _runs(u < idle_threshold for u in util)
+    return GpuStats(
+        device_index=series.index,
+        device_name=series.name,
+        source=series.source,
+        samples=len(util),
+        sample_spacing_s=spacing,
+        util_median=summary.median,
+        util_mean=summary.mean,
+        idle_fraction=sum(1 for u in util if u < idle_threshold) / len(util),
+        idle_threshold=idle_threshold,
+        # summarize() has no ratio for an all-zero series; a series without variation has ratio 0.
+        variation_ratio=summary.variation_ratio if summary.std > 0 else 0.0,
+        oscillation=cycle,
+        oscillation_period_s=period_s,
+        oscillation_swing=swing,
+        starvation_episodes=len(idle_runs),
+        longest_starvation_s=max(idle_runs) * spacing if idle_runs and spacing is not None else None,
+        mem_used_max=max(series.mem_used) if series.mem_used else None,
+        sm_clock_median=float(statistics.median(series.sm_clock)) if series.sm_clock else None,
+        complete=timeline.complete,
+        error=timeline.error,
+    )
+
+
+def _folded_swing(util: Sequence[float], period: int) -> float:
+    """Peak to trough, in points, of the mean utilisation at each phase of a cycle of `period` samples."""
+    phases = [util[phase::period] for phase in range(period)]
+    means = [statistics.fmean(values) for values in phases if values]
+    return max(means) - min(means)
+
+
+def _runs(flags) -> list[int]:
+    """Lengths of the maximal runs of true values."""
+    runs, length = [], 0
+    for flag in flags:
+        if flag:
+            length += 1
+        elif length:
+            runs.append(length)
+            length = 0
+    return runs + [length] if length else runs
+
+
+def _device(timeline: GpuTimeline, index: int | None) -> DeviceTimeline:
+    if not timeline.devices:
+        raise ValueError("timeline: expected at least one device, found none")
+    if index is None:
+        return timeline.devices[0]
+    for series in timeline.devices:
+        if series.index == index:
+            return series
+    found = [d.index for d in timeline.devices]
+    raise ValueError(f"device: expected one of the sampled GPUs {found}, found {index}")
+
+
+def gpu_gate_metrics(stats: GpuStats) -> dict[str, Any]:
+    """The metrics baselines gate GPU profiles on (min_/max_ thresholds):
+
+    gpu_util_median  percent (0-100), default gate MIN_UTIL_MEDIAN_PCT = 85
+    gpu_idle_fraction  fraction (0-1), default gate MAX_IDLE_FRACTION = 0.05
+    gpu_oscillation  bool, a significant cycle; a GPU runner gates it at False
+    gpu_complete  bool; a gate on an incomplete timeline should not pass
+    """
+    return {
+        "gpu_util_median": stats.util_median,
+        "gpu_idle_fraction": stats.idle_fraction,
+        "gpu_oscillation": stats.oscillation.significant,
+        "gpu_complete": stats.complete,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- cli
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfsuite.measure.gpu", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sample", type=float, metavar="SECONDS", help="also sample the GPUs for this long and print stats"
+    )
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                        help=f"sampling interval (default: {DEFAULT_INTERVAL_S})")
+    args = parser.parse_args(argv)
+    try:
+        for gpu in visible_gpus():
+            print(f"GPU {gpu.index}: {gpu.name}, driver {gpu.driver_version}")
+        if args.sample is None:
+            return 0
+        with GpuSampler(interval_s=args.interval) as sampler:
+            time.sleep(args.sample)
+    except GpuUnavailable as exc:
+        print(f"GPU unavailable ({exc.cause}): {exc.reason}", file=sys.stderr)
+        return 1
+    for series in sampler.timeline.devices:
+        print(json.dumps(gpu_stats(sampler.timeline, device=series.index).as_dict(), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

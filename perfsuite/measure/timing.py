@@ -1,0 +1,558 @@
+"""Timing of input pipelines and training steps.
+
+What every function here gets right:
+- the first batch / first call (pipeline start-up, trace + compile) is timed and reported apart;
+- every timed unit ends with a readback that forces completion and nothing more (host_readback), so
+  asynchronous device work is finished inside the timed window;
+- wall times come from time.perf_counter_ns;
+- per-batch times are kept, so percentiles, stability warnings and cycles can be computed.
+
+TensorFlow is imported lazily, only by the functions that need it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from perfsuite._tensorflow import tensorflow
+from perfsuite.measure import stats
+
+
+def _json_number(value: float | None) -> float | None:
+    """NaN is not valid JSON; pytest-benchmark's saved files must stay readable."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+# -------------------------------------------------------------------------------- readback, sizes
+
+
+def _on_host(tensor) -> bool:
+    return "CPU" in tensor.device.upper()
+
+
+def _force(tensor) -> None:
+    """Copy one element of tensor to the host: the copy waits for the op that produced it."""
+    if tensor.shape.rank and tensor.shape.num_elements():
+        tensor = tensor[(0,) * tensor.shape.rank]
+    tensor.numpy()
+
+
+def host_readback(structure: Any, *, force_host: bool = False) -> int:
+    """Make sure every tensor in structure is computed; return how many tensors and arrays it holds.
+
+    Forces completion and nothing more. A tensor on a device (GPU, prefetch_to_device) may still be
+    computing when it is returned, so one element of it is copied to the host: the copy waits for it.
+    A tensor on the host is complete when returned under synchronous eager execution (TF's default),
+    e.g. every tensor a tf.data iterator yields on the CPU: it is not read at all, so the cost of
+    copying strings (a batch's ``id``) or whole structures is not charged to the pipeline. Under
+    asynchronous eager execution, or with force_host (a step's output), host tensors are forced too,
+    one element each. numpy arrays are on the host and complete; they count, and are not read.
+    """
+    tf = tensorflow()
+    force_host = force_host or not tf.config.experimental.get_synchronous_execution()
+    read = 0
+    for item in tf.nest.flatten(structure, expand_composites=True):
+        if isinstance(item, tf.Tensor):
+            if force_host or not _on_host(item):
+                _force(item)
+            read += 1
+        elif isinstance(item, np.ndarray | np.generic):
+            read += 1
+    return read
+
+
+def _step_readback(output: Any) -> None:
+    if host_readback(output, force_host=True) == 0:
+        raise ValueError(
+            "step: the default readback needs the step to return a tensor (e.g. the loss) to force its "
+            f"completion; found {type(output).__name__}. Return a tensor or pass readback="
+        )
+
+
+def leading_dim(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor (tf.nest order: dict keys sorted)."""
+    tf = tensorflow()
+    flat = tf.nest.flatten(batch)
+    shape = getattr(flat[0], "shape", None) if flat else None
+    if shape is None or len(shape) == 0 or shape[0] is None:
+        raise ValueError(
+            "samples_in: cannot infer the batch size; expected the first element of the batch to have a "
+            f"leading dimension, found {type(flat[0]).__name__ if flat else 'an empty batch'} with shape "
+            f"{shape}. Pass samples_in=callable(batch) -> int"
+        )
+    return int(shape[0])
+
+
+# ------------------------------------------------------------------------------------ tf.function
+
+
+def tracing_count(fn: Callable) -> int | None:
+    """How often a tf.function has traced so far; None for anything that is not one.
+
+    Also reads objects that wrap a tf.function and say so with a ``tracing_count()`` method (the
+    training step), which returns None while they run eagerly.
+    """
+    getter = getattr(fn, "experimental_get_tracing_count", None) or getattr(fn, "tracing_count", None)
+    count = getter() if callable(getter) else None
+    return None if count is None else int(count)
+
+
+# ---------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A measured pipeline or step.
+
+    first_ns: the first batch / call (start-up, trace, compile), also warmup_ns[0].
+    warmup_ns: all warm-up batches / calls, not part of the steady state.
+    batch_ns, batch_samples: per steady batch / call, wall time and samples.
+    samples_per_s, batches_per_s: steady state.
+    summary, warnings, cycle: of the steady per-batch times in seconds.
+    traces: tf.function traces during the whole measurement; retraces: during the steady window only
+    (None when the step is not a tf.function or there is no step).
+    """
+
+    name: str
+    first_ns: int
+    warmup_ns: tuple[int, ...]
+    batch_ns: tuple[int, ...]
+    batch_samples: tuple[int, ...]
+    samples_per_s: float
+    batches_per_s: float
+    summary: stats.Summary
+    warnings: tuple[str, ...]
+    cycle: stats.Cycle
+    traces: int | None = None
+    retraces: int | None = None
+
+    def as_dict(self) -> dict:
+        """Flat JSON-ready figures (seconds, not ns) for pytest-benchmark's extra_info."""
+        summary = self.summary
+        return {
+            "name": self.name,
+            "first_s": self.first_ns / 1e9,
+            "warmup_s": [ns / 1e9 for ns in self.warmup_ns],
+            "batches": len(self.batch_ns),
+            "samples": sum(self.batch_samples),
+            "steady_s": sum(self.batch_ns) / 1e9,
+            "samples_per_s": self.samples_per_s,
+            "batches_per_s": self.batches_per_s,
+            "batch_mean_s": summary.mean,
+            "batch_median_s": summary.median,
+            "batch_std_s": summary.std,
+            "batch_min_s": summary.min,
+            "batch_max_s": summary.max,
+            "batch_p50_s": summary.p50,
+            "batch_p95_s": summary.p95,
+            "batch_p99_s": summary.p99,
+            "variation_ratio": _json_number(summary.variation_ratio),
+            "robust_cv": _json_number(summary.robust_cv),
+            "warnings": list(self.warnings),
+            "cycle_significant": self.cycle.significant,
+            "cycle_period": self.cycle.period,
+            "cycle_strength": _json_number(self.cycle.strength),
+            "cycle_threshold": _json_number(self.cycle.threshold),
+            "cycle_note": self.cycle.note,
+            "traces": self.traces,
+            "retraces": self.retraces,
+            "batch_s": [ns / 1e9 for ns in self.batch_ns],
+        }
+
+
+def _measurement(*, name, warmup_ns, batch_ns, batch_samples, traces=None, retraces=None) -> Measurement:
+    seconds = [ns / 1e9 for ns in batch_ns]
+    total_s = sum(batch_ns) / 1e9
+    cycle = stats.detect_cycle(seconds)
+    warnings = stats.stability_warnings(seconds)
+    if cycle.significant:
+        warnings += (f"periodic per-batch times: {cycle.note}",)
+    return Measurement(
+        name=name,
+        first_ns=warmup_ns[0],
+        warmup_ns=tuple(warmup_ns),
+        batch_ns=tuple(batch_ns),
+        batch_samples=tuple(batch_samples),
+        samples_per_s=sum(batch_samples) / total_s,
+        batches_per_s=len(batch_ns) / total_s,
+        summary=stats.summarize(seconds),
+        warnings=warnings,
+        cycle=cycle,
+        traces=traces,
+        retraces=retraces,
+    )
+
+
+def _check_counts(**counts: int) -> None:
+    for key, value in counts.items():
+        minimum = 0 if key.startswith("warmup_rounds") else 1
+        if not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{key}: expected an integer >= {minimum}, found {value!r}")
+
+
+class _Source:
+    """An iterator that says, when it runs dry, how many items were needed and how many it had."""
+
+    def __init__(self, iterable: Iterable, *, name: str, needed: int, what: str):
+        self._iterator: Iterator = iter(iterable)
+        self._name = name
+        self._needed = needed
+        self._what = what
+        self.taken = 0
+
+    def next(self) -> Any:
+        try:
+            item = next(self._iterator)
+        except StopIteration:
+            raise ValueError(
+                f"{self._name}: the dataset ended after {self.taken} batches; expected at least "
+                f"{self._needed} ({self._what}). Repeat it (dataset.repeat()) or measure fewer batches"
+            ) from None
+        self.taken += 1
+        return item
+
+
+# -------------------------------------------------------------------------------------- datasets
+
+
+def _time_fetches(source: _Source, count: int, readback: Callable, samples_in: Callable):
+    times, samples = [], []
+    for _ in range(count):
+        start = time.perf_counter_ns()
+        batch = source.next()
+        readback(batch)
+        times.append(time.perf_counter_ns() - start)
+        samples.append(samples_in(batch))
+    return times, samples
+
+
+# A measurement extended to min_seconds takes at most this many times measure_batches batches.
+MAX_EXTENSION = 100
+
+
+def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: int,
+                    samples_in: Callable[[Any], int] | None = None,
+                    readback: Callable[[Any], Any] | None = None, name: str = "dataset",
+                    min_seconds: float = 0.0) -> Measurement:
+    """Time batches drawn from one iterator over dataset (a tf.data.Dataset or any iterable).
+
+    Each batch is timed from the request to the end of its readback. The first warmup_batches
+    (>= 1; the first of them is first_ns) are kept apart from the measure_batches steady ones.
+    With min_seconds, more steady batches are taken, measure_batches at a time, until they add up to
+    min_seconds (at most MAX_EXTENSION times measure_batches): ten batches of a fast pipeline last a
+    few milliseconds and measure its buffers filling, not its rate.
+    The dataset is not repeated implicitly: one that ends early raises ValueError naming the counts.
+    samples_in defaults to leading_dim, readback to host_readback.
+    """
+    _check_counts(warmup_batches=warmup_batches, measure_batches=measure_batches)
+    samples_in = samples_in or leading_dim
+    readback = readback or host_readback
+    source = _Source(dataset, name=name, needed=warmup_batches + measure_batches,
+                     what=f"{warmup_batches} warm-up + {measure_batches} measured")
+    warmup_ns, _ = _time_fetches(source, warmup_batches, readback, samples_in)
+    batch_ns, batch_samples = _time_fetches(source, measure_batches, readback, samples_in)
+    while sum(batch_ns) < min_seconds * 1e9 and len(batch_ns) < measure_batches * MAX_EXTENSION:
+        more_ns, more_samples = _time_fetches(source, measure_batches, readback, samples_in)
+        batch_ns += more_ns
+        batch_samples += more_samples
+    return _measurement(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples)
+
+
+def null_pipeline(batch_structure: Any):
+    """A dataset that yields one batch again and again with no input work: the harness's floor.
+
+    batch_structure is a batch (nested tensors or arrays) or a tf.data.Dataset whose first batch is
+    kept (take(1).cache()). Prefetched like the loaders, so the iterator's hand-off is the same.
+    """
+    tf = tensorflow()
+    if isinstance(batch_structure, tf.data.Dataset):
+        base = batch_structure.take(1).cache()
+    else:
+        base = tf.data.Dataset.from_tensors(batch_structure)
+    return base.repeat().prefetch(tf.data.AUTOTUNE)
+
+
+def harness_overhead(batch_structure: Any, *, warmup_batches: int = 8, measure_batches: int = 256,
+                     samples_in: Callable[[Any], int] | None = None,
+                     readback: Callable[[Any], Any] | None = None) -> float:
+    """Seconds per batch that measure_dataset charges to a pipeline that does no work.
+
+    The median per-batch time of measure_dataset (same loop, same readback and samples_in) over
+    null_pipeline(batch_structure): the iterator's next(), the readback, and the Python around them.
+    Every batch_ns of a real pipeline with this batch structure holds about this much that is not
+    the pipeline's input work; it matters where batches take a few milliseconds (ceilings, caches).
+    The median, not the mean, so a load spike on a shared machine does not inflate it.
+    """
+    measurement = measure_dataset(dataset=null_pipeline(batch_structure), warmup_batches=warmup_batches,
+                                  measure_batches=measure_batches, samples_in=samples_in,
+                                  readback=readback, name="harness_overhead")
+    return measurement.summary.median
+
+
+def _time_calls(step: Callable, source: _Source, count: int, readback: Callable, samples_in: Callable):
+    """Per-call times of step(batch) + readback; fetching the batch is outside the timed window."""
+    times, samples = [], []
+    for _ in range(count):
+        batch = source.next()
+        start = time.perf_counter_ns()
+        readback(step(batch))
+        times.append(time.perf_counter_ns() - start)
+        samples.append(samples_in(batch))
+    return times, samples
+
+
+def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls: int,
+                 batches: Iterable | None = None, batch: Any = None,
+                 readback: Callable[[Any], Any] | None = None,
+                 samples_in: Callable[[Any], int] | None = None, name: str = "step") -> Measurement:
+    """Time step(batch) calls, fed either by batches (an iterable, drawn once per call; fetching is not
+    timed) or by one fixed batch (exactly one of the two). A dict or tuple batch is itself iterable,
+    hence the two separate arguments.
+
+    The first call (trace + compile for a tf.function) is first_ns; warmup_calls (>= 1) includes it.
+    The default readback copies one element of the step's output tensors to the host, so the step must
+    return a tensor (e.g. its loss). For a tf.function, traces counts all traces during the
+    measurement and retraces those in the steady window.
+    """
+    _check_counts(warmup_calls=warmup_calls, measure_calls=measure_calls)
+    if (batches is None) == (batch is None):
+        raise ValueError("measure_step: expected exactly one of batches= (an iterable) or batch= (a fixed batch)")
+    samples_in = samples_in or leading_dim
+    readback = readback or _step_readback
+    feed = itertools.repeat(batch) if batch is not None else batches
+    source = _Source(feed, name=name, needed=warmup_calls + measure_calls,
+                     what=f"{warmup_calls} warm-up + {measure_calls} measured calls")
+    traces_at_start = tracing_count(step)
+    warmup_ns, _ = _time_calls(step, source, warmup_calls, readback, samples_in)
+    traces_at_steady = tracing_count(step)
+    batch_ns, batch_samples = _time_calls(step, source, measure_calls, readback, samples_in)
+    traces_at_end = tracing_count(step)
+    traces = retraces = None
+    if traces_at_start is not None:
+        traces = traces_at_end - traces_at_start
+        retraces = traces_at_end - traces_at_steady
+    return _measurement(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples,
+                        traces=traces, retraces=retraces)
+
+
+# ------------------------------------------------------------------------------------------- A/B
+
+
+@dataclass(frozen=True)
+class ABResult:
+    """Interleaved A/B rounds.
+
+    a_values, b_values: per round, seconds (unit 's', callables returning a time for a fixed amount
+    of work) or samples/s (unit 'samples/s', callables returning a Measurement).
+    ratios: per pair, A's speed over B's speed (b_s / a_s, or a_samples_per_s / b_samples_per_s),
+    so a ratio > 1 means A is faster. order: 'AB' or 'BA' per measured round.
+    """
+
+    a_values: tuple[float, ...]
+    b_values: tuple[float, ...]
+    unit: str
+    ratios: tuple[float, ...]
+    summary: stats.RatioSummary
+    order: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {
+            "a_values": list(self.a_values),
+            "b_values": list(self.b_values),
+            "unit": self.unit,
+            "ratios": list(self.ratios),
+            "ratio_median": self.summary.median,
+            "ratio_low": self.summary.low,
+            "ratio_high": self.summary.high,
+            "ratio_spread": self.summary.spread,
+            "order": list(self.order),
+        }
+
+
+def _round_value(result: Any, side: str) -> tuple[float, str]:
+    if isinstance(result, Measurement):
+        return result.samples_per_s, "samples/s"
+    if isinstance(result, int | float) and not isinstance(result, bool):
+        return float(result), "s"
+    raise TypeError(f"{side}: expected the callable to return seconds (float) or a Measurement, "
+                    f"found {type(result).__name__}")
+
+
+def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmup_rounds: int = 1) -> ABResult:
+    """Run a and b alternately and compare them pair by pair.
+
+    Rounds go A B, B A, A B, ... (warm-up rounds included in the alternation, results discarded): each
+    side runs first equally often, so a drift of the machine's speed during a pair favours A and B
+    equally often, and the per-pair ratio cancels what both sides of a pair share.
+    """
+    _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
+    a_values, b_values, order, units = [], [], [], set()
+    for index in range(warmup_rounds + rounds):
+        first_a = index % 2 == 0
+        results = {}
+        for side in ("a", "b") if first_a else ("b", "a"):
+            results[side] = _round_value((a if side == "a" else b)(), side)
+        if index < warmup_rounds:
+            continue
+        a_values.append(results["a"][0])
+        b_values.append(results["b"][0])
+        units.update((results["a"][1], results["b"][1]))
+        order.append("AB" if first_a else "BA")
+    if len(units) != 1:
+        raise TypeError(f"a, b: expected both to return the same kind of value, found {sorted(units)}")
+    unit = units.pop()
+    if unit == "s":
+        ratios = stats.ratio_of(b_values, a_values)
+    else:
+        ratios = stats.ratio_of(a_values, b_values)
+    return ABResult(a_values=tuple(a_values), b_values=tuple(b_values), unit=unit, ratios=ratios,
+                    summary=stats.ratio_summary(ratios), order=tuple(order))
+
+
+def join_rounds(first: ABResult, more: ABResult) -> ABResult:
+    """One ABResult of the rounds of ``first`` followed by those of ``more`` (rounds added to decide)."""
+    if first.unit != more.unit:
+        raise TypeError(f"more: expected rounds in {first.unit}, found {more.unit}")
+    ratios = first.ratios + more.ratios
+    return ABResult(a_values=first.a_values + more.a_values, b_values=first.b_values + more.b_values,
+                    unit=first.unit, ratios=ratios, summary=stats.ratio_summary(ratios),
+                    order=first.order + more.order)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Interleaved rounds of several runs (interleave_rounds).
+
+    labels: the runs, in the order given. values: per label, one value per measured round (seconds
+    or samples/s, see ABResult). order: per measured round, the labels in the order they ran.
+    """
+
+    labels: tuple[Any, ...]
+    values: dict
+    unit: str
+    order: tuple[tuple[Any, ...], ...]
+
+    def as_dict(self) -> dict:
+        return {"labels": list(self.labels), "values": {str(k): list(v) for k, v in self.values.items()},
+                "unit": self.unit, "order": [list(o) for o in self.order]}
+
+
+def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1) -> Rounds:
+    """interleave() for any number of runs: every round runs each of them once, forwards on even
+    rounds and backwards on odd ones (A B C, C B A, A B C, ...; warm-up rounds included in the
+    alternation, results discarded). Over a pair of rounds every run sits at the same mean position,
+    so a steady drift of the machine's speed cancels, and a ratio of two runs within one round
+    cancels what the round shares.
+    """
+    _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
+    if len(runs) < 1:
+        raise ValueError("runs: expected at least one callable, found none")
+    labels = tuple(runs)
+    values = {label: [] for label in labels}
+    order, units = [], set()
+    for index in range(warmup_rounds + rounds):
+        sequence = labels if index % 2 == 0 else labels[::-1]
+        results = {label: _round_value(runs[label](), str(label)) for label in sequence}
+        if index < warmup_rounds:
+            continue
+        for label in labels:
+            values[label].append(results[label][0])
+            units.add(results[label][1])
+        order.append(sequence)
+    if len(units) != 1:
+        raise TypeError(f"runs: expected every run to return the same kind of value, found {sorted(units)}")
+    return Rounds(labels=labels, values={label: tuple(v) for label, v in values.items()}, unit=units.pop(),
+                  order=tuple(order))
+
+
+# ----------------------------------------------------------------------------------- input bound
+
+
+@dataclass(frozen=True)
+class InputBound:
+    """The same step fed by the real pipeline and by its synthetic twin (one cached batch repeated).
+
+    t_real, t_synthetic: seconds per step, the median over rounds of each round's mean step time.
+    share = 1 - t_synthetic / t_real (see stats.input_bound_share); classification as TF's profiler.
+    """
+
+    t_real: float
+    t_synthetic: float
+    share: float
+    classification: str
+    rounds: int
+    real_round_s: tuple[float, ...]
+    synthetic_round_s: tuple[float, ...]
+
+    def as_dict(self) -> dict:
+        result = asdict(self)
+        result["real_round_s"] = list(self.real_round_s)
+        result["synthetic_round_s"] = list(self.synthetic_round_s)
+        return result
+
+
+def _mean_step_time(step, source: _Source, *, warmup: int, batches: int, readback) -> float:
+    for _ in range(warmup):
+        readback(step(source.next()))
+    start = time.perf_counter_ns()
+    for _ in range(batches):
+        readback(step(source.next()))
+    return (time.perf_counter_ns() - start) / 1e9 / batches
+
+
+def measure_input_bound(*, step: Callable[[Any], Any], dataset, warmup: int, batches: int, rounds: int = 3,
+                        readback: Callable[[Any], Any] | None = None, name: str = "input_bound") -> InputBound:
+    """Share of step time spent waiting for input, measured as in TensorFlow's profiler.
+
+    The synthetic twin is dataset.take(1).cache().repeat(): the same batch structure, no input work.
+    Rounds alternate real/synthetic first. Each round runs warmup untimed steps (draining a prefetch
+    buffer that refilled while the other side ran, and tracing the step) and then times batches
+    steps including their fetch. The round's mean step time, not a per-step median, is used: a
+    pipeline that stalls every few batches costs exactly its stalls. dataset must yield at least
+    rounds * (warmup + batches) batches.
+    """
+    _check_counts(warmup=warmup, batches=batches, rounds=rounds)
+    tf = tensorflow()
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found {type(dataset).__name__}")
+    readback = readback or _step_readback
+    needed = rounds * (warmup + batches)
+    what = f"{rounds} rounds x ({warmup} warm-up + {batches} measured)"
+    real = _Source(dataset, name=name, needed=needed, what=what)
+    synthetic = _Source(dataset.take(1).cache().repeat(), name=f"{name} (synthetic twin)", needed=needed, what=what)
+    real_s, synthetic_s = [], []
+    for index in range(rounds):
+        sides = ((real, real_s), (synthetic, synthetic_s))
+        for source, out in sides if index % 2 == 0 else reversed(sides):
+            out.append(_mean_step_time(step, source, warmup=warmup, batches=batches, readback=readback))
+    t_real = float(np.median(real_s))
+    t_synthetic = float(np.median(synthetic_s))
+    share = stats.input_bound_share(t_synthetic=t_synthetic, t_real=t_real)
+    return InputBound(t_real=t_real, t_synthetic=t_synthetic, share=share,
+                      classification=stats.classify_input_bound(share), rounds=rounds,
+                      real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s))
+
+
+def combine(rounds: list[Measurement], *, name: str, first: Measurement) -> Measurement:
+    """One Measurement from several measured rounds of the same pipeline or step.
+
+    ``first`` is the measurement that started it (its first batch / call and warm-up are reported);
+    the steady state is every round's steady batches, in order. Per-round warm-up is dropped. Traces
+    add up over all of them; retraces count those in the rounds after ``first``.
+    """
+    if not rounds:
+        raise ValueError("rounds: expected at least one measured round, found none")
+    traces = [m.traces for m in (first, *rounds)]
+    total_traces = None if None in traces else sum(traces)
+    retraces = None if total_traces is None else sum(m.traces for m in rounds)
+    return _measurement(name=name, warmup_ns=first.warmup_ns + first.batch_ns,
+                        batch_ns=[ns for m in rounds for ns in m.batch_ns],
+                        batch_samples=[s for m in rounds for s in m.batch_samples],
+                        traces=total_traces, retraces=retraces)

@@ -1,0 +1,237 @@
+"""One side of ``perfsuite ab``: pytest in-process on that side's benchmarks, its rounds driven from outside.
+
+The controller (perfsuite.tools.ab) starts this file as a script (``python -c <boot> ab_worker.py
+EVENTS_FD COMMANDS_FD PYTEST_ARGS...``) with the side's source tree as the working directory and
+first on the import path, so ``perfsuite`` and the benchmarks are that side's. The file itself comes
+from the controller's perfsuite and uses only the standard library and pytest at import, so it also
+drives a revision older than this feature: the side's Recorder gets the round driver through its
+``round_driver`` context field where it has one, and through a wrapper of ``Recorder._rounds`` /
+``Recorder._interleaved`` (the same two places) where it predates that seam.
+
+Protocol: one JSON object per line. Events (worker -> controller): started, collect_error, collected,
+ready (a benchmark's warm-up is done; it waits), round (one round's figure), done (a benchmark's
+outcome), finished, fatal. Commands (controller -> worker): run (the benchmarks to run, in order),
+go (one round), stop (no more rounds for this measurement), skip (skip this benchmark). A worker whose
+controller has gone (end of file on its commands) exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+import pytest
+
+EXIT_CONTROLLER_GONE = 70
+
+
+class Channel:
+    """The pipes to the controller: events out, commands in, one JSON object per line. With ``freeze``
+    the worker stops its own process group (SIGSTOP) after each ready and round event, at the exact
+    end of its warm-up or round, until the controller continues it for its next command."""
+
+    def __init__(self, events_fd: int, commands_fd: int, *, freeze: bool = False):
+        self._events = os.fdopen(events_fd, "w", encoding="utf-8", buffering=1)
+        self._commands = os.fdopen(commands_fd, "r", encoding="utf-8")
+        self.freeze = freeze
+
+    def send_and_freeze(self, event: str, **fields) -> None:
+        self.send(event, **fields)
+        if self.freeze:
+            os.killpg(0, signal.SIGSTOP)
+
+    def send(self, event: str, **fields) -> None:
+        try:
+            self._events.write(json.dumps({"event": event, **fields}) + "\n")
+            self._events.flush()
+        except (BrokenPipeError, OSError):
+            os._exit(EXIT_CONTROLLER_GONE)
+
+    def receive(self) -> dict:
+        line = self._commands.readline()
+        if not line:  # the controller has gone: nothing is left to measure for
+            os._exit(EXIT_CONTROLLER_GONE)
+        return json.loads(line)
+
+
+class RoundDriver:
+    """The Recorder's round_driver: each round runs when the controller says "go", and its figure goes
+    back to the controller. rounds(): samples/s of each round of measure_dataset / measure_step (after
+    the Recorder's own calibration round); pairs(): the per-round ratio of a compare benchmark (one
+    warm-up pair first, then one pair per round, A first and B first in turn)."""
+
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.nodeid = ""
+        self.index = 0
+
+    def start(self, nodeid: str) -> None:
+        self.nodeid, self.index = nodeid, 0
+
+    def rounds(self, one_round) -> list:
+        results = []
+        self._ready("rounds", "samples_per_s")
+        while self._go():
+            start = time.perf_counter()
+            results.append(one_round())
+            self.channel.send_and_freeze("round", value=float(results[-1].samples_per_s),
+                                         seconds=time.perf_counter() - start)
+        if not results:
+            pytest.skip("perfsuite ab: stopped before any round")
+        return results
+
+    def pairs(self, a, b, *, name: str):
+        from perfsuite.measure import stats, timing
+
+        timing.interleave(a=a, b=b, rounds=1, warmup_rounds=1)  # warm-up: A B, then B A, discarded
+        self._ready("pairs", name)
+        result = None
+        while self._go():
+            start = time.perf_counter()
+            pair = _pair(stats, timing, a, b, a_first=result is None or len(result.ratios) % 2 == 0)
+            result = pair if result is None else timing.join_rounds(result, pair)
+            self.channel.send_and_freeze("round", value=float(pair.ratios[0]), seconds=time.perf_counter() - start)
+        if result is None:
+            pytest.skip("perfsuite ab: stopped before any round")
+        return result
+
+    def _ready(self, kind: str, metric: str) -> None:
+        self.channel.send_and_freeze("ready", nodeid=self.nodeid, index=self.index, kind=kind, metric=metric)
+        self.index += 1
+
+    def _go(self) -> bool:
+        command = self.channel.receive()
+        if command.get("cmd") == "skip":
+            pytest.skip(f"perfsuite ab: {command.get('reason', 'skipped by the controller')}")
+        return command.get("cmd") == "go"
+
+
+def _pair(stats, timing, a, b, *, a_first: bool):
+    """One interleaved pair as an ABResult of A's speed over B's, in the order asked for."""
+    if a_first:
+        return timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0)
+    swapped = timing.interleave(a=b, b=a, rounds=1, warmup_rounds=0)
+    ratios = tuple(1 / r for r in swapped.ratios)
+    return dataclasses.replace(swapped, a_values=swapped.b_values, b_values=swapped.a_values, ratios=ratios,
+                               summary=stats.ratio_summary(ratios), order=("BA",))
+
+
+def install(config, driver: RoundDriver) -> str:
+    """Give the side's Recorder the driver: its round_driver field ("seam"), or a wrapper of the two
+    methods the seam sits in ("wrapped") for a revision that predates it."""
+    from perfsuite.pytest_plugin import plugin as side_plugin
+    from perfsuite.pytest_plugin import recorder as side_recorder
+
+    if "round_driver" in getattr(side_recorder.SessionContext, "__dataclass_fields__", {}):
+        context = side_plugin._context(config)
+        config.stash[side_plugin.CONTEXT_KEY] = dataclasses.replace(context, round_driver=driver)
+        return "seam"
+    recorder_class = side_recorder.Recorder
+    missing = [name for name in ("_rounds", "_interleaved") if not hasattr(recorder_class, name)]
+    if missing:
+        raise RuntimeError(f"this revision's Recorder: expected methods {missing} (or a round_driver field), "
+                           "found neither: too old for perfsuite ab")
+
+    def _rounds(self, one_round):
+        one_round()  # the calibration round the Recorder takes, discarded
+        return driver.rounds(one_round)
+
+    def _interleaved(self, a, b, name):
+        return driver.pairs(a, b, name=name)
+
+    recorder_class._rounds, recorder_class._interleaved = _rounds, _interleaved
+    return "wrapped"
+
+
+def _short(report) -> str:
+    """One line saying why a phase failed or skipped."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2])
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        return str(crash.message).splitlines()[0][:500]
+    lines = [line for line in str(report.longreprtext).splitlines() if line.strip()]
+    return (lines[-1] if lines else report.outcome)[:500]
+
+
+class WorkerPlugin:
+    """Keeps the collection in the controller's order and reports each benchmark's outcome."""
+
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.driver = RoundDriver(channel)
+        self.outcomes: dict[str, tuple[str, str]] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session):
+        import perfsuite
+
+        try:
+            how = install(session.config, self.driver)
+        except Exception as error:  # the side's perfsuite is not one this worker can drive
+            self.channel.send("fatal", message=f"{type(error).__name__}: {error}")
+            raise
+        self.channel.send("started", perfsuite=os.path.dirname(perfsuite.__file__), driver=how,
+                          python=sys.version.split()[0])
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.channel.send("collect_error", nodeid=report.nodeid, message=_short(report))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        self.channel.send("collected", items=[item.nodeid for item in items])
+        command = self.channel.receive()
+        wanted = command.get("items", [])
+        by_id = {item.nodeid: item for item in items}
+        dropped = [item for item in items if item.nodeid not in set(wanted)]
+        items[:] = [by_id[nodeid] for nodeid in wanted if nodeid in by_id]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.driver.start(nodeid)
+
+    def pytest_runtest_logreport(self, report):
+        outcome = self.outcomes.get(report.nodeid)
+        if report.failed and (outcome is None or outcome[0] != "failed"):
+            self.outcomes[report.nodeid] = ("failed", f"{report.when}: {_short(report)}")
+        elif report.skipped and outcome is None:
+            self.outcomes[report.nodeid] = ("skipped", _short(report))
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        outcome, message = self.outcomes.pop(nodeid, ("passed", ""))
+        self.channel.send("done", nodeid=nodeid, outcome=outcome, message=message)
+
+
+def _die_with_controller() -> None:
+    """Linux: SIGKILL this worker when its controller dies, even while it is frozen (a frozen process
+    would otherwise wait for a SIGCONT forever); elsewhere the controller's cleanup is all there is."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def main(argv: list[str]) -> int:
+    """argv: EVENTS_FD COMMANDS_FD PYTEST_ARGS... (run by the controller: frozen between rounds)"""
+    _die_with_controller()
+    channel = Channel(int(argv[0]), int(argv[1]), freeze=True)
+    status = 1
+    try:
+        status = int(pytest.main(argv[2:], plugins=[WorkerPlugin(channel)]))
+    except BaseException as error:  # noqa: BLE001 - an import failure of the side's perfsuite, say: told, then exit
+        channel.send("fatal", message="".join(traceback.format_exception_only(type(error), error)).strip())
+        traceback.print_exc()
+    channel.send("finished", exitstatus=status)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

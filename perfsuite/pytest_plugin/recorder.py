@@ -1,0 +1,340 @@
+"""The ``perfsuite`` fixture's object: what a benchmark measures with, and what it records.
+
+Every ``measure_*`` method keeps warm-up, trace and compile apart from the steady state, forces
+completion with a readback, and spends the run profile's time budget on rounds (at least
+``min_rounds``). Figures go to pytest-benchmark's ``extra_info`` (so into ``--benchmark-json`` and
+``--benchmark-autosave`` files); gated metrics (names declared in ``perfsuite.verdict.metrics``) are
+judged when the test body has run, each with its per-round values where it has rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfsuite._tensorflow import tensorflow
+from perfsuite.measure import stats, timing
+from perfsuite.measure.speech import FrameCounter, speech_figures
+from perfsuite.pytest_plugin import benchmark_adapter
+from perfsuite.pytest_plugin.profiles import RunProfile
+from perfsuite.verdict import metrics as metric_registry
+from perfsuite.verdict.baselines import Baselines, record_measurements
+from perfsuite.verdict.comparison import HistoryComparison, compare_history
+from perfsuite.verdict.gates import INCONCLUSIVE, CheckResult
+
+
+def benchmark_id(profile_name: str, nodeid: str) -> str:
+    """How thresholds and histories name a benchmark: its profile (figures depend on the corpus and
+    budget) and its node id below benchmarks/."""
+    return f"{profile_name}::{nodeid.split('benchmarks/', 1)[-1]}"
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What every benchmark of a session shares: the profile, the baselines and the comparison settings."""
+
+    profile: RunProfile
+    baselines_dir: Path
+    baselines: Baselines
+    gates: str  # "enforce" or "report"
+    save_baselines: bool
+    margin: float
+    baseline_profile: str
+    history: dict[str, list[float]]  # per benchmark id: earlier runs' figures on this hardware, oldest first
+    compare_alpha: float
+    compare_min_effect: float
+    compare_mode: str  # "fail" or "report"
+    # perfsuite ab's worker (perfsuite.pytest_plugin.ab_worker.RoundDriver): runs the rounds of
+    # measure_dataset / measure_step (rounds(one_round) -> [Measurement]) and of compare
+    # (pairs(a, b, name=metric) -> ABResult) when its controller says; None: the budget decides, as always.
+    round_driver: Any = None
+
+
+@dataclass
+class Outcome:
+    """The verdicts of one benchmark, for the summary table and the pass/fail decision. The comparison
+    with earlier runs is decided for all benchmarks together (Holm) at the end of the session."""
+
+    benchmark_id: str
+    check: CheckResult
+    comparison: HistoryComparison | None
+    gates: str
+    notes: list[str] = field(default_factory=list)
+
+    def failure_messages(self) -> list[str]:
+        return [verdict.message for verdict in self.check.failures]
+
+    def raise_for_failures(self) -> None:
+        messages = self.failure_messages()
+        if messages and self.gates == "enforce":
+            raise AssertionError(f"{self.benchmark_id}: performance gate(s) failed:\n  " + "\n  ".join(messages))
+
+
+class Recorder:
+    """What a benchmark measures with (the ``perfsuite`` fixture); see the module docstring."""
+
+    def __init__(self, *, benchmark, context: SessionContext, nodeid: str):
+        self.benchmark = benchmark
+        self.context = context
+        self.profile: RunProfile = context.profile
+        self.nodeid = nodeid
+        self.benchmark_id = benchmark_id(context.profile.name, nodeid)
+        self.metrics: dict[str, float] = {}
+        self.rounds: dict[str, tuple[float, ...]] = {}  # per-round values of a metric, where it has rounds
+        self.primary: timing.Measurement | None = None
+        self.primary_unit = "batch"  # what one of the primary measurement's times is: a batch or a step call
+        self.primary_round_lengths: list[int] | None = None
+        self._benchmark_used = False
+
+    # -------------------------------------------------------------------------------- measuring
+
+    def measure_dataset(self, dataset, *, name: str, samples_in: Callable[[Any], int] | None = None,
+                        readback: Callable[[Any], Any] | None = None, frame_s: float | None = None,
+                        before_round: Callable[[], Any] | None = None) -> timing.Measurement:
+        """Steady-state throughput of a dataset (repeated as needed): warm-up batches apart, then rounds of
+        at least ``measure_batches`` batches and ``min_round_s`` seconds, as many as the budget allows.
+
+        Records samples/s (and its per-round values), per-batch times, variation and cycles.
+        ``samples_in(batch)`` counts a batch's samples (default: its leading dimension);
+        ``readback(batch)`` forces completion (default: reads every tensor back to the host).
+        ``frame_s``: seconds of audio per mel frame (hop / sample rate): with it, batches holding ``mel``
+        and ``mel_len`` also give audio-seconds/s and padding efficiency. ``before_round()`` runs before
+        every round, untimed (e.g. evicting the files from the page cache for cold reads).
+        """
+        iterator = iter(dataset.repeat()) if hasattr(dataset, "repeat") else iter(dataset)
+        counter = FrameCounter() if frame_s is not None and samples_in is None else None
+        options = {k: v for k, v in {"samples_in": samples_in or counter, "readback": readback}.items()
+                   if v is not None}
+        warm = timing.measure_dataset(dataset=iterator, warmup_batches=self.profile.warmup_batches,
+                                      measure_batches=1, name=name, **options)
+        frames = []  # per round: (real, padded) frames of its steady batches
+
+        def one_round():
+            if before_round is not None:
+                before_round()
+            noted = len(counter.real) if counter is not None else 0
+            result = timing.measure_dataset(dataset=iterator, warmup_batches=1, name=name, **options,
+                                            measure_batches=self.profile.measure_batches,
+                                            min_seconds=self.profile.min_round_s)
+            if counter is not None:  # the round's first batch is its warm-up
+                frames.append((sum(counter.real[noted + 1:]), sum(counter.padded[noted + 1:])))
+            return result
+
+        rounds = self._rounds(one_round)
+        measurement = self._record_rounds(rounds, name=name, first=warm, unit="batch")
+        if counter is not None and frames and frames[-1][1] > 0:
+            self._record_speech(rounds, frames[-len(rounds):], frame_s)
+        if isinstance(dataset, tensorflow().data.Dataset):  # what of each batch time is the timing loop's own
+            overhead = timing.harness_overhead(dataset, samples_in=samples_in, readback=readback)
+            self.record({"harness_overhead_s": overhead,
+                         "harness_share": overhead / measurement.summary.median})
+        return measurement
+
+    def _record_speech(self, rounds, frames, frame_s: float) -> None:
+        per_round = [speech_figures(real_frames=real, padded_frames=padded, frame_s=frame_s,
+                                    seconds=sum(r.batch_ns) / 1e9) for r, (real, padded) in zip(rounds, frames)]
+        audio = [f.audio_s_per_s for f in per_round]
+        self.add("audio_s_per_s", statistics.median(audio), rounds=audio)
+        self.record({"padding_efficiency": sum(r for r, _ in frames) / sum(p for _, p in frames)})
+
+    def measure_step(self, step: Callable[[Any], Any], *, batches: Iterable, name: str,
+                     readback: Callable[[Any], Any] | None = None) -> timing.Measurement:
+        """Steady-state speed of a training step fed from ``batches``: its first call (trace + compile)
+        apart as ``first_s``, then rounds of ``step_calls`` calls within the budget. ``readback(output)``
+        forces completion (default: one element of the step's output back to the host)."""
+        source = iter(batches)
+        options = {"readback": readback} if readback is not None else {}
+        warm = timing.measure_step(step=step, batches=source, warmup_calls=max(self.profile.warmup_batches, 1),
+                                   measure_calls=1, name=name, **options)
+
+        def one_round():
+            return timing.measure_step(step=step, batches=source, warmup_calls=1, name=name,
+                                       measure_calls=self.profile.step_calls, **options)
+
+        return self._record_rounds(self._rounds(one_round), name=name, first=warm, unit="call")
+
+    def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2,
+                            batches: int | None = None, rounds: int | None = None,
+                            metric: str = "input_bound") -> timing.InputBound:
+        """The step fed by ``dataset`` (a repeated tf.data.Dataset) and by its synthetic twin (one cached
+        batch), in alternating rounds; records the input-bound share ``metric`` with its per-round values.
+        Defaults: ``step_calls`` batches a round, ``min_rounds`` rounds."""
+        batches = batches or max(self.profile.step_calls, 2)
+        rounds = rounds or self.profile.min_rounds
+        result = self._once(lambda: timing.measure_input_bound(step=step, dataset=dataset, warmup=warmup,
+                                                               batches=batches, rounds=rounds))
+        self.record(result, prefix="input_bound_")
+        shares = [stats.input_bound_share(t_synthetic=s, t_real=r)
+                  for r, s in zip(result.real_round_s, result.synthetic_round_s)]
+        self.add(metric, result.share, rounds=shares)
+        return result
+
+    def measure_epoch(self, *, step: Callable[[Any], Any], dataset, name: str) -> timing.Measurement:
+        """One pass of a finite ``dataset`` through ``step`` (first call apart); traces counted over the
+        whole epoch, so a step that retraces on new shapes shows it."""
+        batches = int(dataset.cardinality())
+        if batches < 2:
+            raise ValueError(f"dataset: expected a known number of batches ≥ 2 for an epoch, found {batches}")
+        result = self._once(lambda: timing.measure_step(step=step, batches=iter(dataset), warmup_calls=1,
+                                                        measure_calls=batches - 1, name=name))
+        self.primary_unit = "call"
+        return self.record(result)
+
+    def compare(self, name: str, *, a: Callable[[], Any], b: Callable[[], Any],
+                rounds: int | None = None) -> timing.ABResult:
+        """Interleaved rounds of ``a`` and ``b`` (A B, B A, ...; each returns seconds for a fixed amount
+        of work, or a Measurement), after one warm-up round; records the median per-round ratio of A's
+        speed over B's as ``name`` (a metric declared in the registry, e.g. ``*_ratio``), with every
+        round's ratio. Rounds follow the budget; while the gate on ``name`` is inconclusive, pairs of
+        rounds are added until it is decided, ``max_rounds`` is reached or twice the budget is spent.
+        A given ``rounds`` fixes the count instead."""
+        metric_registry.lookup(name)
+        started = time.perf_counter()
+        if rounds is not None:
+            result = self._once(lambda: timing.interleave(a=a, b=b, rounds=rounds, warmup_rounds=1))
+        else:
+            result = self._once(lambda: self._interleaved(a, b, name))
+        self.add(name, result.summary.median, rounds=result.ratios,
+                 extra={f"{name}_detail": result.as_dict(), f"{name}_seconds": time.perf_counter() - started})
+        return result
+
+    # ------------------------------------------------------------------------------- rounds
+
+    def _rounds(self, one_round: Callable[[], timing.Measurement]) -> list[timing.Measurement]:
+        """A calibration round (discarded) sizes the budget, then that many rounds through pytest-benchmark
+        (with a round_driver: the rounds its controller asks for)."""
+        start = time.perf_counter()
+        one_round()
+        if self.context.round_driver is not None:
+            return self.context.round_driver.rounds(one_round)
+        count = self.profile.rounds_for(time.perf_counter() - start)
+        results = []
+
+        def timed_round():
+            results.append(one_round())  # pedantic returns only the last round's result
+
+        if self._benchmark_used:
+            for _ in range(count):
+                timed_round()
+        else:
+            self._benchmark_used = True
+            benchmark_adapter.run_rounds(self.benchmark, timed_round, rounds=count)
+        while len(results) < count:  # pytest-benchmark disabled: it ran the round once
+            timed_round()
+        return results
+
+    def _once(self, work: Callable[[], Any]) -> Any:
+        """Work timed as one pytest-benchmark round (its own figures are what count); returns its result."""
+        if self._benchmark_used or not benchmark_adapter.enabled(self.benchmark):
+            return work()
+        self._benchmark_used = True
+        return benchmark_adapter.run_rounds(self.benchmark, work, rounds=1)
+
+    def _interleaved(self, a, b, name: str) -> timing.ABResult:
+        if self.context.round_driver is not None:
+            return self.context.round_driver.pairs(a, b, name=name)
+        start = time.perf_counter()
+        result = timing.interleave(a=a, b=b, rounds=1, warmup_rounds=1)  # warm-up A B, then B A
+        pair_s = (time.perf_counter() - start) / 2
+        wanted = self.profile.rounds_for(pair_s / 2)
+        if wanted > 1:
+            result = timing.join_rounds(result, timing.interleave(a=a, b=b, rounds=wanted - 1, warmup_rounds=0))
+        limit = time.perf_counter() + 2 * self.profile.budget_s
+        while (len(result.ratios) + 2 <= self.profile.max_rounds and time.perf_counter() + 2 * pair_s < limit
+               and self._undecided(name, result)):
+            result = timing.join_rounds(result, timing.interleave(a=a, b=b, rounds=2, warmup_rounds=0))
+        return result
+
+    def _undecided(self, name: str, result: timing.ABResult) -> bool:
+        check = self.context.baselines.check(benchmark_id=self.benchmark_id,
+                                             metrics={name: result.summary.median}, rounds={name: result.ratios})
+        return any(v.decision == INCONCLUSIVE for v in check.verdicts)
+
+    # -------------------------------------------------------------------------------- recording
+
+    def _record_rounds(self, rounds: list[timing.Measurement], *, name: str, first: timing.Measurement,
+                       unit: str) -> timing.Measurement:
+        self.primary_unit, self.primary_round_lengths = unit, [len(r.batch_ns) for r in rounds]
+        measurement = self.record(timing.combine(rounds, name=name, first=first))
+        self.rounds["samples_per_s"] = tuple(r.samples_per_s for r in rounds)
+        self.benchmark.extra_info["rounds"] = len(rounds)
+        self.benchmark.extra_info["round_samples_per_s"] = list(self.rounds["samples_per_s"])
+        return measurement
+
+    def record(self, figures, *, prefix: str = ""):
+        """Attach figures (a Measurement, InputBound, GpuStats or dict) to extra_info.
+
+        Without a prefix a Measurement is the benchmark's primary measurement: its declared metrics
+        (samples/s, variation, traces ...) are judged and compared with earlier runs.
+        """
+        as_dict = figures.as_dict() if hasattr(figures, "as_dict") else dict(figures)
+        for key, value in as_dict.items():
+            self.benchmark.extra_info[f"{prefix}{key}"] = value
+        if isinstance(figures, timing.Measurement) and not prefix:
+            self.primary = figures
+            for key, value in as_dict.items():
+                if value is not None and metric_registry.is_declared(key) and isinstance(value, int | float):
+                    self.metrics[key] = value
+        return figures
+
+    def add(self, name: str, value: float, *, rounds: Sequence[float] | None = None,
+            extra: dict | None = None) -> None:
+        """A gated metric (declared in perfsuite.verdict.metrics), optionally with its per-round values,
+        which its gates are decided from."""
+        metric_registry.lookup(name)
+        self.metrics[name] = value
+        self.benchmark.extra_info[name] = value
+        if rounds is not None:
+            self.rounds[name] = tuple(float(v) for v in rounds)
+            self.benchmark.extra_info[f"{name}_rounds"] = list(self.rounds[name])
+        for key, item in (extra or {}).items():
+            self.benchmark.extra_info[key] = item
+
+    def report_record(self) -> dict:
+        """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker)."""
+        return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid,
+                "metrics": {k: v for k, v in self.metrics.items() if v is None or isinstance(v, int | float)},
+                "measurement": None if self.primary is None else self.primary.as_dict(),
+                "unit": self.primary_unit, "round_lengths": self.primary_round_lengths,
+                "ratio_rounds": {k: list(v) for k, v in self.rounds.items() if metric_registry.lookup(k).same_run}}
+
+    # -------------------------------------------------------------------------------- judging
+
+    def judge(self) -> Outcome:
+        """Verdicts against the gates and the matched profile, and the comparison with earlier runs."""
+        context = self.context
+        check = context.baselines.check(benchmark_id=self.benchmark_id, metrics=self.metrics, rounds=self.rounds)
+        self.benchmark.extra_info["perfsuite_profile"] = self.profile.name
+        self.benchmark.extra_info["perfsuite_verdicts"] = check.as_dict()
+        outcome = Outcome(self.benchmark_id, check, self._compare(), context.gates, notes=list(check.notes))
+        if context.save_baselines:
+            path = self._save()
+            if path is not None:
+                outcome.notes.append(f"recorded into {path}")
+        return outcome
+
+    def _compare(self) -> HistoryComparison | None:
+        history = self.context.history.get(self.benchmark_id)
+        current = self.metrics.get("samples_per_s")
+        if history is None or current is None:
+            return None
+        comparison = compare_history(history, current, higher_is_better=True,
+                                     min_effect=self.context.compare_min_effect, alpha=self.context.compare_alpha)
+        self.benchmark.extra_info["vs_history"] = comparison.as_dict()
+        return comparison
+
+    def _save(self) -> Path | None:
+        recordable = metric_registry.recordable(self.metrics)
+        recorded = {k: v for k, v in self.metrics.items() if k in recordable and math.isfinite(v)}
+        if not recorded:
+            return None
+        path = self.context.baselines_dir / f"{self.context.baseline_profile}.yaml"
+        record_measurements(path, profile_name=self.context.baseline_profile,
+                            fingerprint=self.context.baselines.fingerprint, benchmark_id=self.benchmark_id,
+                            metrics=recorded, margin=self.context.margin)
+        return path

@@ -1,0 +1,118 @@
+"""The report of a benchmark run: what ``--perfsuite-report DIR`` writes at the end of a session.
+
+Per benchmark measured through the perfsuite fixture, a PNG of its per-batch (per-call) times; one PNG
+of every ratio metric; summary.md linking them. Input: the records the plugin collects (see
+write_benchmark_report). matplotlib is reached through perfsuite.plotting only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfsuite.plotting import draw_timeline, file_stem, pyplot, save
+from perfsuite.verdict.metrics import is_declared, lookup
+
+
+def write_benchmark_report(records: list[dict], directory: Path, *, title: str = "perfsuite benchmark run") -> Path:
+    """The report of a benchmark run: per benchmark with a primary measurement, a PNG of its per-batch
+    (per-call) times with any detected period marked; one PNG of every ratio metric (median and, where
+    interleaved rounds were recorded, their range); summary.md linking them. Returns summary.md's path.
+
+    records: what the plugin collects per benchmark: benchmark_id, outcome, metrics (the gated
+    figures), measurement (Measurement.as_dict() of the primary measurement, or None), ratio_rounds
+    ({metric: per-round ratios} for ratios measured by Recorder.compare).
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    timelines = {}
+    for index, record in enumerate(records):
+        if record.get("measurement") and record["measurement"].get("batch_s"):
+            path = directory / f"timeline-{index:02d}-{file_stem(record['benchmark_id'].split('::', 1)[-1])}.png"
+            timelines[record["benchmark_id"]] = plot_benchmark_timeline(record, path).name
+    ratios = _ratio_rows(records)
+    ratio_plot = plot_ratios(ratios, directory / "ratios.png").name if ratios else None
+    summary = directory / "summary.md"
+    summary.write_text(benchmark_summary(records, timelines, ratios, ratio_plot, title=title), encoding="utf-8")
+    return summary
+
+
+def plot_benchmark_timeline(record: dict, path: Path) -> Path:
+    plt = pyplot()
+    measurement = record["measurement"]
+    unit = record.get("unit") or "batch"
+    figure, ax = plt.subplots(figsize=(9, 2.6))
+    draw_timeline(ax, record["benchmark_id"], measurement, unit=unit, round_lengths=record.get("round_lengths"))
+    ax.set_xlabel(f"steady {unit} (rounds joined" + ("; grey lines: round boundaries)" if record.get("round_lengths")
+                                                     else ")"))
+    return save(plt, figure, path)
+
+
+def _ratio_rows(records: list[dict]) -> list[dict]:
+    rows = []
+    for record in records:
+        for metric, value in record.get("metrics", {}).items():
+            if value is None or not (is_declared(metric) and lookup(metric).is_ratio):
+                continue
+            rows.append({"benchmark_id": record["benchmark_id"], "metric": metric, "value": value,
+                         "rounds": (record.get("ratio_rounds") or {}).get(metric) or []})
+    return rows
+
+
+def plot_ratios(rows: list[dict], path: Path) -> Path:
+    """Every ratio metric of the run: the recorded value (the median of its rounds) and each round's ratio."""
+    plt = pyplot()
+    figure, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    ys = list(range(len(rows)))[::-1]
+    for y, row in zip(ys, rows):
+        if row["rounds"]:
+            ax.plot(row["rounds"], [y] * len(row["rounds"]), "|", color="grey", markersize=10)
+            ax.plot([min(row["rounds"]), max(row["rounds"])], [y, y], color="grey", linewidth=0.8)
+        ax.plot([row["value"]], [y], "o", color="tab:blue")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    values = [v for row in rows for v in [row["value"], *row["rounds"]]] + [1.0]
+    if all(v > 0 for v in values):  # ratios of 0.3 and 9 side by side: a log axis, plain tick labels
+        from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+        low, high = min(values) / 1.3, max(values) * 1.3
+        ax.set_xscale("log")
+        ax.set_xlim(low, high)
+        ax.set_xticks([t * 10.0**e for e in range(-3, 4) for t in (1, 2, 5) if low <= t * 10.0**e <= high])
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks(ys, [f"{row['metric']}  [{row['benchmark_id'].split('::', 1)[-1]}]" for row in rows], fontsize=7)
+    ax.set_xlabel("ratio (dot: recorded median; ticks: per round)")
+    ax.set_title("same-run ratios", fontsize=9)
+    return save(plt, figure, path)
+
+
+def benchmark_summary(records: list[dict], timelines: dict, ratios: list[dict], ratio_plot: str | None, *,
+                      title: str) -> str:
+    def number(value):
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+        return str(value)
+
+    lines = [f"# {title}", "", f"{len(records)} benchmark(s) measured through the perfsuite fixture.", "",
+             "| benchmark | outcome | samples/s | median batch s | variation | cycle | other metrics |",
+             "|---|---|---|---|---|---|---|"]
+    for record in records:
+        m = record.get("measurement") or {}
+        cycle = "-" if not m else (f"every {m['cycle_period']}" if m.get("cycle_significant") else "none")
+        others = ", ".join(f"{k} {number(v)}" for k, v in record.get("metrics", {}).items()
+                           if k not in ("samples_per_s", "batches_per_s", "variation_ratio", "robust_cv"))
+        lines.append(f"| {record['benchmark_id']} | {record.get('outcome', '-')} | {number(m.get('samples_per_s'))} | "
+                     f"{number(m.get('batch_median_s'))} | {number(m.get('variation_ratio'))} | {cycle} | "
+                     f"{others or '-'} |")
+    if ratios:
+        lines += ["", "## Ratios", "", "| benchmark | metric | value | per-round range |", "|---|---|---|---|"]
+        for row in ratios:
+            spread = f"{min(row['rounds']):.3g}–{max(row['rounds']):.3g}" if row["rounds"] else "-"
+            lines.append(f"| {row['benchmark_id']} | {row['metric']} | {number(row['value'])} | {spread} |")
+        lines += ["", f"![ratios]({ratio_plot})"]
+    if timelines:
+        lines += ["", "## Per-batch times", ""]
+        for benchmark_id, name in timelines.items():
+            lines += [f"### {benchmark_id}", "", f"![{benchmark_id}]({name})", ""]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,406 @@
+"""The ``perfsuite`` command line.
+
+Exit codes: 0 all good; 1 problems found in the data (each listed; ``diagnose`` still measures the
+readable rest, or measures nothing when no file is readable); 2 usage error (a bad option, or an input
+such as a baseline profile that perfsuite refuses, or a missing extra); 130 interrupted (Ctrl-C).
+``main`` returns the code rather than exiting. Options are checked by argparse before anything is
+measured; a PerfsuiteError raised later is caught in ``main`` alone and printed as one line naming the
+file or option, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from perfsuite.errors import DataError, PerfsuiteError
+from perfsuite.tools.options import check_outputs
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.run(args, parser)
+    except SystemExit as exit:  # argparse's way out: --help (0) or a usage error (2), message printed
+        return exit.code if isinstance(exit.code, int) else EXIT_USAGE
+    except PerfsuiteError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return _exit_code(error)
+    except KeyboardInterrupt:
+        print("perfsuite: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _exit_code(error: PerfsuiteError) -> int:
+    """1 for a dataset perfsuite cannot use (no metadata.csv, nothing readable); 2 for any other refused input."""
+    return EXIT_PROBLEMS if isinstance(error, DataError) else EXIT_USAGE
+
+
+def _integer(minimum: int, *, autotune: bool = False):
+    """An argparse type: an integer >= minimum, or -1 (tf.data.AUTOTUNE) when autotune."""
+    expected = f"an integer >= {minimum}" + (" or -1 (AUTOTUNE)" if autotune else "")
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not (value >= minimum or (autotune and value == -1)):
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    return parse
+
+
+def _mel_config(text: str):
+    """An argparse type: the MelConfig of a --sample-rate."""
+    from perfsuite.data.audio import MelConfig
+
+    try:
+        return MelConfig(sample_rate=_integer(1)(text))
+    except ValueError as error:  # e.g. fmax above the Nyquist frequency of that rate
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perfsuite", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = commands.add_parser(
+        "check-data", help="list every file of an LJSpeech-layout dataset the TF-native loaders cannot read"
+    )
+    check.add_argument("path", type=Path, metavar="PATH", help="dataset directory (metadata.csv, wavs/)")
+    check.add_argument("--cache", type=Path, metavar="DIR",
+                       help="cache directory to check too (default: PATH/cache/mel-<key> when present)")
+    check.add_argument("--sample-rate", type=_mel_config, default="22050", metavar="HZ", dest="mel_config",
+                       help="sample rate the loaders expect (default: %(default)s)")
+    check.set_defaults(run=_check_data)
+    _add_diagnose(commands)
+    _add_machine(commands)
+    _add_ab(commands)
+    return parser
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, found {text!r}")
+    return value
+
+
+def _add_diagnose(commands) -> None:
+    from perfsuite.measure.emulated import DEFAULT_STEP_PRESET  # no TensorFlow
+    from perfsuite.tools.diagnose import DEFAULT_BUDGET_S  # no TensorFlow: records and constants only
+
+    diagnose = commands.add_parser(
+        "diagnose", help="measure loaders, training step and input-bound share on a dataset within a time budget; "
+                         "verdicts with evidence and intervals",
+        description="On a dataset PATH: runs check-data, then measures on the readable files in stages (loaders, "
+                    "step, input-bound share, sweep), each until its figures are decided or its share of --budget "
+                    "is spent. The default model is 'default' (a realistic step, so the input-bound share means "
+                    "something); --model tiny is quicker. With --pipeline instead: measures your own tf.data "
+                    "pipeline as it is (throughput, variation, and with --step its input-bound share and the "
+                    "step's retraces) and inspects its graph.")
+    diagnose.add_argument("path", type=Path, metavar="PATH", nargs="?",
+                          help="dataset directory (metadata.csv, wavs/); or give --pipeline instead")
+    diagnose.add_argument("--budget", type=_seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                          help="time for the whole run, check-data included, split across the stages "
+                               "(default: %(default).0f)")
+    diagnose.add_argument("--pipeline", metavar="MODULE:FUNCTION",
+                          help="your dataset factory (MODULE: a module name or a .py file); it must return a "
+                               "tf.data.Dataset")
+    diagnose.add_argument("--step", metavar="MODULE:FUNCTION",
+                          help="with --pipeline: your training step, step(batch) returning a tensor such as the "
+                               "loss; without it only throughput is measured")
+    diagnose.add_argument("--arg", type=_key_value, action="append", metavar="KEY=VALUE",
+                          help="with --pipeline: a keyword argument for the factory, passed as a string; repeatable")
+    diagnose.add_argument("--batch-size", type=_integer(1), metavar="N", help="batch size (default: 16)")
+    diagnose.add_argument("--workers", type=_integer(1, autotune=True), metavar="N",
+                          help="parallel map calls, -1 for AUTOTUNE (default: 2)")
+    diagnose.add_argument("--cache", type=Path, metavar="DIR",
+                          help="the .npy cache (default: PATH/cache/mel-<key>, else one built in a temporary dir)")
+    diagnose.add_argument("--json", type=Path, metavar="FILE",
+                          help="write every figure as JSON to FILE, after every stage (complete: false until the end)")
+    diagnose.add_argument("--report", type=Path, metavar="DIR",
+                          help="write PNG plots and summary.md to DIR (needs matplotlib: extra 'report')")
+    diagnose.add_argument("--trace", type=Path, metavar="DIR", help="write a TensorBoard profiler trace to DIR")
+    diagnose.add_argument("--model", choices=("tiny", "default"),
+                          help="perfsuite.workload.model preset for the step (default: default)")
+    diagnose.add_argument("--step-time", type=_step_time, metavar="SECONDS|PRESET",
+                          help="the GPU step to judge each pipeline against on an emulated accelerator: seconds, or "
+                               f"a preset of published GPU step times (default: {DEFAULT_STEP_PRESET}; "
+                               "docs/emulated.md lists them)")
+    diagnose.add_argument("--batches", type=_integer(1), metavar="N",
+                          help="steady batches per loader and sweep round (default: 16)")
+    diagnose.set_defaults(run=_diagnose)
+
+
+DATASET_OPTIONS = {"batch_size": 16, "workers": 2, "model": "default", "batches": 16, "cache": None, "trace": None}
+
+
+def _step_time(text: str) -> str:
+    """An argparse type: a step time perfsuite.measure.emulated.parse_step_time accepts, kept as given."""
+    from perfsuite.measure.emulated import parse_step_time  # no TensorFlow
+
+    try:
+        parse_step_time(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    """An argparse type: KEY=VALUE, KEY a Python identifier (a keyword argument)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a Python identifier, found {text!r}")
+    return key, value
+
+
+def _diagnose(args, parser) -> int:
+    if args.pipeline is not None:
+        return _diagnose_pipeline(args, parser)
+    if args.step is not None or args.arg:
+        parser.error(f"{'--step' if args.step is not None else '--arg'}: expected with --pipeline MODULE:FUNCTION, "
+                     "found no --pipeline")
+    if args.path is None:
+        parser.error("PATH: expected a dataset directory (or --pipeline MODULE:FUNCTION), found neither")
+    for name, default in DATASET_OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if not args.path.is_dir():
+        parser.error(f"PATH: expected a dataset directory, found {_describe(args.path)}")
+    if args.cache is not None and not args.cache.is_dir():
+        parser.error(f"--cache: expected a cache directory, found {_describe(args.cache)}")
+    _check_outputs(args, parser)
+    from perfsuite.tools.diagnose import DiagnoseSettings, diagnose  # TensorFlow: only once diagnose() runs
+
+    settings = DiagnoseSettings(batch_size=args.batch_size, workers=args.workers, model=args.model,
+                                budget_s=args.budget, batches=args.batches, **_given(step_time=args.step_time))
+    with _interruptible(args.json):
+        diagnosis = diagnose(dataset_dir=args.path, settings=settings, cache_dir=args.cache, trace_dir=args.trace,
+                             progress=_print_progress, checkpoint=_json_checkpoint(args.json))
+    data = diagnosis.data
+    for problem in data.problems:
+        print(f"{problem.path}: {problem.reason}")
+    print(f"checked {data.checked} utterance(s): {data.skipped} unreadable file(s) skipped, measured on "
+          f"{data.usable}")
+    _print_outcome(diagnosis)
+    if args.json is not None:
+        print(f"json: {args.json}")
+    if args.report is not None:
+        from perfsuite.tools.report import write_report
+
+        print(f"report: {write_report(diagnosis, args.report)}")
+    return EXIT_PROBLEMS if data.problems else EXIT_OK
+
+
+def _diagnose_pipeline(args, parser) -> int:
+    """`diagnose --pipeline`: the user's own dataset factory (and step), measured as it is."""
+    if args.path is not None:
+        parser.error(f"PATH: expected either a dataset directory or --pipeline, found both ({args.path} and "
+                     f"{args.pipeline})")
+    for name in DATASET_OPTIONS:
+        if getattr(args, name) is not None:
+            parser.error(f"--{name.replace('_', '-')}: applies to a dataset PATH, not to --pipeline (the pipeline "
+                         "sets its own)")
+    keys = [key for key, _ in args.arg or []]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        parser.error(f"--arg: expected each KEY once, found {', '.join(repeated)} more than once")
+    _check_outputs(args, parser)
+    from perfsuite.tools.pipeline_inspect import PipelineSettings, Target, diagnose_pipeline
+
+    target = Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or []))
+    settings = PipelineSettings(budget_s=args.budget, **_given(step_time=args.step_time))
+    with _interruptible(args.json):
+        diagnosis = diagnose_pipeline(target=target, settings=settings,
+                                      progress=_print_progress, checkpoint=_json_checkpoint(args.json))
+    print(f"pipeline {target.pipeline}: {' -> '.join(diagnosis.graph.transformations)}")
+    _print_outcome(diagnosis)
+    if args.json is not None:
+        print(f"json: {args.json}")
+    if args.report is not None:
+        from perfsuite.tools.report import write_report
+
+        print(f"report: {write_report(diagnosis, args.report)}")
+    return EXIT_OK
+
+
+def _given(**options) -> dict:
+    """The options the user gave (not None): the settings' defaults stand for the rest."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def _check_outputs(args, parser) -> None:
+    """--report, --trace and --json are usable before minutes of measuring, not after."""
+    check_outputs(parser, json_file=args.json,
+                  directories={"--report": args.report, "--trace": getattr(args, "trace", None)})
+
+
+def _print_outcome(diagnosis) -> None:
+    """The verdicts, then the stages as they ran and the time spent."""
+    for verdict in diagnosis.verdicts:
+        print("\n".join(verdict.lines()))
+    stages = ", ".join(f"{s.name} {s.status} ({s.rounds} rounds, {s.spent_s:.0f} of {s.share_s:.0f} s)"
+                       for s in diagnosis.stages)
+    print(f"stages: {stages}; {diagnosis.elapsed_s:.0f} s of the {diagnosis.settings.budget_s:.0f} s budget")
+
+
+def _json_checkpoint(path: Path | None):
+    """checkpoint(diagnosis) for diagnose(): the JSON rewritten (atomically) after every stage."""
+    if path is None:
+        return None
+    return lambda diagnosis: _write_json(path, diagnosis.as_dict())
+
+
+def progress_line(event) -> str:
+    """One stderr line of a diagnose progress Event: the stage, what happens, its share and the time left."""
+    if event.share_s is None:
+        return f"perfsuite diagnose [{event.stage}] {event.message} ({event.left_s:.0f} s of the budget left)"
+    return (f"perfsuite diagnose [{event.stage}] {event.message} | {event.spent_s:.0f}/{event.share_s:.0f} s of its "
+            f"share, {max(event.left_s, 0):.0f} s of the budget left")
+
+
+def _print_progress(event) -> None:
+    print(progress_line(event), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _interruptible(json_path: Path | None):
+    """SIGTERM (what `timeout` sends) interrupts like Ctrl-C, so the interrupted stage is checkpointed;
+    an interrupt says where the figures measured so far are."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def terminate(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread: keep the default
+        previous = None
+    try:
+        yield
+    except KeyboardInterrupt:
+        if json_path is not None and json_path.exists():
+            print(f"perfsuite diagnose: interrupted; the figures measured so far are in {json_path} "
+                  "(complete: false)", file=sys.stderr)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """data as JSON at path (mode 0644), atomically: written to a temporary file in the same directory,
+    then renamed over path, so that a reader never sees half a file and an interrupted write leaves the
+    previous one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, allow_nan=False)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _check_data(args, parser) -> int:
+    if not args.path.is_dir():
+        parser.error(f"PATH: expected a dataset directory, found {_describe(args.path)}")
+    if args.cache is not None and not args.cache.is_dir():
+        parser.error(f"--cache: expected a cache directory, found {_describe(args.cache)}")
+    from perfsuite.data.loaders import check_dataset  # imports TensorFlow: only once the arguments are good
+
+    report = check_dataset(args.path, cache_dir=args.cache, mel_config=args.mel_config)
+    for problem in report.problems:
+        print(f"{problem.path}: {problem.reason}")
+    print(report.summary())
+    return EXIT_PROBLEMS if report.problems else EXIT_OK
+
+
+def _add_machine(commands) -> None:
+    machine = commands.add_parser(
+        "machine", help="print this machine's fingerprint and which baseline profiles match it",
+        description="Prints the fingerprint baseline profiles are matched on (one key: value per line), then "
+                    "for each profile in the baselines directory whether it matches, or which keys differ.")
+    machine.add_argument("--baselines", type=Path, metavar="DIR",
+                         help="baselines directory (default: benchmarks/baselines, where present)")
+    machine.set_defaults(run=_machine)
+
+
+def _machine(args, parser) -> int:
+    """Exit 0 whether or not a profile matches (a new machine is not a fault); 2 for a malformed
+    profile or several matching ones, which would stop a benchmark run."""
+    if args.baselines is not None and not args.baselines.is_dir():
+        parser.error(f"--baselines: expected a baselines directory, found {_describe(args.baselines)}")
+    from perfsuite.errors import BaselineError
+    from perfsuite.measure.machine import HARDWARE_KEYS, default_profile_name, machine_fingerprint
+    from perfsuite.verdict.baselines import match_profiles, record_command, the_match
+
+    fingerprint = machine_fingerprint()
+    values = fingerprint.as_dict()
+    for key, value in values.items():
+        print(f"{key}: {_plain(value)}")
+    print(f"(not compared: {', '.join(key for key in values if key not in HARDWARE_KEYS)})")
+    print(f"profile name: {default_profile_name(fingerprint)}")
+    directory = args.baselines or Path("benchmarks") / "baselines"
+    if not directory.is_dir():
+        print(f"no baselines directory at {directory}: run from the repository root, or pass --baselines DIR")
+        return EXIT_OK
+    try:
+        candidates = match_profiles(directory, fingerprint=fingerprint)
+        for candidate in candidates:
+            print(f"{candidate.path}: {candidate.describe()}")
+        the_match(directory, candidates)
+    except BaselineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if not any(candidate.matched for candidate in candidates):
+        print(f"no profile in {directory} matches this machine; to record one: {record_command(directory)}")
+    return EXIT_OK
+
+
+def _add_ab(commands) -> None:
+    """``perfsuite ab``: its options and its run live in perfsuite.tools.ab (exit codes in its docstring)."""
+    from perfsuite.tools import ab
+
+    parser = commands.add_parser(
+        "ab", help="compare two git revisions' benchmarks on this machine, interleaved round by round",
+        description=ab.__doc__.split("\n\n")[1].replace("\n", " "))
+    ab.add_arguments(parser)
+    parser.set_defaults(run=ab.run)
+
+
+def _plain(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(value) if value else "(none)"
+    return str(value)
+
+
+def _describe(path: Path) -> str:
+    if not path.exists():
+        return "nothing at that path"
+    return "a file" if path.is_file() else "something that is not a directory"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,875 @@
+"""`perfsuite diagnose --pipeline MODULE:FUNCTION`: measure a user's own tf.data pipeline as it is, within
+a time budget, and inspect its graph for what can cost training time.
+
+load_callable() imports the user's dataset factory (and training step); make_dataset() calls the factory
+with the --arg values. inspect_graph() reads the dataset's serialized graph: every Python-function op
+with the transformation it sits in, whether the pipeline ends with a prefetch, and the dynamic shapes
+of its elements. diagnose_pipeline() measures, in budgeted stages as `perfsuite diagnose` does: steady
+throughput with the start-up and warm-up apart, per-batch variation and cycles and, given a step, the
+step fed by the pipeline vs by its synthetic twin (the input-bound share) and the step's retraces.
+Verdicts and recommendations come only from figures measured in the run: the graph says where to
+look, the figures whether it matters. A target perfsuite cannot use raises TargetError, one line
+naming what was looked up and what was found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from perfsuite.errors import PerfsuiteError
+from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
+from perfsuite.measure.speech import FrameCounter
+from perfsuite.tools.diagnose import (
+    DEFAULT_BUDGET_S,
+    INPUT_BOUND_BOUNDARIES,
+    MAX_STEP_CALLS,
+    MIN_ROUNDS,
+    MIN_STEP_BATCHES,
+    UNSTABLE_VARIATION,
+    VARIATION_BOUNDARIES,
+    Budget,
+    DiagnosisFormatError,
+    Estimate,
+    Event,
+    FeedFigures,
+    InputBoundFigures,
+    Progress,
+    Recorder,
+    Stage,
+    StageRecord,
+    Verdict,
+    _each,
+    _flat,
+    _list,
+    _optional,
+    _quiet,
+    _read,
+    _Record,
+    _values,
+    calls_that_fit,
+    check_step_time,
+    estimate,
+    estimate_evidence,
+    feed_figures,
+    feed_verdict,
+    feed_words,
+    span_words,
+    stage_verdicts,
+    why_undecided,
+)
+
+PIPELINE_SCHEMA_VERSION = 2
+PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "feed": 2.0}
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+PREFETCH_OPS = ("PrefetchDataset", "PrefetchToDevice")
+THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
+MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
+MAX_THROUGHPUT_BATCHES = 256  # ... and at most
+# Dataset op types in the words of the tf.data method that makes them.
+TRANSFORMATIONS = {"MapDataset": "map", "ParallelMapDataset": "map", "ParallelMapDatasetV2": "map (parallel)",
+                   "FlatMapDataset": "flat_map", "InterleaveDataset": "interleave",
+                   "ParallelInterleaveDatasetV2": "interleave (parallel)",
+                   "ParallelInterleaveDatasetV3": "interleave (parallel)",
+                   "ParallelInterleaveDatasetV4": "interleave (parallel)", "FilterDataset": "filter",
+                   "GeneratorDataset": "from_generator", "MapAndBatchDataset": "map and batch (fused)",
+                   "ScanDataset": "scan", "GroupByWindowDataset": "group_by_window",
+                   "GroupByReducerDataset": "group_by_reducer", "ReduceDataset": "reduce"}
+
+
+class TargetError(PerfsuiteError, ValueError):
+    """A --pipeline or --step target perfsuite cannot use: names the option and the target, what was
+    looked up or expected, and what was found."""
+
+    def __init__(self, option: str, target: str, expected: str, found: str):
+        self.option = option
+        self.target = target
+        self.expected = expected
+        self.found = found
+        super().__init__(f"{option} {target}: expected {expected}, found {found}")
+
+
+def _raised(error: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message (TensorFlow's '{{function_node
+    ...}}' prefix left out, so a Python error inside the pipeline shows its own type and message)."""
+    lines = re.sub(r"^\{\{[^}]*\}\}\s*", "", str(error).strip()).splitlines()
+    message = lines[0][:300] if lines else ""
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+# ------------------------------------------------------------------------------------ the targets
+
+
+def load_callable(spec: str, option: str) -> Callable:
+    """The callable named by spec, 'MODULE:FUNCTION' (MODULE a module name, found from the current
+    directory first, or a path to a .py file; FUNCTION may be dotted). TargetError names what is wrong."""
+    from perfsuite._tensorflow import tensorflow
+
+    tensorflow()  # before the user's module imports it: perfsuite's accessor quiets TensorFlow's logs first
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise TargetError(option, spec, "MODULE:FUNCTION (a module name or a .py file, a colon, a function name)",
+                          "no colon" if ":" not in spec else "an empty part")
+    module = _import(module_name, spec, option)
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            names = ", ".join(sorted(n for n in dir(found) if not n.startswith("_"))[:12]) or "nothing public"
+            raise TargetError(option, spec, f"an attribute {attribute!r} in {_where(module)}",
+                              f"no attribute {part!r} (it has: {names})")
+        found = getattr(found, part)
+    if not callable(found):
+        raise TargetError(option, spec, f"{attribute!r} to be callable", type(found).__name__)
+    return found
+
+
+def _where(module) -> str:
+    return f"module {module.__name__!r} ({getattr(module, '__file__', None) or 'built in'})"
+
+
+def _import(name: str, spec: str, option: str):
+    """A module by name (the current directory searched first, as `python -m` does) or by .py path."""
+    if name.endswith(".py") or "/" in name:
+        return _import_file(Path(name), spec, option)
+    added = str(Path.cwd()) not in sys.path
+    if added:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (name == error.name or name.startswith(f"{error.name}.")):
+            raise TargetError(option, spec, f"an importable module {name!r} (searched the current directory and "
+                              "sys.path)", "no such module") from None
+        raise TargetError(option, spec, f"module {name!r} to import", _raised(error)) from None
+    except Exception as error:  # noqa: BLE001 -- the user's module may raise anything: named in one line
+        raise TargetError(option, spec, f"module {name!r} to import", _raised(error)) from None
+    finally:
+        if added:
+            sys.path.remove(str(Path.cwd()))
+
+
+def _import_file(path: Path, spec: str, option: str):
+    if not path.is_file():
+        raise TargetError(option, spec, f"a Python file at {path}", "nothing there" if not path.exists() else
+                          "something that is not a file")
+    name = f"perfsuite_target_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 -- the user's module may raise anything: named in one line
+        raise TargetError(option, spec, f"{path} to import", _raised(error)) from None
+    return module
+
+
+def make_dataset(factory: Callable, args: Mapping[str, str], spec: str):
+    """factory(**args) (the --arg values, as strings), checked to be a tf.data.Dataset."""
+    from perfsuite._tensorflow import tensorflow
+
+    try:
+        dataset = factory(**args)
+    except Exception as error:  # noqa: BLE001 -- the user's factory may raise anything: named in one line
+        call = ", ".join(f"{key}={value!r}" for key, value in args.items())
+        raise TargetError("--pipeline", spec, f"{getattr(factory, '__name__', 'it')}({call}) to return a dataset",
+                          f"it raised {_raised(error)}") from None
+    if not isinstance(dataset, tensorflow().data.Dataset):
+        raise TargetError("--pipeline", spec, "a tf.data.Dataset", type(dataset).__name__)
+    return dataset
+
+
+# ------------------------------------------------------------------------------------- the graph
+
+
+@dataclass(frozen=True)
+class PythonOp(_Record):
+    """A Python-function op in the dataset graph: its op type and node, the graph function it sits in,
+    the dataset transformation that runs it (in tf.data's words, its op type and node), and the Python
+    callable it calls when TensorFlow still knows it (None otherwise)."""
+
+    op: str
+    node: str
+    function: str
+    transformation: str
+    transformation_op: str
+    transformation_node: str
+    python: str | None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "python_ops[]") -> PythonOp:
+        return _flat(cls, data, where)
+
+
+@dataclass(frozen=True)
+class DynamicShape(_Record):
+    """An element component whose static shape leaves dimensions open: its path in element_spec ('' for
+    a single tensor), its shape in words, and the open dimensions (None: not even the rank is known)."""
+
+    component: str
+    shape: str
+    dims: tuple[int, ...] | None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "dynamic_shapes[]") -> DynamicShape:
+        values = _values(cls, data, where)
+        values["dims"] = None if values["dims"] is None else tuple(_list(values["dims"], f"{where}.dims"))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class GraphFindings(_Record):
+    """What the dataset's graph shows. transformations: dataset op types from the source to the output
+    (along first inputs). ends_with_prefetch: the last one is a prefetch. inject_prefetch: whether tf.data
+    adds one at run time when the last transformation is synchronous (its option; TensorFlow's default
+    is on). dynamic_shapes: element components with open dimensions, which can make a step retrace."""
+
+    transformations: tuple[str, ...]
+    python_ops: tuple[PythonOp, ...]
+    ends_with_prefetch: bool
+    inject_prefetch: bool
+    dynamic_shapes: tuple[DynamicShape, ...]
+    element_spec: str
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "graph") -> GraphFindings:
+        values = _values(cls, data, where)
+        values["transformations"] = tuple(_list(values["transformations"], f"{where}.transformations"))
+        values["python_ops"] = _each(PythonOp.from_dict, values["python_ops"], f"{where}.python_ops")
+        values["dynamic_shapes"] = _each(DynamicShape.from_dict, values["dynamic_shapes"], f"{where}.dynamic_shapes")
+        return cls(**values)
+
+
+def inspect_graph(dataset) -> GraphFindings:
+    """The GraphFindings of a tf.data.Dataset, from its serialized graph (dataset._as_serialized_graph())."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    functions = {function.signature.name: function for function in graph.library.function}
+    nodes = {node.name: node for node in graph.node}
+    python_ops = tuple(op for node in graph.node if "Dataset" in node.op for op in _python_ops_of(node, functions))
+    chain = _chain(nodes)
+    options = dataset.options()
+    inject = options.experimental_optimization.inject_prefetch
+    autotune = options.autotune.enabled
+    return GraphFindings(transformations=chain, python_ops=python_ops,
+                         ends_with_prefetch=bool(chain) and chain[-1] in PREFETCH_OPS,
+                         inject_prefetch=(inject is not False) and (autotune is not False),
+                         dynamic_shapes=dynamic_shapes(dataset.element_spec), element_spec=str(dataset.element_spec))
+
+
+def _chain(nodes: dict) -> tuple[str, ...]:
+    """Dataset op types from the source to the output node ('dataset'), following first inputs."""
+    out, name = [], None
+    retval = nodes.get("dataset")
+    if retval is not None and retval.input:
+        name = retval.input[0].split(":")[0].lstrip("^")
+    while name in nodes:
+        node = nodes[name]
+        out.append(node.op)
+        inputs = [i.split(":")[0].lstrip("^") for i in node.input]
+        name = next((i for i in inputs if nodes.get(i) is not None and nodes[i].op != "Const"), None)
+    return tuple(reversed(out))
+
+
+def _function_attrs(node) -> list[str]:
+    """The graph functions a node calls (func attrs and lists of them)."""
+    names = []
+    for value in node.attr.values():
+        if value.func.name:
+            names.append(value.func.name)
+        names += [func.name for func in value.list.func]
+    return names
+
+
+def _python_ops_of(node, functions: dict) -> list[PythonOp]:
+    """Every Python-function op reachable from a dataset node through the functions it calls."""
+    found, seen = [], set()
+    pending = list(_function_attrs(node))
+    generator = False
+    while pending:
+        name = pending.pop(0)
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        for inner in functions[name].node_def:
+            generator |= inner.op == "GeneratorDataset"
+            if inner.op in PYTHON_OPS:
+                found.append((inner, name))
+            pending += _function_attrs(inner)
+    words = TRANSFORMATIONS.get(node.op, node.op)
+    if generator:
+        words = f"from_generator (a Python generator under {words})"
+    return [PythonOp(op=inner.op, node=inner.name, function=function, transformation=words,
+                     transformation_op=node.op, transformation_node=node.name, python=_python_name(inner))
+            for inner, function in found]
+
+
+def _python_name(node) -> str | None:
+    """The qualified name of the Python callable a PyFunc op calls, from TensorFlow's registry of them
+    (internal: None when it cannot be read)."""
+    with contextlib.suppress(Exception):
+        from tensorflow.python.ops import script_ops
+
+        function = script_ops._py_funcs.get(node.attr["token"].s.decode())
+        function = getattr(function, "__wrapped__", function)
+        name = getattr(function, "__qualname__", None)
+        return None if name is None else f"{getattr(function, '__module__', '?')}.{name}"
+    return None
+
+
+def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
+    """Components of element_spec whose static shape has open dimensions (or an unknown rank)."""
+    out = []
+    for path, spec in _leaves(element_spec, ""):
+        shape = getattr(spec, "shape", None)
+        if shape is None:
+            continue
+        if shape.rank is None:
+            out.append(DynamicShape(component=path, shape="<unknown rank>", dims=None))
+            continue
+        dims = tuple(i for i, dim in enumerate(shape.as_list()) if dim is None)
+        if dims:
+            out.append(DynamicShape(component=path, shape=str(tuple(shape.as_list())), dims=dims))
+    return tuple(out)
+
+
+def _leaves(structure, path: str) -> Iterator[tuple[str, Any]]:
+    """(path, leaf) of a nested element_spec: dicts by sorted key (tf.nest's order), tuples by index."""
+    if isinstance(structure, Mapping):
+        for key in sorted(structure):
+            yield from _leaves(structure[key], f"{path}/{key}" if path else str(key))
+    elif isinstance(structure, tuple | list):
+        for index, item in enumerate(structure):
+            yield from _leaves(item, f"{path}/{index}" if path else str(index))
+    else:
+        yield path, structure
+
+
+# ----------------------------------------------------------------------------------- the records
+
+
+@dataclass(frozen=True)
+class Target(_Record):
+    """What was diagnosed: the --pipeline and --step specs and the --arg values."""
+
+    pipeline: str
+    step: str | None
+    args: dict[str, str]
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "target") -> Target:
+        return _flat(cls, data, where)
+
+
+@dataclass(frozen=True)
+class PipelineSettings(_Record):
+    """budget_s: the whole run, start-up included. warmup: batches (and step calls per side of an
+    input-bound round) taken untimed after the first one."""
+
+    budget_s: float = DEFAULT_BUDGET_S
+    warmup: int = 2
+    frame_s: float = 256 / 22050  # seconds of audio per mel frame (hop / sample rate): perfsuite's MelConfig
+    step_time: str | None = DEFAULT_STEP_PRESET  # the emulated GPU step (diagnose.DiagnoseSettings.step_time)
+
+    def __post_init__(self):
+        if not (isinstance(self.budget_s, int | float) and self.budget_s > 0):
+            raise ValueError(f"budget_s: expected a number of seconds > 0, found {self.budget_s!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 1:
+            raise ValueError(f"warmup: expected an integer >= 1, found {self.warmup!r}")
+        check_step_time(self.step_time)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "settings") -> PipelineSettings:
+        return _flat(cls, data, where)
+
+
+@dataclass(frozen=True)
+class Throughput(_Record):
+    """The pipeline alone, one iterator: first_batch_s (start-up) and warmup_s apart, then rounds of
+    batches_per_round steady batches. unit: 'samples' (the leading dimension of a batch) or 'batches'
+    when a batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the
+    batch times; batch_s: every steady batch, rounds joined; cycle: stats.Cycle.as_dict() of batch_s;
+    restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
+
+    first_batch_s: float
+    warmup_s: tuple[float, ...]
+    unit: str
+    rate: Estimate | None
+    variation: Estimate | None
+    batches_per_round: int
+    batch_s: tuple[float, ...]
+    cycle: dict | None
+    restarts: int
+    audio_s_per_s: Estimate | None = None
+    padding_efficiency: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "throughput") -> Throughput:
+        values = _values(cls, data, where)
+        for key in ("warmup_s", "batch_s"):
+            values[key] = tuple(_list(values[key], f"{where}.{key}"))
+        for key in ("rate", "variation", "audio_s_per_s"):
+            values[key] = _optional(Estimate.from_dict, values[key], f"{where}.{key}")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class StepRun(_Record):
+    """The user's step: first_s (its first call on the first batch: trace, compile), first_steady_s (the
+    call after), calls (made after the first), and, for a tf.function, traces over the run and retraces
+    (traces after the first call). None: the step is not a tf.function, so its traces cannot be counted."""
+
+    first_s: float
+    first_steady_s: float
+    calls: int
+    traces: int | None
+    retraces: int | None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "step") -> StepRun:
+        return _flat(cls, data, where)
+
+
+@dataclass(frozen=True)
+class PipelineDiagnosis(_Record):
+    """Everything one --pipeline diagnosis inspected, measured and concluded; complete and stages as in
+    diagnose.Diagnosis (an interrupted run's checkpoint has complete=False)."""
+
+    target: Target
+    settings: PipelineSettings
+    fingerprint: dict
+    complete: bool
+    elapsed_s: float
+    stages: tuple[StageRecord, ...]
+    graph: GraphFindings
+    throughput: Throughput | None
+    step: StepRun | None
+    input_bound: InputBoundFigures | None
+    feed: FeedFigures | None
+    verdicts: tuple[Verdict, ...]
+
+    def as_dict(self) -> dict:
+        return {"schema_version": PIPELINE_SCHEMA_VERSION, "kind": "pipeline", **super().as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PipelineDiagnosis:
+        """Read back what as_dict() wrote; DiagnosisFormatError names a wrong version or a missing key."""
+        from dataclasses import fields
+
+        data = _read(data, "diagnosis", ("schema_version", "kind", *(f.name for f in fields(cls))))
+        if data["kind"] != "pipeline":
+            raise DiagnosisFormatError("kind", "'pipeline'", repr(data["kind"]))
+        if data["schema_version"] != PIPELINE_SCHEMA_VERSION:
+            raise DiagnosisFormatError("schema_version", str(PIPELINE_SCHEMA_VERSION), repr(data["schema_version"]))
+        return cls(target=Target.from_dict(data["target"]), settings=PipelineSettings.from_dict(data["settings"]),
+                   fingerprint=_read(data["fingerprint"], "fingerprint", ()), complete=data["complete"],
+                   elapsed_s=data["elapsed_s"], stages=_each(StageRecord.from_dict, data["stages"], "stages"),
+                   graph=GraphFindings.from_dict(data["graph"]),
+                   throughput=_optional(Throughput.from_dict, data["throughput"], "throughput"),
+                   step=_optional(StepRun.from_dict, data["step"], "step"),
+                   input_bound=_optional(InputBoundFigures.from_dict, data["input_bound"], "input_bound"),
+                   feed=_optional(FeedFigures.from_dict, data["feed"], "feed"),
+                   verdicts=_each(Verdict.from_dict, data["verdicts"], "verdicts"))
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+
+def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: Progress = _quiet,
+                      checkpoint: Callable[[PipelineDiagnosis], None] | None = None,
+                      clock: Callable[[], float] = time.monotonic) -> PipelineDiagnosis:
+    """Import, inspect and measure target within settings.budget_s. checkpoint() is called after the
+    start-up and after every stage with what exists (complete=False), and at the end (complete=True).
+    TargetError for a target perfsuite cannot use; a KeyboardInterrupt is passed on after the interrupted
+    stage was checkpointed."""
+    from perfsuite.measure.machine import machine_fingerprint
+
+    stages = ("throughput", "input_bound", "feed") if target.step else ("throughput", "feed")
+    budget = Budget(settings.budget_s, {name: PIPELINE_STAGE_NEEDS[name] for name in stages}, clock)
+
+    def tell(message: str) -> None:
+        progress(Event("startup", "note", message, None, budget.elapsed_s(), budget.left_s()))
+
+    tell(f"importing {target.pipeline}" + (f" and {target.step}" if target.step else ""))
+    dataset = make_dataset(load_callable(target.pipeline, "--pipeline"), target.args, target.pipeline)
+    step = load_callable(target.step, "--step") if target.step else None
+    graph = inspect_graph(dataset)
+    tell(f"graph: {' -> '.join(graph.transformations)}; {len(graph.python_ops)} Python-function op(s)")
+    stream = _Stream(dataset, target.pipeline)
+    first_batch, first_s, warmup_s = _start(stream, settings.warmup)
+    tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
+    first_step = _first_calls(step, first_batch, target.step) if step is not None else None
+    head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint().as_dict(), "graph": graph}
+    run = Recorder(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
+                   parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None}, budget=budget,
+                   progress=progress, checkpoint=checkpoint)
+    run.save()
+    run.tell_plan(after="the start-up")
+    with run.stage("throughput") as stage:
+        run.parts["throughput"] = _throughput_stage(stage, stream, first_s, warmup_s, frame_s=settings.frame_s)
+    if step is not None:
+        with run.stage("input_bound") as stage:
+            bound, used = _input_bound_stage(stage, step, first_step, first_batch, dataset, settings, target)
+            run.parts.update(input_bound=bound, step=used)
+    with run.stage("feed") as stage:
+        run.parts["feed"] = _feed_stage(stage, dataset, target, settings)
+    final = run.snapshot(complete=True)
+    if checkpoint is not None:
+        checkpoint(final)
+    return final
+
+
+def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings) -> FeedFigures:
+    """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time."""
+    stage.plan = f"a feed-rate search, then a round at the {settings.step_time} step"
+    stage.tell("note", stage.plan)
+    figures = feed_figures(iter(dataset.repeat()), label=target.pipeline, step_time=settings.step_time,
+                           share_s=stage.left_s())
+    stage.rounds = 1
+    stage.tell("round", feed_words(figures))
+    return figures
+
+
+def _with_verdicts(diagnosis: PipelineDiagnosis) -> PipelineDiagnosis:
+    return replace(diagnosis, verdicts=tuple(pipeline_verdicts(diagnosis)))
+
+
+class _Stream:
+    """Batches of a dataset from one iterator, a new pass begun when it ends (counted in restarts);
+    an error inside the user's pipeline becomes a TargetError naming it."""
+
+    def __init__(self, dataset, spec: str):
+        self._dataset = dataset
+        self._spec = spec
+        self._iterator = iter(dataset)
+        self.restarts = 0
+
+    def next(self):
+        for attempt in range(2):
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                if attempt:
+                    break
+                self.restarts += 1
+                self._iterator = iter(self._dataset)
+            except Exception as error:  # noqa: BLE001 -- the user's pipeline may raise anything: named
+                raise TargetError("--pipeline", self._spec, "a dataset whose batches can be read",
+                                  _raised(error)) from None
+        raise TargetError("--pipeline", self._spec, "a dataset that yields at least one batch", "an empty dataset")
+
+    def close(self) -> None:
+        """The iterator closed now (inside the stage that used it: its teardown can take seconds)."""
+        self._iterator = None
+
+
+def _timed_batch(stream: _Stream) -> tuple[Any, float]:
+    from perfsuite.measure.timing import host_readback
+
+    start = time.perf_counter()
+    batch = stream.next()
+    host_readback(batch)
+    return batch, time.perf_counter() - start
+
+
+def _start(stream: _Stream, warmup: int) -> tuple[Any, float, tuple[float, ...]]:
+    """(the first batch, its seconds (start-up), the seconds of `warmup` more batches)."""
+    first, first_s = _timed_batch(stream)
+    return first, first_s, tuple(_timed_batch(stream)[1] for _ in range(warmup))
+
+
+def _samples_in(batch) -> tuple[int, str]:
+    from perfsuite.measure.timing import leading_dim
+
+    try:
+        return leading_dim(batch), "samples"
+    except (ValueError, TypeError, IndexError):
+        return 1, "batches"
+
+
+def _throughput_stage(stage: Stage, stream: _Stream, first_s: float, warmup_s: tuple[float, ...], *,
+                      frame_s: float) -> Throughput:
+    """Rounds of steady batches from the same iterator until the per-round rate is known to within
+    THROUGHPUT_PRECISION, or the share is spent. The warm-up batches size the rounds."""
+    from perfsuite.measure import stats
+
+    batch_s_estimate = statistics.median(warmup_s) if warmup_s else first_s
+    batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
+                                                         most=MAX_THROUGHPUT_BATCHES))
+    stage.plan = (f"rounds of {batches} steady batches from one iterator, about {batches * batch_s_estimate:.1f} s "
+                  f"each, until the rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
+    stage.tell("note", stage.plan)
+    rounds: list[list[float]] = []
+    units = {"unit": "batches"}
+    frames = FrameCounter()
+    audio: list[float] = []
+
+    def one_round(index: int) -> None:
+        times, samples, noted = [], 0, len(frames.real)
+        for _ in range(batches):
+            batch, seconds = _timed_batch(stream)
+            count, units["unit"] = _samples_in(batch)
+            times.append(seconds)
+            samples += count
+            frames(batch)
+        rounds.append([samples / sum(times), *times])
+        if len(frames.real) == noted + batches:  # every batch had mel and mel_len
+            audio.append(sum(frames.real[noted:]) * frame_s / sum(times))
+
+    def precise() -> bool:
+        rate = estimate([r[0] for r in rounds])
+        return rate.rounds >= MIN_ROUNDS and (rate.high - rate.low) <= 2 * THROUGHPUT_PRECISION * rate.median
+
+    outcome = stage.rounds_until_decided(one_round, decided=precise, first_estimate_s=batches * batch_s_estimate)
+    stream.close()
+    stage.status = outcome.status
+    batch_s = tuple(s for r in rounds for s in r[1:])
+    return Throughput(first_batch_s=first_s, warmup_s=warmup_s, unit=units["unit"],
+                      rate=estimate([r[0] for r in rounds]) if rounds else None,
+                      variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
+                                         VARIATION_BOUNDARIES) if rounds else None,
+                      batches_per_round=batches, batch_s=batch_s,
+                      cycle=stats.detect_cycle(batch_s).as_dict() if batch_s else None, restarts=stream.restarts,
+                      audio_s_per_s=estimate(audio) if audio and len(audio) == len(rounds) else None,
+                      padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None)
+
+
+def _call_step(step, batch, spec: str) -> float:
+    """Seconds of one step(batch) call up to the readback of its output; TargetError when it raises or
+    returns no tensor to wait for."""
+    from perfsuite.measure.timing import host_readback
+
+    start = time.perf_counter()
+    try:
+        output = step(batch)
+    except Exception as error:  # noqa: BLE001 -- the user's step may raise anything: named in one line
+        raise TargetError("--step", spec, "step(batch) to run on the pipeline's batches", _raised(error)) from None
+    if host_readback(output) == 0:
+        raise TargetError("--step", spec, "step(batch) to return a tensor (e.g. the loss) to wait for",
+                          type(output).__name__)
+    return time.perf_counter() - start
+
+
+def _first_calls(step, batch, spec: str) -> StepRun:
+    from perfsuite.measure.timing import tracing_count
+
+    first_s = _call_step(step, batch, spec)
+    steady_s = _call_step(step, batch, spec)
+    traces = tracing_count(step)
+    return StepRun(first_s=first_s, first_steady_s=steady_s, calls=1, traces=traces,
+                   retraces=None if traces is None else 0)
+
+
+def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, settings: PipelineSettings,
+                       target: Target) -> tuple[InputBoundFigures | None, StepRun]:
+    """The step fed by the pipeline (a fresh iterator per round, closed inside it) vs by the first batch
+    repeated, in interleaved rounds (twin first, then real first, ...) until the share is decided or the
+    share of the budget is spent; the step's traces are counted over the rounds."""
+    from perfsuite._tensorflow import tensorflow
+    from perfsuite.measure import stats
+    from perfsuite.measure.timing import tracing_count
+
+    warmup, call_s = settings.warmup, first.first_steady_s
+    batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), 2 * call_s, most=MAX_STEP_CALLS) - warmup)
+    stage.plan = (f"rounds of the synthetic twin and the pipeline, each {warmup} untimed + {batches} timed steps of "
+                  f"about {call_s:.3g} s (about {2 * (warmup + batches) * call_s:.1f} s per round), until the share "
+                  "is decided")
+    stage.tell("note", stage.plan)
+    twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
+    real_s, synthetic_s, calls = [], [], [0]
+    traces_before = tracing_count(step)
+
+    def side(source) -> float:
+        stream = _Stream(source, target.pipeline)
+        for _ in range(warmup):
+            _call_step(step, stream.next(), target.step)
+        start = time.perf_counter()
+        for _ in range(batches):
+            _call_step(step, stream.next(), target.step)
+        calls[0] += warmup + batches
+        seconds = (time.perf_counter() - start) / batches
+        stream.close()
+        return seconds
+
+    def one_round(index: int) -> None:
+        for name in ("twin", "real") if index % 2 == 0 else ("real", "twin"):
+            (synthetic_s if name == "twin" else real_s).append(side(twin if name == "twin" else dataset))
+
+    def figure() -> Estimate:
+        return estimate([stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)],
+                        INPUT_BOUND_BOUNDARIES)
+
+    outcome = stage.rounds_until_decided(one_round, decided=lambda: figure().decided,
+                                         first_estimate_s=2 * (warmup + batches) * call_s)
+    stage.status = outcome.status
+    retraces = None if traces_before is None else tracing_count(step) - traces_before
+    used = replace(first, calls=first.calls + calls[0],
+                   traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
+    if not real_s:
+        return None, used
+    share = figure()
+    return InputBoundFigures(share=share, classification=stats.classify_input_bound(share.median),
+                      t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
+                      real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
+                      warmup=warmup), used
+
+
+# ------------------------------------------------------------------------------------------ verdicts
+
+
+def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[Verdict]:
+    """Findings from the measured figures; the graph findings are judged by them (a Python op or a
+    missing prefetch is worth changing only when the step is measured to wait for input)."""
+    bound, graph = diagnosis.input_bound, diagnosis.graph
+    out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
+    if diagnosis.throughput is not None:
+        out += throughput_verdicts(diagnosis.throughput)
+    out += _input_bound_verdicts(diagnosis)
+    out += [_python_op_verdict(op, bound, diagnosis.target) for op in graph.python_ops]
+    out += _prefetch_verdicts(graph, bound, diagnosis.target)
+    out += _shape_verdicts(graph, diagnosis.step, diagnosis.target)
+    if diagnosis.feed is not None:
+        out.append(feed_verdict(diagnosis.feed))
+    return out
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def throughput_verdicts(figures: Throughput) -> list[Verdict]:
+    rate, unit = figures.rate, figures.unit
+    if rate is None:
+        return []
+    evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
+                "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
+    out = [Verdict("throughput", f"steady throughput {_fmt_rate(rate.median)} {unit}/s "
+                   f"({span_words(rate, _fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
+                   "kept apart)", evidence, None, rate)]
+    if figures.audio_s_per_s is not None:
+        audio = figures.audio_s_per_s
+        out.append(Verdict("speech", f"{_fmt_rate(audio.median)} seconds of audio per second "
+                           f"({span_words(audio, _fmt_rate)}); batches are {figures.padding_efficiency:.0%} real "
+                           "frames, the rest padding", {**estimate_evidence("audio_s_per_s", audio),
+                                                        "padding_efficiency": figures.padding_efficiency},
+                           None, audio))
+    cycle, variation = figures.cycle or {}, figures.variation
+    if cycle.get("significant"):
+        out.append(Verdict("cycle", f"per-batch times repeat every {cycle['period']} batches", {
+            "period": cycle["period"], "strength": cycle["strength"], "threshold": cycle["threshold"]},
+            "periodic stalls: a slow element every period (long files, GC, a shared disk); raise prefetch or "
+            "parallelism so the stall is hidden"))
+    elif variation is not None and variation.median >= UNSTABLE_VARIATION:
+        why = why_undecided(variation, _percent)
+        out.append(Verdict("variation", f"per-batch times vary by {variation.median:.0%} of the mean "
+                           f"({why or span_words(variation, _percent)})",
+                           estimate_evidence("variation", variation), None, variation))
+    return out
+
+
+def _fmt_rate(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _waits(bound: InputBoundFigures | None) -> bool | None:
+    """True / False when the share is decided input-bound / not; None when not measured or undecided."""
+    if bound is None or not bound.share.decided:
+        return None
+    return bound.classification != "not input-bound"
+
+
+def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[Verdict]:
+    bound = diagnosis.input_bound
+    if diagnosis.target.step is None:
+        return [Verdict("input-bound", "not measured: the input-bound share needs a training step to feed "
+                        "(--step MODULE:FUNCTION); throughput only", {}, None)]
+    if bound is None:
+        return []
+    figure, label = bound.share, bound.classification
+    evidence = {**estimate_evidence("share", figure), "t_real_s": bound.t_real, "t_synthetic_s": bound.t_synthetic}
+    why = why_undecided(figure, _percent)
+    if why:
+        return [Verdict("input-bound", f"{why}; median share {figure.median:.0%} ({label} at the median)", evidence,
+                        None, figure)]
+    recommendation = None
+    if label != "not input-bound":
+        recommendation = "the step waits for input: see the Python-function, prefetch and parallelism findings"
+    return [Verdict("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time waits for input; "
+                    f"{span_words(figure, _percent)})", evidence, recommendation, figure)]
+
+
+def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Target) -> Verdict:
+    calls = f" calling {op.python}" if op.python else ""
+    finding = (f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, in {op.transformation} "
+               f"({op.transformation_node})")
+    evidence = {"transformation": op.transformation_node, "function": op.function, "python": op.python}
+    waits, interval = _waits(bound), None if bound is None else bound.share
+    if bound is not None:
+        evidence["input_bound_share"] = bound.share.median
+    if waits:
+        return Verdict("python-op", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
+                       f"move {op.python or 'this function'} in {op.transformation} to TensorFlow ops (no GIL, runs "
+                       "in parallel), or precompute its output", interval)
+    return Verdict("python-op", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)
+
+
+def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
+    if target.step is None:
+        return "whether it costs training time needs --step (the input-bound share)"
+    if bound is None:
+        return "the input-bound share was not measured (no time)"
+    why = why_undecided(bound.share, _percent)
+    if why:
+        return f"whether it costs training time is {why}"
+    return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
+
+
+def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None, target: Target) -> list[Verdict]:
+    if graph.ends_with_prefetch or not graph.transformations:
+        return []
+    last = graph.transformations[-1]
+    evidence = {"last_transformation": last, "inject_prefetch": graph.inject_prefetch}
+    if bound is not None:
+        evidence["input_bound_share"] = bound.share.median
+    finding = f"no prefetch at the end of the pipeline (the last transformation is {last})"
+    interval = None if bound is None else bound.share
+    if graph.inject_prefetch:  # the measured figures already include the prefetch tf.data adds
+        return [Verdict("prefetch", f"{finding}; tf.data's inject_prefetch (on) adds one when the iterator starts, "
+                        "so the figures measured here include it", evidence, None, interval)]
+    finding += "; inject_prefetch is off, so none is added at run time"
+    if _waits(bound):
+        return [Verdict("prefetch", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
+                        "end the pipeline with .prefetch(tf.data.AUTOTUNE), so batches are prepared while the step "
+                        "runs", interval)]
+    return [Verdict("prefetch", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)]
+
+
+def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[Verdict]:
+    shapes = graph.dynamic_shapes
+    retraces = None if step is None else step.retraces
+    if not shapes and not retraces:
+        return []
+    where = ", ".join(f"{s.component or 'the element'} {s.shape}" for s in shapes) or "none in element_spec"
+    evidence = {"dynamic": where, "retraces": retraces, "step_calls": None if step is None else step.calls}
+    if target.step is None:
+        return [Verdict("shapes", f"dynamic shapes ({where}) can make a tf.function step retrace; --step measures "
+                        "whether it does", evidence, None)]
+    if retraces is None:
+        return [Verdict("shapes", f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot "
+                        "be counted", evidence, None)]
+    if retraces:
+        return [Verdict("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this run; "
+                        f"dynamic shapes: {where}", evidence,
+                        "pad batches to fixed shapes (padded_batch with padded_shapes, drop_remainder=True) or give "
+                        "the step an input_signature with None dimensions")]
+    return [Verdict("shapes", f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in "
+                    "this run", evidence, None)]

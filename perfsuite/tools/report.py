@@ -1,0 +1,388 @@
+"""The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary.
+
+Input: a perfsuite.tools.diagnose.Diagnosis, or the dict its as_dict() wrote (read back with
+Diagnosis.from_dict, so an old or damaged file is refused by name), an interrupted run's checkpoint
+included: parts not measured are left out and the summary says so. Every figure is shown with its
+interval and rounds. matplotlib is reached through perfsuite.plotting only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfsuite.plotting import draw_timeline, pyplot, save
+from perfsuite.tools.diagnose import (
+    MIN_ROUNDS,
+    Diagnosis,
+    Estimate,
+    FeedFigures,
+    Pipeline,
+    SweepAxis,
+    feed_words,
+    point_label,
+)
+
+
+def write_report(diagnosis, directory: Path) -> Path:
+    """Write the PNG plots and summary.md into directory; return the summary's path. diagnosis: a
+    Diagnosis, a pipeline_inspect.PipelineDiagnosis (--pipeline), or the dict of either's JSON."""
+    if isinstance(diagnosis, dict):
+        diagnosis = load_diagnosis(diagnosis)
+    if not isinstance(diagnosis, Diagnosis):
+        return write_pipeline_report(diagnosis, directory)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    plots = [plot_batch_timeline(diagnosis, directory / "batch_timeline.png")] if diagnosis.pipelines else []
+    plots += [plot_sweep(axis, directory / f"throughput_vs_{axis.axis}.png") for axis in diagnosis.sweep]
+    if diagnosis.gpu is not None and diagnosis.gpu.available and diagnosis.gpu.timeline:
+        plots.append(plot_gpu_timeline(diagnosis.gpu.timeline, directory / "gpu_utilisation.png"))
+    plots += _feed_plots(diagnosis.feed, directory)
+    summary = directory / "summary.md"
+    summary.write_text(markdown_summary(diagnosis, [p.name for p in plots]), encoding="utf-8")
+    return summary
+
+
+def load_diagnosis(data: dict):
+    """The record of a diagnose JSON: a PipelineDiagnosis for a --pipeline run (kind 'pipeline'), else a
+    Diagnosis; either refuses a damaged file by the key that is wrong."""
+    if isinstance(data, dict) and data.get("kind") == "pipeline":
+        from perfsuite.tools.pipeline_inspect import PipelineDiagnosis
+
+        return PipelineDiagnosis.from_dict(data)
+    return Diagnosis.from_dict(data)
+
+
+def plot_batch_timeline(diagnosis: Diagnosis, path: Path) -> Path:
+    """Per-batch time of every pipeline's steady batches; a detected cycle's period marked by dotted lines."""
+    plt = pyplot()
+    pipelines = diagnosis.pipelines
+    figure, axes = plt.subplots(len(pipelines), 1, figsize=(9, 2.2 * len(pipelines)), squeeze=False)
+    batches = diagnosis.settings.batches
+    for ax, figures in zip(axes[:, 0], pipelines):
+        rounds = len(figures.loader["batch_s"]) // batches
+        draw_timeline(ax, figures.pipeline.label, figures.loader, round_lengths=[batches] * rounds)
+    axes[-1, 0].set_xlabel("steady batch (rounds joined; grey lines: round boundaries)")
+    return save(plt, figure, path)
+
+
+def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
+    """tf_native WAV samples/s against workers or batch size: left, each point's median over the rounds
+    with its per-round values and range; right, each round's ratio to the current setting, with the
+    no-change line and the minimum gain a recommendation needs."""
+    plt = pyplot()
+    points = sweep.points
+    names = [point_label(sweep.axis, point.point) for point in points]
+    xs = list(range(len(points)))
+    label = sweep.axis.replace("_", " ")
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    medians = [point.samples_per_s for point in points]
+    errors = [[point.samples_per_s - point.samples_per_s_low for point in points],
+              [point.samples_per_s_high - point.samples_per_s for point in points]]
+    left.errorbar(xs, medians, yerr=errors, fmt="o-", capsize=4, color="tab:blue", label="median, range")
+    for x, point in zip(xs, points):
+        left.plot([x] * len(point.samples_per_s_rounds), point.samples_per_s_rounds, ".", color="grey", alpha=0.7)
+        if point.current:
+            left.plot([x], [point.samples_per_s], "s", markersize=11, markerfacecolor="none", color="tab:orange",
+                      label="current setting")
+    left.set_xticks(xs, names, fontsize=7)
+    left.set_xlabel(label)
+    left.set_ylabel("samples/s")
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=7, loc="lower right")
+    left.set_title(f"tf_native WAV loader vs {label} ({sweep.rounds} interleaved rounds)", fontsize=9)
+    for x, point in zip(xs, points):
+        gain = point.vs_current
+        ratios = [1.0] * sweep.rounds if gain is None else gain["ratios"]
+        colour = "tab:orange" if gain is None else ("tab:green" if gain["significant"] else "tab:grey")
+        right.plot([x] * len(ratios), ratios, "o", color=colour, alpha=0.8)
+        if gain is not None:
+            right.plot([x - 0.2, x + 0.2], [gain["ratio_median"]] * 2, color=colour, linewidth=2)
+    right.axhline(1.0, color="black", linewidth=0.8)
+    right.axhline(1 + sweep.min_gain, color="tab:green", linestyle="--", linewidth=0.8,
+                  label=f"+{sweep.min_gain:.0%}: minimum gain")
+    right.set_xticks(xs, names, fontsize=7)
+    right.set_xlabel(label)
+    right.set_ylabel("samples/s ÷ current, per round")
+    right.legend(fontsize=7)
+    clear = [name for name, point in zip(names, points) if point.vs_current and point.vs_current["significant"]]
+    verdict = f"clear gain: {', '.join(clear)}" if clear else "no clear winner over the current setting"
+    right.set_title(f"same-round ratio to current ({verdict})", fontsize=9)
+    return save(plt, figure, path)
+
+
+def plot_gpu_timeline(timeline: dict, path: Path, title: str | None = None) -> Path:
+    """Utilisation of each sampled device over a window (a gpu.GpuTimeline.as_dict() record: NVML's, or
+    an emulated accelerator's)."""
+    plt = pyplot()
+    figure, ax = plt.subplots(figsize=(9, 3))
+    if title:
+        ax.set_title(title, fontsize=9)
+    for device in timeline["devices"]:
+        start = timeline["start"]
+        ax.plot([t - start for t in device["util_timestamps"]], device["util"], label=f"GPU {device['index']}")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("utilisation %")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    return save(plt, figure, path)
+
+
+def _feed_plots(feed, directory: Path) -> list[Path]:
+    """The emulated accelerator's utilisation in each pipeline's round at the step asked for."""
+    return [plot_gpu_timeline(figures.timeline, directory / f"emulated_{_file_name(figures.pipeline)}.png",
+                              title=f"{figures.pipeline} feeding a {figures.step_s * 1e3:.3g} ms step "
+                                    f"({figures.step_time})")
+            for figures in feed if figures.timeline]
+
+
+def _file_name(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
+
+
+def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
+    if not feed:
+        return []
+    lines = ["", "## Emulated accelerator", "",
+             ("The shortest step each pipeline keeps >= 90 % busy (three interleaved bisections; docs/emulated.md), "
+              "and one round at the step asked for."), "",
+             "| pipeline | feed rate | step | busy at the step | utilisation median | idle | oscillation | keeps it busy |",
+             "|---|---|---|---|---|---|---|---|"]
+    for figures in feed:
+        fed = feed_words(figures)
+        if figures.step_s is None:
+            lines.append(f"| {figures.pipeline} | {fed} | {figures.reason} | - | - | - | - | - |")
+            continue
+        stats = figures.stats
+        period = stats["emulated_oscillation_period_s"]
+        keeps = {True: "yes", False: "no", None: "undecided"}[figures.keeps_busy]
+        lines.append(f"| {figures.pipeline} | {fed} | {figures.step_s * 1e3:.3g} ms ({figures.step_time}) | "
+                     f"{figures.round['busy_fraction']:.0%} | {stats['emulated_util_median']:.0f} % | "
+                     f"{stats['emulated_idle_fraction']:.0%} | "
+                     f"{f'every {period:.3g} s' if stats['emulated_oscillation'] else 'none'} | {keeps} |")
+    return lines
+
+
+def _current_samples_per_s(sweep: SweepAxis) -> float:
+    return next(point.samples_per_s for point in sweep.points if point.current)
+
+
+def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
+    """The current setting's tf_native WAV loader is measured three times, a minute or so apart: in the
+    loader comparison and in both sweeps. When the figures differ, say so: it shows how far absolute
+    figures drift on this machine, and why the verdicts use same-round ratios."""
+    figures = {}
+    for p in diagnosis.pipelines:
+        if p.pipeline == Pipeline("tf_native", "wav"):
+            figures["the loader comparison"] = p.loader["samples_per_s"]
+    figures.update({f"the {sweep.axis.replace('_', '-')} sweep": _current_samples_per_s(sweep)
+                    for sweep in diagnosis.sweep})
+    values = list(figures.values())
+    if len(values) < 2 or min(values) <= 0 or max(values) / min(values) < 1.2:
+        return []
+    measured = ", ".join(f"{value:.0f} samples/s in {where}" for where, value in figures.items())
+    return ["", (f"The current setting's tf_native WAV loader was measured {len(values)} times in this run: "
+                 f"{measured}. Absolute figures moved that much within one run on this machine (other load, "
+                 "what ran just before); the verdicts use ratios measured within the same rounds.")]
+
+
+def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
+    """summary.md: completeness, stages, data, findings, one table per part measured, the plots."""
+    lines = [f"# perfsuite diagnose: {diagnosis.dataset}", ""]
+    lines += _stage_lines(diagnosis)
+    lines += _data_lines(diagnosis)
+    lines += _findings_lines(diagnosis)
+    lines += _pipeline_lines(diagnosis)
+    lines += _input_bound_lines(diagnosis)
+    lines += _step_lines(diagnosis)
+    lines += _feed_lines(diagnosis.feed)
+    lines += _sweep_drift_note(diagnosis)
+    for sweep in diagnosis.sweep:
+        lines += _sweep_lines(sweep)
+    gpu = diagnosis.gpu
+    if gpu is not None:
+        lines += ["", "## GPU", "", "sampled" if gpu.available else f"not available: {gpu.reason}", ""]
+    lines += ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
+    return "\n".join(lines)
+
+
+def interval_cell(figure: Estimate | None, fmt=lambda v: f"{v:.3g}") -> str:
+    """'12% (3%–25%, 4 rounds)' with ', straddles 5%' when it does; '-' when not measured."""
+    if figure is None:
+        return "-"
+    cell = f"{fmt(figure.median)} ({fmt(figure.low)}–{fmt(figure.high)}, {figure.rounds} rounds"
+    if figure.straddles:
+        cell += ", straddles " + " and ".join(fmt(b) for b in figure.straddles)
+    return cell + ")"
+
+
+def _percent(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def _times(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _stage_lines(diagnosis: Diagnosis) -> list[str]:
+    budget = diagnosis.settings.budget_s
+    lines = []
+    if not diagnosis.complete:
+        ran = ", ".join(stage.name for stage in diagnosis.stages) or "none"
+        lines += [(f"**Incomplete**: the run ended early (interrupted); stages that ran: {ran}. Parts not measured "
+                  "are left out."), ""]
+    lines += [(f"Budget {budget:.0f} s, {diagnosis.elapsed_s:.0f} s spent. Each stage measures until its figures "
+               f"are decided or its share is spent; a figure of fewer than {MIN_ROUNDS} rounds is not enough to "
+               "decide."), "",
+              "| stage | status | share s | spent s | rounds | plan |", "|---|---|---|---|---|---|"]
+    for stage in diagnosis.stages:
+        lines.append(f"| {stage.name} | {stage.status} | {stage.share_s:.0f} | {stage.spent_s:.0f} | {stage.rounds} | "
+                     f"{stage.plan} |")
+    return lines + [""]
+
+
+def _data_lines(diagnosis: Diagnosis) -> list[str]:
+    data, repeat = diagnosis.data, diagnosis.data.repeat
+    lines = [(f"Checked {data.checked} utterance(s); {data.skipped} unreadable file(s) skipped; "
+              f"measured on {data.usable}."), ""]
+    if repeat.copies > 1:
+        lines += [(f"The dataset is smaller than one measurement round ({repeat.round_samples} samples): every "
+                   f"utterance was listed {repeat.copies} times ({repeat.utterances_measured} per pass, "
+                   "epochs repeated) so that batches are full."), ""]
+    return lines
+
+
+def _findings_lines(diagnosis: Diagnosis) -> list[str]:
+    lines = ["## Findings", ""]
+    for verdict in diagnosis.verdicts:
+        figures = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in verdict.evidence.items())
+        lines.append(f"- **{verdict.topic}**: {verdict.finding} ({figures})")
+        if verdict.interval is not None:
+            lines.append(f"  - interval: {interval_cell(verdict.interval, lambda v: f'{v:.4g}')}, "
+                         f"{verdict.interval.coverage:.0%} coverage")
+        if verdict.recommendation:
+            lines.append(f"  - recommendation: {verdict.recommendation}")
+    return lines
+
+
+def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
+    if not diagnosis.pipelines:
+        return []
+    lines = ["", "## Loaders", "", "| pipeline | samples/s | per-batch variation | cycle |", "|---|---|---|---|"]
+    for figures in diagnosis.pipelines:
+        loader = figures.loader
+        cycle = f"every {loader['cycle_period']}" if loader["cycle_significant"] else "none"
+        lines.append(f"| {figures.pipeline.label} | {interval_cell(figures.samples_per_s, lambda v: f'{v:.1f}')} | "
+                     f"{interval_cell(figures.variation, _percent)} | {cycle} |")
+    lines += ["", "| compared | same-round ratio | decided |", "|---|---|---|"]
+    for comparison in diagnosis.comparisons:
+        lines.append(f"| {comparison.a.label} over {comparison.b.label} | {interval_cell(comparison.ratio, _times)} | "
+                     f"{'yes' if comparison.ratio.decided else 'no'} |")
+    return lines
+
+
+def _input_bound_lines(diagnosis: Diagnosis) -> list[str]:
+    if not diagnosis.input_bound:
+        return []
+    lines = ["", "## Input-bound share", "", ("| pipeline | share | class (at the median) | decided | s/step fed | "
+             "s/step synthetic |"), "|---|---|---|---|---|---|"]
+    for figures in diagnosis.input_bound:
+        lines.append(f"| {figures.pipeline.label} | {interval_cell(figures.share, _percent)} | "
+                     f"{figures.classification} | {'yes' if figures.share.decided else 'no'} | {figures.t_real:.4f} | "
+                     f"{figures.t_synthetic:.4f} |")
+    return lines
+
+
+def _step_lines(diagnosis: Diagnosis) -> list[str]:
+    step = diagnosis.step
+    if step is None:
+        return []
+    lines = ["", "## Training step", "", f"{step.calls_per_round} call(s) per mode and round.", "",
+             "| mode | first call s | first steady call s | s/step |", "|---|---|---|---|"]
+    for mode, figures in step.modes.items():
+        lines.append(f"| {mode} | {figures.first_s:.3f} | {figures.first_steady_s:.4f} | "
+                     f"{interval_cell(figures.step_s, lambda v: f'{v:.4f}')} |")
+    for name, ratio in step.ratios.items():
+        lines.append(f"\n{name.replace('_', ' ')}: {interval_cell(ratio.ratio, _times)}")
+    return lines
+
+
+def _sweep_lines(sweep: SweepAxis) -> list[str]:
+    label = sweep.axis.replace("_", " ")
+    lines = ["", f"## tf_native WAV loader vs {label}", "",
+             (f"{sweep.rounds} interleaved round(s), current setting {point_label(sweep.axis, sweep.current)}. "
+              f"A point is recommended only with a median gain ≥ {sweep.min_gain:.0%}, "
+              f"≥ {sweep.min_win_share:.0%} of rounds faster and a paired t-test p < {sweep.alpha}."), "",
+             (f"| {label} | samples/s (median) | per-round range | ratio to current (median, interval) "
+              "| rounds faster | p | clear gain |"), "|---|---|---|---|---|---|---|"]
+    for point in sweep.points:
+        gain, name = point.vs_current, point_label(sweep.axis, point.point)
+        spread = f"{point.samples_per_s_low:.1f}–{point.samples_per_s_high:.1f}"
+        if gain is None:
+            lines.append(f"| {name} (current) | {point.samples_per_s:.1f} | {spread} | 1 | - | - | - |")
+            continue
+        p_value = "-" if gain["p_value"] is None else f"{gain['p_value']:.2g}"
+        lines.append(f"| {name} | {point.samples_per_s:.1f} | {spread} | {interval_cell(point.ratio, _times)} | "
+                     f"{gain['wins']}/{gain['rounds']} | {p_value} | {'yes' if gain['significant'] else 'no'} |")
+    return lines
+
+
+# ----------------------------------------------------------------------------- --pipeline reports
+
+
+def write_pipeline_report(diagnosis, directory: Path) -> Path:
+    """summary.md (and batch_timeline.png when batches were measured) of a PipelineDiagnosis."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    plots = []
+    throughput = diagnosis.throughput
+    if throughput is not None and throughput.batch_s:
+        plt = pyplot()
+        figure, ax = plt.subplots(figsize=(9, 2.6))
+        cycle = throughput.cycle or {}
+        figures = {"batch_s": list(throughput.batch_s), "samples_per_s": throughput.rate.median,
+                   "cycle_significant": cycle.get("significant", False), "cycle_period": cycle.get("period")}
+        rounds = len(throughput.batch_s) // throughput.batches_per_round
+        draw_timeline(ax, diagnosis.target.pipeline, figures, round_lengths=[throughput.batches_per_round] * rounds)
+        ax.set_xlabel("steady batch (rounds joined; grey lines: round boundaries)")
+        plots.append(save(plt, figure, directory / "batch_timeline.png"))
+    if diagnosis.feed is not None:
+        plots += _feed_plots((diagnosis.feed,), directory)
+    summary = directory / "summary.md"
+    summary.write_text(pipeline_summary(diagnosis, [p.name for p in plots]), encoding="utf-8")
+    return summary
+
+
+def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
+    """summary.md of a --pipeline run: completeness, stages, findings, the graph, the figures, the plots."""
+    target, graph = diagnosis.target, diagnosis.graph
+    lines = [f"# perfsuite diagnose --pipeline {target.pipeline}", ""]
+    if target.step or target.args:
+        lines += [f"Step: {target.step or '(none: throughput only)'}; arguments: {target.args or '(none)'}.", ""]
+    lines += _stage_lines(diagnosis)
+    lines += _findings_lines(diagnosis)
+    lines += ["", "## Dataset graph", "", f"Transformations: {' -> '.join(graph.transformations)}", "",
+              f"Element: `{graph.element_spec}`", ""]
+    if graph.python_ops:
+        lines += ["| Python op | node | in | transformation node | calls |", "|---|---|---|---|---|"]
+        lines += [f"| {op.op} | {op.node} | {op.transformation} | {op.transformation_node} | {op.python or '-'} |"
+                  for op in graph.python_ops]
+    throughput = diagnosis.throughput
+    if throughput is not None:
+        lines += ["", "## Throughput", "", (f"First batch {throughput.first_batch_s:.3f} s; warm-up "
+                  f"{', '.join(f'{s:.3f}' for s in throughput.warmup_s)} s; {throughput.batches_per_round} batches "
+                  f"per round; {throughput.restarts} restart(s) of the dataset."), "",
+                  f"- {throughput.unit}/s: {interval_cell(throughput.rate, lambda v: f'{v:.4g}')}",
+                  f"- per-batch variation: {interval_cell(throughput.variation, _percent)}"]
+    bound, step = diagnosis.input_bound, diagnosis.step
+    if step is not None:
+        lines += ["", "## Step", "", (f"First call {step.first_s:.3f} s, then {step.first_steady_s:.4f} s; "
+                  f"{step.calls} calls; retraces: {'not countable' if step.retraces is None else step.retraces}.")]
+    if bound is not None:
+        lines += ["", "## Input-bound share", "", (f"- share: {interval_cell(bound.share, _percent)} "
+                  f"({bound.classification} at the median); s/step fed {bound.t_real:.4f}, synthetic "
+                  f"{bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} timed steps per side")]
+    if diagnosis.feed is not None:
+        lines += _feed_lines((diagnosis.feed,))
+    lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
+    return "\n".join(lines)

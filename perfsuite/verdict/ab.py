@@ -1,0 +1,325 @@
+"""Is revision B slower than revision A? The decision of ``perfsuite ab`` from paired rounds.
+
+Both revisions run on the same machine in the same job, one round of A and one of B after another
+(A B, B A, ...), so each pair of rounds gives one log ratio log(B/A) of a higher-is-better figure
+(samples/s, or a same-run ratio) in which the load both rounds shared cancels. Per benchmark:
+
+* change: exp(median log ratio) - 1, the relative change of B's figure against A's (worse is
+  negative). Interval: the order-statistic interval of that median (the sign test's dual, no
+  distribution assumed) at ``interval_confidence``.
+* p_slower / p_faster: one-sided exact sign tests on the log ratios (a disturbed round costs one
+  sign, not a large rank, so bursts of other load do not hide a change), multiplied by the number of
+  looks the adaptive run may take (a Bonferroni bound over the looks: stopping when a test first
+  succeeds would otherwise inflate the false-alarm rate), then Holm-adjusted over the benchmarks.
+* min_effect: max(floor, k * 1.2533 * noise / sqrt(n)), k standard errors of the median change,
+  where noise is the robust SD (1.4826 * MAD) of the log ratios, i.e. the A/A noise of the pair: a
+  shift of every ratio leaves it unchanged. A change must exceed it to count.
+
+Passes. The rounds of one pair of worker processes are not independent of that pair: on the 2-core
+VM the same revision on both sides differed by up to 13 % on a fast benchmark (the TF-native cache
+loader) for a whole run, drifting within it, while a slower one stayed within 2 %; the round-level
+sign test then flagged 4 of 9 A/A runs. So the comparison runs in ``passes`` (fresh workers each), and
+with two or more the pass is the unit (``estimate_passes``): each pass's median log ratio, their mean
+with a Student-t interval and a two-sided t-test over the passes, min_effect from their standard error.
+One pass keeps the round-level rule above, which holds only where process effects are negligible.
+
+Verdicts: "slower" / "faster": significant (Holm-adjusted p < alpha) and beyond min_effect;
+"no change": the interval lies within +-no_change_within (an equivalence claim: no change that
+large); "inconclusive" otherwise, with an estimate of the rounds still needed.
+
+numpy and scipy only; no processes, no pytest, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from perfsuite.measure.stats import MAD_TO_STD, median_interval
+from perfsuite.verdict.comparison import holm
+
+SLOWER = "slower"
+FASTER = "faster"
+NO_CHANGE = "no change"
+INCONCLUSIVE = "inconclusive"
+
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # 1.2533: standard error of a median / (sigma / sqrt(n))
+
+
+@dataclass(frozen=True)
+class ABSettings:
+    """How ``perfsuite ab`` decides. Rounds count pairs (one round of A and one of B).
+
+    alpha: family-wise false-alarm rate over the benchmarks compared. min_effect: the floor of the
+    smallest change that counts. noise_multiple: k in min_effect. no_change_within: the equivalence
+    margin of "no change". equivalence_alpha: one-sided level of each end of that claim. Rounds are
+    even (as many A-first as B-first pairs); decisions are looked at after min_rounds, then at every
+    doubling, at max_rounds and once more when the budget stops a benchmark.
+    """
+
+    alpha: float = 0.01
+    min_effect: float = 0.02
+    noise_multiple: float = 3.0
+    no_change_within: float = 0.05
+    equivalence_alpha: float = 0.05
+    min_rounds: int = 12
+    max_rounds: int = 96
+    passes: int = 6
+
+    def __post_init__(self):
+        for name in ("alpha", "equivalence_alpha", "min_effect", "no_change_within"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                raise ValueError(f"{name}: expected a number between 0 and 1, found {value}")
+        if not self.noise_multiple > 0:
+            raise ValueError(f"noise_multiple: expected a positive number, found {self.noise_multiple}")
+        if not (self.min_rounds >= 4 and self.min_rounds % 2 == 0):
+            raise ValueError(f"min_rounds: expected an even number >= 4, found {self.min_rounds}")
+        if not (isinstance(self.passes, int) and self.passes >= 1):
+            raise ValueError(f"passes: expected an integer >= 1, found {self.passes!r}")
+        if not (self.max_rounds >= self.min_rounds and self.max_rounds % 2 == 0):
+            raise ValueError(f"max_rounds: expected an even number >= min_rounds ({self.min_rounds}), "
+                             f"found {self.max_rounds}")
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        """Round counts at which a benchmark may stop because it is decided."""
+        counts, n = [], self.min_rounds
+        while n < self.max_rounds:
+            counts.append(n)
+            n *= 2
+        return (*counts, self.max_rounds)
+
+    @property
+    def look_count(self) -> int:
+        """Looks a benchmark may take: the scheduled ones plus one where the budget stops it."""
+        return len(self.looks) + 1
+
+    @property
+    def interval_confidence(self) -> float:
+        """Two-sided confidence of the change's interval, corrected for the looks."""
+        return 1 - 2 * self.equivalence_alpha / self.look_count
+
+    def confidence(self, passes: int) -> float:
+        """The interval's confidence for an estimate over its rounds (corrected for the looks) or over
+        passes (a fixed count, no looks: the equivalence test's own 1 - 2 * equivalence_alpha)."""
+        return self.interval_confidence if passes == 1 else 1 - 2 * self.equivalence_alpha
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "looks": list(self.looks), "interval_confidence": self.interval_confidence}
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One benchmark's rounds: A's and B's figure of each pair, in round order."""
+
+    name: str
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    higher_is_better: bool = True
+
+    def __post_init__(self):
+        if len(self.a) != len(self.b):
+            raise ValueError(f"{self.name}: expected as many rounds of B as of A, found {len(self.b)} and {len(self.a)}")
+        for side, values in (("A", self.a), ("B", self.b)):
+            bad = [v for v in values if not (math.isfinite(v) and v > 0)]
+            if bad:
+                raise ValueError(f"{self.name}: expected positive figures from side {side}, found {bad[0]}")
+
+    def log_changes(self) -> np.ndarray:
+        """log(B/A) per round, oriented so that worse is negative."""
+        logs = np.log(np.asarray(self.b, dtype=float)) - np.log(np.asarray(self.a, dtype=float))
+        return logs if self.higher_is_better else -logs
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "a": list(self.a), "b": list(self.b), "higher_is_better": self.higher_is_better}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One benchmark's statistics before the correction across benchmarks (see the module notes).
+
+    change / low / high: relative change of B against A and its interval (coverage: its exact
+    coverage, below interval_confidence when there are too few rounds). noise: robust SD of the log
+    ratios (of one pass), or the SD of the passes' median log ratios. p_slower / p_faster: one-sided
+    sign tests multiplied by the look count (capped at 1), or t-tests over the passes.
+    worse_rounds / better_rounds: rounds with B worse / better. passes: the unit when >= 2.
+    """
+
+    name: str
+    rounds: int
+    change: float
+    low: float
+    high: float
+    coverage: float
+    noise: float
+    min_effect: float
+    p_slower: float
+    p_faster: float
+    worse_rounds: int
+    better_rounds: int
+    passes: int = 1
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sign_test(successes: int, trials: int) -> float:
+    """P(at least ``successes`` of ``trials`` fair coin flips): the one-sided exact sign test."""
+    if trials == 0:
+        return 1.0
+    return float(sps.binom.sf(successes - 1, trials, 0.5))
+
+
+def estimate(paired: Paired, settings: ABSettings) -> Estimate:
+    """The change, its interval, the noise, the minimum effect and the look-corrected p-values."""
+    logs = paired.log_changes()
+    if logs.size < 2:
+        raise ValueError(f"{paired.name}: expected at least 2 rounds, found {logs.size}")
+    interval = median_interval(logs, confidence=settings.interval_confidence)
+    noise = MAD_TO_STD * float(np.median(np.abs(logs - np.median(logs))))
+    standard_error = MEDIAN_SE_FACTOR * noise / math.sqrt(logs.size)
+    worse, better = int(np.sum(logs < 0)), int(np.sum(logs > 0))
+    looks = settings.look_count
+    return Estimate(
+        name=paired.name, rounds=int(logs.size), change=math.expm1(float(np.median(logs))),
+        low=math.expm1(interval.low), high=math.expm1(interval.high), coverage=interval.coverage, noise=noise,
+        min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
+        p_slower=min(1.0, looks * sign_test(worse, worse + better)),
+        p_faster=min(1.0, looks * sign_test(better, worse + better)),
+        worse_rounds=worse, better_rounds=better)
+
+
+def estimate_passes(passes: Sequence[Paired], settings: ABSettings) -> Estimate:
+    """The change over independent passes (fresh processes each): the mean of the passes' median log
+    ratios, its Student-t interval at settings.confidence(passes) and t-tests (passes - 1 degrees of freedom),
+    each direction at alpha / 2 (its one-sided p doubled), so that slower and faster together stay
+    within alpha. The standard error is the passes' spread, and never less than what the rounds within the
+    passes allow (a few passes can agree by chance)."""
+    if len(passes) < 2:
+        raise ValueError(f"expected at least 2 passes, found {len(passes)}")
+    per_pass = [estimate(paired, settings) for paired in passes]
+    medians = np.array([math.log1p(e.change) for e in per_pass])
+    count, mean = medians.size, float(np.mean(medians))
+    between = float(np.std(medians, ddof=1))
+    within = math.sqrt(sum((MEDIAN_SE_FACTOR * e.noise) ** 2 / e.rounds for e in per_pass)) / count
+    standard_error = max(between / math.sqrt(count), within)
+    df = count - 1
+    confidence = settings.confidence(count)
+    half = float(sps.t.ppf((1 + confidence) / 2, df)) * standard_error
+    t = mean / standard_error if standard_error > 0 else math.copysign(math.inf, mean) if mean else 0.0
+    return Estimate(
+        name=passes[0].name, rounds=sum(e.rounds for e in per_pass), change=math.expm1(mean),
+        low=math.expm1(mean - half), high=math.expm1(mean + half), coverage=confidence,
+        noise=between, min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
+        p_slower=min(1.0, 2 * float(sps.t.cdf(t, df))), p_faster=min(1.0, 2 * float(sps.t.sf(t, df))),
+        worse_rounds=sum(e.worse_rounds for e in per_pass), better_rounds=sum(e.better_rounds for e in per_pass),
+        passes=count)
+
+
+def verdict_of(e: Estimate, *, p_slower: float, p_faster: float, settings: ABSettings) -> str:
+    """slower / faster / no change / inconclusive from an estimate and its family-adjusted p-values."""
+    if p_slower < settings.alpha and e.change <= -e.min_effect:
+        return SLOWER
+    if p_faster < settings.alpha and e.change >= e.min_effect:
+        return FASTER
+    margin = settings.no_change_within
+    if e.coverage >= settings.confidence(e.passes) and -margin < e.low and e.high < margin:
+        return NO_CHANGE
+    return INCONCLUSIVE
+
+
+def more_rounds(e: Estimate, settings: ABSettings, *, benchmarks: int = 1) -> int | None:
+    """About how many more rounds an inconclusive benchmark needs to be decided at its present change
+    and noise (the interval narrows as 1/sqrt(n)); None when no number of rounds is expected to do
+    it (a change right at the no-change margin, below the minimum effect), and for a decision over
+    passes, where more rounds cannot remove a difference between processes (more passes can)."""
+    if e.passes > 1:
+        return None
+    n, shift = e.rounds, abs(math.log1p(e.change))
+    spread = MEDIAN_SE_FACTOR * e.noise  # standard error of the median log ratio, times sqrt(n)
+    needed = []
+    margin = math.log1p(settings.no_change_within)
+    if shift < margin:  # towards "no change"; the interval needs rounds enough to reach its coverage
+        z = sps.norm.isf(settings.equivalence_alpha / settings.look_count)
+        fewest = 1 + math.log2(1 / (1 - settings.interval_confidence))
+        needed.append(max(fewest, (z * spread / (margin - shift)) ** 2))
+    if shift >= math.log1p(settings.min_effect) and shift > 0:  # towards significance beyond min_effect
+        level = settings.alpha / (settings.look_count * max(benchmarks, 1))
+        fewest = math.log2(1 / level)  # the sign test's smallest p is 2**-n
+        z = sps.norm.isf(level)
+        needed.append(max(fewest, (max(z, settings.noise_multiple) * spread / shift) ** 2))
+    if not needed:
+        return None
+    extra = math.ceil(min(needed)) - n
+    return max(2, extra + extra % 2)  # rounds come in pairs of orders
+
+
+@dataclass(frozen=True)
+class ABVerdict:
+    """One benchmark's verdict within the run. p_slower / p_faster: look- and Holm-adjusted.
+    more_rounds: for an inconclusive verdict, the estimate of rounds still needed (None: unknown)."""
+
+    name: str
+    verdict: str
+    estimate: Estimate
+    p_slower: float
+    p_faster: float
+    more_rounds: int | None
+
+    @property
+    def significant_slowdown(self) -> bool:
+        return self.verdict == SLOWER
+
+    @property
+    def p(self) -> float:
+        """The adjusted p-value in the direction of the change."""
+        return self.p_slower if self.estimate.change < 0 else self.p_faster
+
+    def label(self) -> str:
+        if self.verdict != INCONCLUSIVE:
+            return self.verdict
+        if self.estimate.passes > 1:
+            return f"inconclusive (over {self.estimate.passes} passes; more passes would narrow it)"
+        if self.more_rounds is None:
+            return "inconclusive (change near the no-change margin)"
+        return f"inconclusive (needs ~{self.more_rounds} more rounds)"
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "verdict": self.verdict, "label": self.label(),
+                "significant_slowdown": self.significant_slowdown, "p_slower": self.p_slower,
+                "p_faster": self.p_faster, "more_rounds": self.more_rounds, **{
+                    k: v for k, v in self.estimate.as_dict().items() if k not in ("name", "p_slower", "p_faster")},
+                "raw_p_slower": self.estimate.p_slower, "raw_p_faster": self.estimate.p_faster}
+
+
+def decide(estimates: Sequence[Estimate], settings: ABSettings) -> tuple[ABVerdict, ...]:
+    """Verdicts for every benchmark compared in one run, in the input order: Holm over the benchmarks,
+    slowdowns and speed-ups as separate families (as perfsuite.verdict.comparison.decide)."""
+    if not estimates:
+        return ()
+    slower = holm([e.p_slower for e in estimates])
+    faster = holm([e.p_faster for e in estimates])
+    verdicts = []
+    for e, p_slower, p_faster in zip(estimates, slower, faster, strict=True):
+        verdict = verdict_of(e, p_slower=p_slower, p_faster=p_faster, settings=settings)
+        extra = more_rounds(e, settings, benchmarks=len(estimates)) if verdict == INCONCLUSIVE else None
+        verdicts.append(ABVerdict(e.name, verdict, e, p_slower, p_faster, extra))
+    return tuple(verdicts)
+
+
+def settled(paired: Paired, settings: ABSettings, *, benchmarks: int) -> bool:
+    """Whether a benchmark may stop taking rounds: at one of its looks, decided with its p-values
+    multiplied by ``benchmarks`` (Bonferroni bounds Holm: a slowdown found here is still one in the
+    final Holm verdict, whatever the other benchmarks show)."""
+    n = len(paired.a)
+    if n not in settings.looks:
+        return False
+    e = estimate(paired, settings)
+    m = max(benchmarks, 1)
+    verdict = verdict_of(e, p_slower=min(1.0, m * e.p_slower), p_faster=min(1.0, m * e.p_faster), settings=settings)
+    return verdict != INCONCLUSIVE

@@ -1,0 +1,171 @@
+"""Thresholds and the verdicts on them, decided with their uncertainty.
+
+A metric measured in several interleaved rounds is judged by the confidence interval of its median
+over those rounds (``perfsuite.measure.stats.median_interval``): it fails only when the whole
+interval lies on the wrong side of the threshold, passes when it lies on the right side, and is
+"inconclusive" when it straddles it — shown as such, never failed, because a verdict that noise can
+flip makes users switch the suite off. A metric with no rounds is judged on its single value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfsuite.measure.stats import MedianInterval, median_interval
+from perfsuite.verdict.metrics import format_number
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One bound on one metric: kind 'min' admits values >= value, 'max' values <= value. ``claim``
+    says in words what the bound protects (a gate file states it; a recorded threshold has none)."""
+
+    metric: str
+    kind: str
+    value: float
+    claim: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}_{self.metric}"
+
+    @property
+    def symbol(self) -> str:
+        return "≥" if self.kind == "min" else "≤"
+
+    def admits(self, measured: float) -> bool:
+        return measured >= self.value if self.kind == "min" else measured <= self.value
+
+    def decide(self, interval: MedianInterval) -> str:
+        """PASS when the whole interval is admitted, FAIL when none of it is, else INCONCLUSIVE."""
+        admitted = [self.admits(interval.low), self.admits(interval.high)]
+        if all(admitted):
+            return PASS
+        if not any(admitted):
+            return FAIL
+        return INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One threshold checked against one measurement (and its per-round interval, when it has rounds)."""
+
+    benchmark_id: str
+    threshold: Threshold
+    measured: float | None  # None: not measured, or not a number (see note)
+    source: str  # the file the threshold came from
+    decision: str  # PASS, FAIL or INCONCLUSIVE
+    interval: MedianInterval | None = None
+    note: str = ""
+
+    @property
+    def metric(self) -> str:
+        return self.threshold.metric
+
+    @property
+    def passed(self) -> bool:
+        """Not failed: an inconclusive verdict does not fail a run."""
+        return self.decision != FAIL
+
+    @property
+    def evidence(self) -> str:
+        """The measured figure with its interval and rounds, as the summary shows it."""
+        if self.measured is None:
+            return self.note
+        text = format_number(self.measured)
+        if self.interval is not None:
+            i = self.interval
+            text += (f" [{format_number(i.low)}, {format_number(i.high)}] "
+                     f"({i.n} rounds, {i.coverage:.0%} interval)")
+        return text
+
+    @property
+    def message(self) -> str:
+        t = self.threshold
+        bound = f"threshold {t.symbol} {format_number(t.value)} ({self.source})"
+        claim = f" — {t.claim}" if t.claim else ""
+        measured = self.note if self.measured is None else f"measured {self.evidence}"
+        return f"{self.metric}: {self.decision}: {measured}, {bound}{claim}"
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.threshold
+        return {"benchmark_id": self.benchmark_id, "metric": t.metric, "kind": t.kind, "threshold": t.value,
+                "claim": t.claim, "measured": self.measured, "source": self.source, "decision": self.decision,
+                "interval": None if self.interval is None else self.interval.as_dict(), "note": self.note,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """All verdicts for one benchmark, and notes on what was not checked and why."""
+
+    benchmark_id: str
+    verdicts: tuple[Verdict, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def failures(self) -> tuple[Verdict, ...]:
+        return tuple(v for v in self.verdicts if not v.passed)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"benchmark_id": self.benchmark_id, "passed": self.passed,
+                "verdicts": [v.as_dict() for v in self.verdicts], "notes": list(self.notes)}
+
+
+def judge(benchmark_id: str, threshold: Threshold, metrics: Mapping[str, Any], source: Path | str,
+          rounds: Sequence[float] | None = None) -> Verdict:
+    """The verdict on one threshold: from the per-round interval when ``rounds`` has at least 2 values,
+    else from the single measured value. A missing or non-finite value fails ("not measured")."""
+    def verdict(measured, decision, interval=None, note=""):
+        return Verdict(benchmark_id=benchmark_id, threshold=threshold, measured=measured, source=str(source),
+                       decision=decision, interval=interval, note=note)
+
+    value = metrics.get(threshold.metric)
+    if threshold.metric not in metrics:
+        return verdict(None, FAIL, note="not measured")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return verdict(None, FAIL, note=f"not a number ({value!r})")
+    if not math.isfinite(value):
+        return verdict(None, FAIL, note=f"not a finite number ({value!r})")
+    if rounds is not None and len(rounds) >= 2:
+        interval = median_interval(rounds, confidence=CONFIDENCE)
+        return verdict(float(value), threshold.decide(interval), interval)
+    return verdict(float(value), PASS if threshold.admits(value) else FAIL)
+
+
+def check_benchmark(*, profile, ratios, benchmark_id: str, metrics: Mapping[str, Any],
+                    rounds: Mapping[str, Sequence[float]] | None = None) -> CheckResult:
+    """Check one benchmark's metrics against the matched profile's thresholds for its id (``profile``
+    None: no profile matches this machine) and every same-run gate whose metric it reports.
+
+    A profile threshold whose metric is missing fails ("not measured"); it never passes silently.
+    Same-run gates apply only where the benchmark reports the metric (see ``gates_not_measured``).
+    """
+    rounds = rounds or {}
+    verdicts, notes = [], []
+    if profile is not None and benchmark_id in profile.benchmarks:
+        verdicts += [judge(benchmark_id, t, metrics, profile.path, rounds.get(t.metric))
+                     for t in profile.benchmarks[benchmark_id]]
+    elif profile is not None:
+        notes.append(f"no absolute thresholds for {benchmark_id!r} in {profile.path}")
+    for metric, gates in ratios.gates.items():
+        if metric in metrics:
+            verdicts += [judge(benchmark_id, t, metrics, ratios.path, rounds.get(metric)) for t in gates]
+    return CheckResult(benchmark_id=benchmark_id, verdicts=tuple(verdicts), notes=tuple(notes))
+
+
+def gates_not_measured(ratios, results: Iterable[CheckResult]) -> tuple[str, ...]:
+    """Same-run gates that no checked benchmark reported (e.g. deselected, or a peer not installed)."""
+    checked = {v.metric for result in results for v in result.verdicts if v.source == str(ratios.path)}
+    return tuple(metric for metric in ratios.gates if metric not in checked)

@@ -1,0 +1,485 @@
+"""perfsuite ab: the decision on synthetic rounds, the worker's round driver and the Recorder seam
+with fake channels, the report, and end to end on tiny git repositories (busy-loop benchmarks, no
+TensorFlow): a planted slowdown, a crash, a hang and a side that cannot start."""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfsuite.pytest_plugin import ab_worker
+from perfsuite.pytest_plugin.profiles import PROFILES
+from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
+from perfsuite.verdict import ab
+from perfsuite.verdict.ab import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, ABSettings, Paired
+
+SETTINGS = ABSettings()
+
+
+def _rounds(rng, n, *, change=0.0, noise=0.03, name="bench"):
+    """n paired rounds of a figure around 100 (higher is better); B's is ``change`` away from A's."""
+    a = 100 * np.exp(rng.normal(0, noise / np.sqrt(2), n))
+    b = 100 * (1 + change) * np.exp(rng.normal(0, noise / np.sqrt(2), n))
+    return Paired(name, tuple(a), tuple(b))
+
+
+def _adaptive(rng, *, change, noise, benchmarks=1):
+    """Rounds added two at a time until settled or max_rounds, as the controller takes them."""
+    a, b = [], []
+    while True:
+        more = _rounds(rng, 2, change=change, noise=noise)
+        a += more.a
+        b += more.b
+        paired = Paired("bench", tuple(a), tuple(b))
+        if len(a) >= SETTINGS.max_rounds or (len(a) >= SETTINGS.min_rounds
+                                             and ab.settled(paired, SETTINGS, benchmarks=benchmarks)):
+            return paired
+
+
+# ------------------------------------------------------------------------------------------ decision
+
+
+def test_settings_refuse_odd_or_small_round_counts_and_list_the_looks():
+    assert SETTINGS.looks == (12, 24, 48, 96) and SETTINGS.look_count == 5
+    with pytest.raises(ValueError, match="min_rounds: expected an even number >= 4, found 7"):
+        ABSettings(min_rounds=7)
+    with pytest.raises(ValueError, match="max_rounds"):
+        ABSettings(min_rounds=12, max_rounds=10)
+    with pytest.raises(ValueError, match="alpha: expected a number between 0 and 1, found 1.5"):
+        ABSettings(alpha=1.5)
+
+
+def test_sign_test_is_the_exact_binomial_tail():
+    assert ab.sign_test(12, 12) == pytest.approx(2 ** -12)
+    assert ab.sign_test(0, 12) == 1.0
+    assert ab.sign_test(0, 0) == 1.0
+
+
+def test_paired_rounds_refuse_unequal_counts_and_non_positive_figures():
+    with pytest.raises(ValueError, match="expected as many rounds of B as of A, found 1 and 2"):
+        Paired("x", (1.0, 2.0), (1.0,))
+    with pytest.raises(ValueError, match="expected positive figures from side B, found 0.0"):
+        Paired("x", (1.0,), (0.0,))
+
+
+@pytest.mark.parametrize("change,expected", [(-0.10, SLOWER), (-0.25, SLOWER), (0.10, FASTER), (0.0, NO_CHANGE)])
+def test_a_clear_change_or_none_is_decided(change, expected):
+    rng = np.random.default_rng(1)
+    [verdict] = ab.decide([ab.estimate(_rounds(rng, 48, change=change), SETTINGS)], SETTINGS)
+    assert verdict.verdict == expected
+    assert verdict.estimate.low <= verdict.estimate.change <= verdict.estimate.high
+    assert verdict.significant_slowdown == (expected == SLOWER)
+
+
+def test_a_lower_is_better_figure_counts_a_rise_as_worse():
+    rng = np.random.default_rng(2)
+    times = _rounds(rng, 48, change=0.12)
+    [verdict] = ab.decide([ab.estimate(dataclasses.replace(times, higher_is_better=False), SETTINGS)], SETTINGS)
+    assert verdict.verdict == SLOWER and verdict.estimate.change < 0
+
+
+def test_few_noisy_rounds_are_inconclusive_with_an_estimate_of_the_rounds_needed():
+    rng = np.random.default_rng(3)
+    [verdict] = ab.decide([ab.estimate(_rounds(rng, 12, noise=0.10), SETTINGS)], SETTINGS)
+    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.more_rounds is not None and verdict.more_rounds >= 2 and verdict.more_rounds % 2 == 0
+    assert f"needs ~{verdict.more_rounds} more rounds" in verdict.label()
+
+
+def test_a_significant_change_below_the_minimum_effect_is_not_a_slowdown():
+    logs = np.full(48, np.log(0.99)) + np.linspace(-1e-3, 1e-3, 48)  # 1 % slower in every round
+    paired = Paired("x", tuple(np.ones(48)), tuple(np.exp(logs)))
+    [verdict] = ab.decide([ab.estimate(paired, SETTINGS)], SETTINGS)
+    assert verdict.p_slower < 1e-6 and verdict.verdict == NO_CHANGE
+
+
+def test_the_minimum_effect_grows_with_the_noise():
+    rng = np.random.default_rng(4)
+    quiet, noisy = (ab.estimate(_rounds(rng, 24, noise=n), SETTINGS) for n in (0.01, 0.30))
+    assert quiet.min_effect == SETTINGS.min_effect
+    assert noisy.min_effect > 0.05
+
+
+def test_holm_keeps_one_slowdown_among_unchanged_benchmarks_and_only_it():
+    rng = np.random.default_rng(5)
+    rounds = [_rounds(rng, 48, change=-0.10, name="slow")] + [_rounds(rng, 48, name=f"same{i}") for i in range(9)]
+    verdicts = ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS)
+    assert [v.name for v in verdicts if v.verdict == SLOWER] == ["slow"]
+    assert all(v.p_slower >= v.estimate.p_slower for v in verdicts)
+
+
+def test_settled_only_at_a_look():
+    rng = np.random.default_rng(6)
+    clear = _rounds(rng, 26, change=-0.3)
+    assert ab.settled(Paired("x", clear.a[:24], clear.b[:24]), SETTINGS, benchmarks=1)
+    assert not ab.settled(clear, SETTINGS, benchmarks=1)  # 26 rounds: not a look
+
+
+def test_adaptive_rounds_keep_false_alarms_below_alpha_and_catch_ten_percent():
+    rng = np.random.default_rng(7)
+    alarms = sum(ab.decide([ab.estimate(_adaptive(rng, change=0.0, noise=0.07), SETTINGS)], SETTINGS)[0].verdict
+                 in (SLOWER, FASTER) for _ in range(300))
+    caught = sum(ab.decide([ab.estimate(_adaptive(rng, change=-0.10, noise=0.07), SETTINGS)], SETTINGS)[0].verdict
+                 == SLOWER for _ in range(100))
+    assert alarms <= 6  # alpha 1 %: 3 expected at most; 6 of 300 has probability < 8 % even at 1 %
+    assert caught >= 95
+
+
+def _passes(rng, *, change, process_sd, count=SETTINGS.passes, rounds=24, noise=0.03):
+    """``count`` passes, each a fresh pair of processes: B's figure off A's by ``change`` plus an
+    offset of that pair (normal, SD process_sd) that lasts the whole pass, as measured on fast benchmarks."""
+    return [_rounds(rng, rounds, change=math.expm1(math.log1p(change) + rng.normal(0, process_sd)), noise=noise)
+            for _ in range(count)]
+
+
+def test_a_difference_between_processes_fools_the_rounds_but_not_the_passes():
+    # Process offsets of SD 7 % (the TF-native cache loader's A/A runs on the 2-core VM): one pass's
+    # rounds call most runs slower or faster; over 6 passes the false alarms stay near alpha.
+    rng = np.random.default_rng(11)
+    runs = [_passes(rng, change=0.0, process_sd=0.07) for _ in range(300)]
+    by_rounds = sum(ab.decide([ab.estimate(r[0], SETTINGS)], SETTINGS)[0].verdict in (SLOWER, FASTER) for r in runs)
+    by_passes = sum(ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict in (SLOWER, FASTER)
+                    for r in runs)
+    assert by_rounds >= 150
+    assert by_passes <= 6  # alpha 1 % over both directions: 3 expected
+
+
+def test_passes_catch_ten_percent_where_processes_differ_little():
+    # A loader whose processes differ by SD 1.5 % (the TF-native WAV loader's A/A runs): 6 passes.
+    rng = np.random.default_rng(12)
+    caught = sum(ab.decide([ab.estimate_passes(_passes(rng, change=-0.10, process_sd=0.015), SETTINGS)],
+                           SETTINGS)[0].verdict == SLOWER for _ in range(200))
+    assert caught >= 190
+
+
+def test_an_estimate_over_passes_says_so():
+    rng = np.random.default_rng(13)
+    e = ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.07), SETTINGS)
+    assert e.passes == SETTINGS.passes and e.rounds == 24 * SETTINGS.passes and e.low < e.change < e.high
+    verdict = ab.decide([e], SETTINGS)[0]
+    if verdict.verdict == INCONCLUSIVE:
+        assert verdict.more_rounds is None and "more passes would narrow it" in verdict.label()
+    with pytest.raises(ValueError, match="expected at least 2 passes, found 1"):
+        ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.0, count=1), SETTINGS)
+    with pytest.raises(ValueError, match="passes: expected an integer >= 1, found 0"):
+        ABSettings(passes=0)
+
+
+# ------------------------------------------------------------------------------- worker round driver
+
+
+class FakeChannel:
+    def __init__(self, commands):
+        self.commands = list(commands)
+        self.events = []
+
+    def send(self, event, **fields):
+        self.events.append({"event": event, **fields})
+
+    send_and_freeze = send
+
+    def receive(self):
+        return self.commands.pop(0)
+
+
+class FakeBenchmark:
+    disabled = True
+
+    def __init__(self):
+        self.extra_info = {}
+
+
+class Busy:
+    def __iter__(self):
+        while True:
+            yield 1
+
+
+def _recorder(driver, context_type=SessionContext):
+    fields = {"profile": PROFILES["smoke"], "baselines_dir": Path("."), "baselines": None, "gates": "report",
+              "save_baselines": False, "margin": 0.3, "baseline_profile": "x", "history": {},
+              "compare_alpha": 0.01, "compare_min_effect": 0.1, "compare_mode": "report"}
+    if driver is not None:
+        fields["round_driver"] = driver
+    return Recorder(benchmark=FakeBenchmark(), context=context_type(**fields), nodeid="benchmarks/test_x.py::t")
+
+
+def _dataset_rounds(recorder):
+    return recorder.measure_dataset(Busy(), name="busy", samples_in=lambda b: 1, readback=lambda b: None)
+
+
+def test_the_recorder_runs_the_rounds_its_driver_asks_for_and_reports_each_figure():
+    channel = FakeChannel([{"cmd": "go"}] * 3 + [{"cmd": "stop"}])
+    driver = ab_worker.RoundDriver(channel)
+    driver.start("benchmarks/test_x.py::t")
+    recorder = _recorder(driver)
+    _dataset_rounds(recorder)
+    assert [e["event"] for e in channel.events] == ["ready", "round", "round", "round"]
+    assert channel.events[0] == {"event": "ready", "nodeid": "benchmarks/test_x.py::t", "index": 0,
+                                 "kind": "rounds", "metric": "samples_per_s"}
+    assert recorder.rounds["samples_per_s"] == tuple(e["value"] for e in channel.events[1:])
+
+
+def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio():
+    channel = FakeChannel([{"cmd": "go"}] * 4 + [{"cmd": "stop"}])
+    driver = ab_worker.RoundDriver(channel)
+    calls = []
+
+    def side(name, seconds):
+        return lambda: calls.append(name) or seconds
+
+    result = _recorder(driver).compare("cache_over_wav_ratio", a=side("a", 1.0), b=side("b", 2.0))
+    assert calls[:4] == ["a", "b", "b", "a"]  # warm-up pair, both orders
+    assert list(result.order) == ["AB", "BA", "AB", "BA"] and calls[4:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [e["value"] for e in channel.events if e["event"] == "round"] == [2.0] * 4  # A twice as fast as B
+    assert channel.events[0]["metric"] == "cache_over_wav_ratio"
+
+
+def test_a_skip_from_the_controller_skips_the_benchmark():
+    driver = ab_worker.RoundDriver(FakeChannel([{"cmd": "skip", "reason": "side B failed"}]))
+    with pytest.raises(pytest.skip.Exception, match="perfsuite ab: side B failed"):
+        _dataset_rounds(_recorder(driver))
+
+
+def test_a_revision_without_the_seam_gets_its_recorder_methods_wrapped(monkeypatch):
+    from perfsuite.pytest_plugin import recorder as recorder_module
+
+    old_fields = [(f.name, f.type, f) for f in dataclasses.fields(SessionContext) if f.name != "round_driver"]
+    OldContext = dataclasses.make_dataclass("SessionContext", old_fields, frozen=True)
+    monkeypatch.setattr(recorder_module, "SessionContext", OldContext)
+    for name in ("_rounds", "_interleaved"):
+        monkeypatch.setattr(Recorder, name, getattr(Recorder, name))  # restored afterwards
+    channel = FakeChannel([{"cmd": "go"}] * 2 + [{"cmd": "stop"}])
+    assert ab_worker.install(None, ab_worker.RoundDriver(channel)) == "wrapped"
+    _dataset_rounds(_recorder(None, OldContext))
+    assert [e["event"] for e in channel.events] == ["ready", "round", "round"]
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def _report(verdicts, measured, **extra):
+    from perfsuite.tools import ab as tool
+
+    sides = (tool.Side("A", "HEAD~1", "a" * 40, Path("/tmp/a"), "base"),
+             tool.Side("B", "working tree", None, Path(".")))
+    fields = {"sides": sides, "settings": SETTINGS, "options": tool.Options(), "measured": tuple(measured),
+              "verdicts": tuple(verdicts), "not_compared": (tool.NotCompared("test_y.py::t", "only on side B"),),
+              "notes": (), "failure": None, "elapsed_s": 12.0, "load": {"before": 1.0, "after": 1.5, "cpus": 2}}
+    return tool.ABReport(**{**fields, **extra})
+
+
+def _measured(paired):
+    from perfsuite.tools import ab as tool
+
+    n = len(paired.a)
+    return tool.Measured(paired.name, f"benchmarks/{paired.name}", "samples_per_s", True, paired.a, paired.b,
+                         tuple("AB" if i % 2 == 0 else "BA" for i in range(n)), (0.1,) * n, (0.1,) * n, 1.0)
+
+
+def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
+    from perfsuite.tools import ab as tool
+
+    rng = np.random.default_rng(8)
+    rounds = [_rounds(rng, 48, change=-0.10, name="test_x.py::slow"), _rounds(rng, 48, name="test_x.py::same")]
+    report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
+    lines = tool.table(report)
+    assert lines[0].split()[:2] == ["benchmark", "change"]
+    assert "SLOWER" in lines[1] and "no change" in lines[2]
+    assert report.exit_status == tool.EXIT_SLOWER
+    tool.write_json(tmp_path / "ab.json", report.as_dict())
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert [b["verdict"] for b in data["benchmarks"]] == [SLOWER, NO_CHANGE]
+    assert len(data["benchmarks"][0]["rounds_detail"]["a"]) == 48 and data["exit_status"] == 1
+    text = tool.markdown(report)
+    assert text.startswith("### perfsuite ab: A = HEAD~1") and "| test_x.py::slow |" in text
+    assert "not compared: test_y.py::t: only on side B" in text
+
+
+def test_the_plot_draws_every_benchmark(tmp_path):
+    pytest.importorskip("matplotlib")
+    from perfsuite.tools import ab as tool
+
+    rng = np.random.default_rng(9)
+    rounds = [_rounds(rng, 24, name=f"b{i}") for i in range(2)]
+    report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
+    [path] = tool.plot(report, tmp_path)
+    assert path.stat().st_size > 1000
+
+
+def test_a_side_failure_gives_exit_status_3_unless_a_slowdown_was_found():
+    from perfsuite.tools import ab as tool
+
+    failure = tool.SideFailure("B", "the worker was killed by signal 9 while measuring round 3",
+                               benchmark="test_x.py::t")
+    assert str(failure) == "side B in test_x.py::t: the worker was killed by signal 9 while measuring round 3"
+    assert _report((), (), failure=failure).exit_status == tool.EXIT_SIDE_FAILED
+
+
+# ----------------------------------------------------------------------------------- end to end
+
+BENCHMARK = '''
+import os
+import time
+
+WORK_S = {work}
+CRASH_AT, HANG_AT = {crash}, {hang}
+
+
+class Busy:
+    def __init__(self, seconds):
+        self.seconds, self.count = seconds, 0
+
+    def __iter__(self):
+        while True:
+            self.count += 1
+            if self.count == CRASH_AT:
+                os._exit(3)
+            if self.count == HANG_AT:
+                time.sleep(600)
+            end = time.perf_counter() + self.seconds
+            while time.perf_counter() < end:
+                pass
+            yield 1
+
+
+def _measure(perfsuite, seconds):
+    perfsuite.measure_dataset(Busy(seconds), name="busy", samples_in=lambda b: 1, readback=lambda b: None)
+
+
+def test_changed(perfsuite):
+    _measure(perfsuite, WORK_S)
+
+
+def test_same(perfsuite):
+    _measure(perfsuite, 0.001)
+
+
+def test_no_rounds():
+    pass
+'''
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def _commit(repo, message, *, work=0.001, crash=0, hang=0, extra=""):
+    (repo / "benchmarks").mkdir(exist_ok=True)
+    (repo / "benchmarks" / "baselines").mkdir(exist_ok=True)
+    (repo / "benchmarks" / "baselines" / "ratios.yaml").write_text("ratios: {}\n")
+    text = BENCHMARK.format(work=work, crash=crash, hang=hang) + textwrap.dedent(extra)
+    (repo / "benchmarks" / "test_tiny.py").write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+
+
+def _ab(repo, *args, timeout=240):
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    env["PERFSUITE_AB_TEST_TAG"] = str(repo.parent)  # inherited by the workers: how _leftovers finds them
+    passes = [] if "--passes" in args else ["--passes", "1"]  # one pass is quicker where passes are not tested
+    return subprocess.run([sys.executable, "-m", "perfsuite.tools.cli", "ab", *args, *passes, "--profile", "smoke",
+                           "--json", str(repo.parent / "ab.json")], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _leftovers(repo):
+    worktrees = subprocess.run(["git", "-C", str(repo), "worktree", "list", "--porcelain"], capture_output=True,
+                               text=True, check=True).stdout.count("worktree ")
+    tag, workers = f"PERFSUITE_AB_TEST_TAG={repo.parent}\0".encode(), []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and tag in (entry / "environ").read_bytes():
+                workers.append(entry.name)
+        except OSError:
+            continue
+    return worktrees - 1, workers
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "repo"
+    path.mkdir()
+    _git(path, "init", "-q")
+    _commit(path, "base")
+    return path
+
+
+def test_a_planted_slowdown_is_flagged_and_only_it(repo):
+    _commit(repo, "slower", work=0.002, extra="\n\ndef test_only_b(perfsuite):\n    _measure(perfsuite, 0.001)\n")
+    result = _ab(repo, "HEAD~1", "HEAD", "--budget", "20", "--passes", "3")
+    assert result.returncode == 1, result.stdout + result.stderr
+    data = json.loads((repo.parent / "ab.json").read_text())
+    [changed] = [b for b in data["benchmarks"] if b["name"] == "test_tiny.py::test_changed"]
+    assert changed["passes"] == 3 and len(changed["rounds_detail"]["pass_rounds"]) == 3
+    assert "in 3 passes" in result.stdout
+    verdicts = {b["name"]: b["verdict"] for b in data["benchmarks"]}
+    assert verdicts["test_tiny.py::test_changed"] == SLOWER
+    assert verdicts["test_tiny.py::test_same"] not in (SLOWER, FASTER)
+    reasons = {n["name"]: n["reason"] for n in data["not_compared"]}
+    assert reasons["test_tiny.py::test_only_b"] == "only on side B (not collected on A)"
+    assert reasons["test_tiny.py::test_no_rounds"].startswith("no controller-driven rounds")
+    assert "SLOWER" in result.stdout and "test_tiny.py::test_changed" in result.stdout
+    assert _leftovers(repo) == (0, [])
+
+
+def test_a_crash_during_a_round_names_the_side_and_the_benchmark(repo):
+    _commit(repo, "crashes", crash=40)
+    result = _ab(repo, "HEAD~1", "HEAD", "--budget", "20")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "FAILED: side B in test_tiny.py::test_changed: the worker exited with status 3 while measuring round" \
+        in result.stdout
+    assert _leftovers(repo) == (0, [])
+
+
+def test_a_hung_round_is_stopped_at_its_deadline(repo):
+    _commit(repo, "hangs", hang=40)
+    result = _ab(repo, "HEAD~1", "--round-timeout", "2", "--budget", "20")  # B: the working tree, at "hangs"
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "side B in test_tiny.py::test_changed: no answer within 2 s while measuring round" in result.stdout
+    assert _leftovers(repo) == (0, [])
+
+
+def test_a_side_that_cannot_start_is_named(repo):
+    (repo / "benchmarks" / "conftest.py").write_text("raise ImportError('no module named missing_dependency')\n")
+    result = _ab(repo, "HEAD")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "FAILED: side B: " in result.stdout and "missing_dependency" in result.stdout + result.stderr
+    assert _leftovers(repo) == (0, [])
+
+
+def test_a_bad_revision_is_a_usage_error(repo):
+    result = _ab(repo, "no-such-revision")
+    assert result.returncode == 2
+    assert "BASE: expected a git revision of" in result.stderr and "'no-such-revision'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_pytest_with_perfsuite_ab_runs_ab_on_its_own_selection(repo):
+    _commit(repo, "slower", work=0.002)
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    env["PERFSUITE_AB_TEST_TAG"] = str(repo.parent)
+    result = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--perfsuite-ab=HEAD~1",
+                             "--perfsuite-profile=smoke", "-k", "changed or same", "-p", "no:cacheprovider"],
+                            cwd=repo, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr  # HEAD~1 against the working tree (at "slower")
+    assert "SLOWER" in result.stdout and "test_tiny.py::test_changed" in result.stdout
+    assert "test_no_rounds" not in result.stdout  # -k reached both sides
+    assert _leftovers(repo) == (0, [])
+
+
+def test_pytest_with_perfsuite_ab_refuses_two_paths_and_a_bad_revision(repo):
+    two = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "benchmarks/test_tiny.py",
+                          "--perfsuite-ab=HEAD"], cwd=repo, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert two.returncode == 4 and "--perfsuite-ab: expected one benchmark path, found 2" in two.stderr
+    bad = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--perfsuite-ab=no-such-revision"],
+                         cwd=repo, capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "BASE: expected a git revision of" in bad.stderr + bad.stdout

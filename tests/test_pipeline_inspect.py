@@ -1,0 +1,350 @@
+"""`perfsuite diagnose --pipeline MODULE:FUNCTION [--step ...] [--arg K=V]`: the user's own pipeline, written
+to tmp_path (outside the repository), imported, inspected and measured as it is; bad targets refused in
+one line with exit 2.
+"""
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfsuite.tools import cli
+from perfsuite.tools.diagnose import INPUT_BOUND_BOUNDARIES, TOO_SHORT, Event, InputBoundFigures, estimate
+from perfsuite.tools.pipeline_inspect import (
+    PIPELINE_SCHEMA_VERSION,
+    GraphFindings,
+    PipelineDiagnosis,
+    PipelineSettings,
+    Target,
+    TargetError,
+    diagnose_pipeline,
+    inspect_graph,
+    load_callable,
+    pipeline_verdicts,
+)
+
+PIPELINE = """
+import numpy as np
+import tensorflow as tf
+
+
+def slow_features(index):
+    rng = np.random.default_rng(int(index))
+    return rng.standard_normal((64, 16)).astype(np.float32)
+
+
+def make(n="96", batch="8"):
+    dataset = tf.data.Dataset.range(int(n))
+    dataset = dataset.map(lambda i: tf.numpy_function(slow_features, [i], tf.float32, stateful=False),
+                          num_parallel_calls=2)
+    dataset = dataset.map(lambda x: tf.ensure_shape(x, [64, 16]))
+    return dataset.batch(int(batch), drop_remainder=True).repeat()
+
+
+def ragged(n="64"):
+    lengths = tf.data.Dataset.range(int(n)).map(lambda i: tf.zeros([i % 5 + 1, 4]))
+    return lengths.padded_batch(4).repeat()
+
+
+def from_generator():
+    def rows():
+        for i in range(8):
+            yield np.full([3], i, np.float32)
+
+    dataset = tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec([3], tf.float32))
+    return dataset.map(lambda x: tf.py_function(lambda y: y * 2, [x], tf.float32)).batch(2).prefetch(1)
+
+
+def fails_when_read():
+    return tf.data.Dataset.range(4).map(lambda i: tf.numpy_function(lambda x: 1 // 0, [i], tf.int64))
+
+
+def empty():
+    return tf.data.Dataset.range(0).batch(2)
+
+
+def speech():
+    # A TTS-style batch: mels of 10..40 frames padded to the batch's longest, with their true lengths.
+    def utterance(i):
+        frames = tf.cast(10 + (i * 7) % 31, tf.int32)
+        return {"mel": tf.zeros([frames, 8]), "mel_len": frames}
+
+    return tf.data.Dataset.range(64).map(utterance).padded_batch(4).repeat()
+
+
+def not_a_dataset():
+    return [1, 2, 3]
+
+
+def raises(path="/data/shard-0"):
+    raise OSError(f"cannot open {path}")
+
+
+NOT_CALLABLE = 3
+_weights = tf.Variable(tf.zeros([16, 1]))
+
+
+@tf.function
+def step(batch):
+    with tf.GradientTape() as tape:
+        x = tf.reshape(batch, [-1, 16])
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, _weights) - 1.0))
+    _weights.assign_sub(0.01 * tape.gradient(loss, _weights))
+    return loss
+
+
+@tf.function
+def ragged_step(batch):
+    return tf.reduce_sum(batch)
+
+
+def returns_nothing(batch):
+    return None
+"""
+
+
+@pytest.fixture(scope="module")
+def module_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("user") / "user_pipeline.py"
+    path.write_text(textwrap.dedent(PIPELINE), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def measured(module_file, tmp_path_factory):
+    """One --pipeline run with --step through the CLI: (exit code, stdout, stderr, JSON, report dir)."""
+    import io
+
+    out = tmp_path_factory.mktemp("pipeline-out")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    patch = pytest.MonkeyPatch()
+    patch.setattr(sys, "stdout", stdout)
+    patch.setattr(sys, "stderr", stderr)
+    try:
+        code = cli.main(["diagnose", "--pipeline", f"{module_file}:make", "--step", f"{module_file}:step",
+                         "--arg", "n=96", "--arg", "batch=8", "--budget", "20", "--json", str(out / "p.json"),
+                         "--report", str(out / "report")])
+    finally:
+        patch.undo()
+    return code, stdout.getvalue(), stderr.getvalue(), json.loads((out / "p.json").read_text()), out / "report"
+
+
+def test_the_numpy_function_op_is_named_with_the_map_it_sits_in(measured, module_file):
+    code, out, _, result, _ = measured
+    assert code == 0 and "Traceback" not in out
+    graph = result["graph"]
+    assert graph["transformations"] == ["RangeDataset", "ParallelMapDatasetV2", "MapDataset", "BatchDatasetV2",
+                                        "RepeatDataset"]
+    [op] = graph["python_ops"]
+    assert op["op"] == "PyFuncStateless" and op["transformation"] == "map (parallel)"
+    assert op["transformation_node"].startswith("ParallelMapDatasetV2") and op["python"].endswith(".slow_features")
+    assert f"PyFuncStateless op 'PyFuncStateless' calling {op['python']}" in out
+    assert "in map (parallel) (ParallelMapDatasetV2" in out
+
+
+def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measured):
+    _, _, err, result, _ = measured
+    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION and result["kind"] == "pipeline"
+    assert result["complete"] is True
+    assert [s["name"] for s in result["stages"]] == ["throughput", "input_bound", "feed"]
+    throughput = result["throughput"]
+    assert throughput["unit"] == "samples" and throughput["rate"]["median"] > 0 and throughput["first_batch_s"] > 0
+    assert len(throughput["warmup_s"]) == 2  # the warm-up apart from the steady rounds
+    assert len(throughput["batch_s"]) == throughput["batches_per_round"] * throughput["rate"]["rounds"]
+    bound = result["input_bound"]
+    assert bound["share"]["rounds"] == len(bound["real_round_s"]) == len(bound["synthetic_round_s"]) >= 1
+    assert bound["share"]["low"] <= bound["share"]["median"] <= bound["share"]["high"]
+    assert result["step"]["retraces"] == 0 and result["step"]["calls"] > 2  # static shapes: one trace
+    topics = {v["topic"]: v for v in result["verdicts"]}
+    assert topics["throughput"]["interval"]["rounds"] == throughput["rate"]["rounds"]
+    assert topics["input-bound"]["interval"] == bound["share"]
+    assert topics["python-op"]["evidence"]["input_bound_share"] == bound["share"]["median"]
+    assert "perfsuite diagnose [throughput] share " in err and "s of the budget left" in err
+
+
+def test_the_feed_rate_is_measured_and_a_preset_that_needs_mel_lengths_says_why_it_is_left_out(measured):
+    _, _, _, result, report = measured
+    feed = result["feed"]
+    assert feed["pipeline"].endswith(":make") and feed["feed"]["feed_steps_per_s"] > 0
+    assert feed["feed"]["feed_audio_s_per_s"] is None  # tensors, not mel batches: no audio seconds
+    assert feed["step_time"] == "fastpitch-a100-tf32" and feed["step_s"] is None  # the default preset
+    assert "'mel_len'" in feed["reason"] and "--step-time SECONDS" in feed["reason"]
+    topics = {v["topic"]: v for v in result["verdicts"]}
+    assert feed["reason"] in topics[f"feed-{feed['pipeline']}"]["finding"]
+    assert "## Emulated accelerator" in (report / "summary.md").read_text()
+
+
+def test_the_pipeline_json_loads_back_and_makes_a_report(measured):
+    from perfsuite.tools.report import load_diagnosis
+
+    _, _, _, result, report = measured
+    loaded = load_diagnosis(result)
+    assert isinstance(loaded, PipelineDiagnosis) and loaded.as_dict() == result
+    assert pipeline_verdicts(loaded) == list(loaded.verdicts)
+    summary = (report / "summary.md").read_text()
+    assert "## Dataset graph" in summary and "slow_features" in summary and "![batch_timeline.png]" in summary
+
+
+def test_dynamic_shapes_are_named_and_the_steps_retraces_measured(module_file):
+    diagnosis = diagnose_pipeline(target=Target(pipeline=f"{module_file}:ragged", step=f"{module_file}:ragged_step",
+                                                args={}), settings=PipelineSettings(budget_s=8))
+    [shape] = diagnosis.graph.dynamic_shapes
+    assert shape.dims == (0, 1) and shape.shape == "(None, None, 4)"
+    assert diagnosis.step.retraces > 0  # one trace per new padded length
+    [retracing] = [v for v in diagnosis.verdicts if v.topic == "retracing"]
+    assert f"retraced {diagnosis.step.retraces} time(s)" in retracing.finding
+    assert "padded_shapes" in retracing.recommendation
+
+
+def test_from_generator_and_py_function_are_named_with_their_transformations(module_file):
+    dataset = load_callable(f"{module_file}:from_generator", "--pipeline")()
+    found = inspect_graph(dataset)
+    by_op = {op.op: op for op in found.python_ops}
+    assert by_op["EagerPyFunc"].transformation == "map" and by_op["EagerPyFunc"].transformation_op == "MapDataset"
+    generator = [op for op in found.python_ops if op.transformation.startswith("from_generator")]
+    assert generator and all(op.transformation_op == "FlatMapDataset" for op in generator)
+    assert found.ends_with_prefetch
+    assert [(s.shape, s.dims) for s in found.dynamic_shapes] == [("<unknown rank>", None)]  # py_function's output
+
+
+def test_speech_batches_get_audio_seconds_per_second_and_padding_efficiency(module_file, tmp_path, capfd):
+    code = cli.main(["diagnose", "--pipeline", f"{module_file}:speech", "--budget", "6",
+                     "--json", str(tmp_path / "s.json")])
+    out, err = capfd.readouterr()
+    throughput = json.loads((tmp_path / "s.json").read_text())["throughput"]
+    assert code == 0 and "seconds of audio per second" in out
+    audio, rate = throughput["audio_s_per_s"], throughput["rate"]
+    assert audio["rounds"] == rate["rounds"] and audio["low"] <= audio["median"] <= audio["high"]
+    # 4 utterances a batch of 10..40 frames of 256 / 22050 s: audio-s/s lies between those bounds x rate
+    frame_s = 256 / 22050
+    assert 10 * frame_s * rate["low"] * 0.5 <= audio["median"] <= 40 * frame_s * rate["high"] * 2
+    assert 0 < throughput["padding_efficiency"] < 1
+
+
+def test_without_a_step_only_throughput_and_no_recommendation_from_the_graph(module_file, capfd):
+    code = cli.main(["diagnose", "--pipeline", f"{module_file}:make", "--budget", "6"])
+    out, err = capfd.readouterr()
+    assert code == 0 and "Traceback" not in out + err
+    assert "[input-bound] not measured: the input-bound share needs a training step to feed (--step" in out
+    assert "whether it costs training time needs --step" in out
+    python_op = out.split("[python-op]")[1].split("\n[")[0]
+    assert "recommendation" not in python_op
+
+
+def test_an_interrupted_pipeline_run_keeps_a_partial_json(module_file, tmp_path):
+    path = tmp_path / "partial.json"
+
+    def progress(event: Event) -> None:
+        if event.stage == "throughput" and event.kind == "end":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        diagnose_pipeline(target=Target(pipeline=f"{module_file}:make", step=f"{module_file}:step", args={}),
+                          settings=PipelineSettings(budget_s=10), progress=progress,
+                          checkpoint=lambda d: cli._write_json(path, d.as_dict()))
+    partial = PipelineDiagnosis.from_dict(json.loads(path.read_text()))
+    assert partial.complete is False and [s.name for s in partial.stages] == ["throughput"]
+    assert partial.throughput is not None and partial.input_bound is None
+    assert partial.step is not None and partial.step.first_s > 0  # the first calls happen at start-up
+
+
+def _graph(**changes):
+    base = {"transformations": ("RangeDataset", "MapDataset", "BatchDatasetV2"), "python_ops": (),
+            "ends_with_prefetch": False, "inject_prefetch": False, "dynamic_shapes": (), "element_spec": "x"}
+    return GraphFindings(**{**base, **changes})
+
+
+def _bound(shares):
+    from perfsuite.measure.stats import classify_input_bound
+
+    figure = estimate(shares, INPUT_BOUND_BOUNDARIES)
+    return InputBoundFigures(share=figure, classification=classify_input_bound(figure.median), t_real=1.0, t_synthetic=0.5,
+                      real_round_s=(1.0,) * len(shares), synthetic_round_s=(0.5,) * len(shares), batches=4, warmup=2)
+
+
+def _diagnosis(graph, bound, *, step="m:step"):
+    return PipelineDiagnosis(target=Target(pipeline="m:make", step=step, args={}), settings=PipelineSettings(),
+                             fingerprint={}, complete=True, elapsed_s=1.0, stages=(), graph=graph, throughput=None,
+                             step=None, input_bound=bound, feed=None, verdicts=())
+
+
+def test_a_missing_prefetch_is_recommended_only_when_the_step_is_measured_to_wait():
+    waits = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.4, 0.5, 0.45])))}
+    assert "no prefetch at the end" in waits["prefetch"].finding and ".prefetch(tf.data.AUTOTUNE)" in \
+        waits["prefetch"].recommendation
+    fed = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.0, 0.01, -0.01])))}
+    assert fed["prefetch"].recommendation is None and "no change needed" in fed["prefetch"].finding
+    undecided = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.01, 0.1, 0.3])))}
+    assert undecided["prefetch"].recommendation is None and "undecided" in undecided["prefetch"].finding
+    short = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.4, 0.5])))}
+    assert TOO_SHORT in short["input-bound"].finding and short["prefetch"].recommendation is None
+    injected = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(inject_prefetch=True),
+                                                                 _bound([0.4, 0.5, 0.45])))}
+    assert injected["prefetch"].recommendation is None and "include it" in injected["prefetch"].finding
+
+
+# --------------------------------------------------------------------------------- bad targets
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_module_xyz:make", ("--pipeline no_such_module_xyz:make: expected an importable module "
+                                "'no_such_module_xyz' (searched the current directory and sys.path), found no such "
+                                "module")),
+    ("{file}:missing", "--pipeline {file}:missing: expected an attribute 'missing' in module"),
+    ("{file}:NOT_CALLABLE", "--pipeline {file}:NOT_CALLABLE: expected 'NOT_CALLABLE' to be callable, found int"),
+    ("{file}:not_a_dataset", "--pipeline {file}:not_a_dataset: expected a tf.data.Dataset, found list"),
+    ("{file}:raises", ("--pipeline {file}:raises: expected raises() to return a dataset, found it raised OSError: "
+                      "cannot open /data/shard-0")),
+    ("{file}:fails_when_read", ("--pipeline {file}:fails_when_read: expected a dataset whose batches can be read, "
+                               "found ")),
+    ("{file}:empty", ("--pipeline {file}:empty: expected a dataset that yields at least one batch, found an empty "
+                     "dataset")),
+    ("{file}", ("--pipeline {file}: expected MODULE:FUNCTION (a module name or a .py file, a colon, a function "
+               "name), found no colon")),
+    ("/nonexistent/pipe.py:make", ("--pipeline /nonexistent/pipe.py:make: expected a Python file at "
+                                  "/nonexistent/pipe.py, found nothing there")),
+], ids=["no-module", "no-attribute", "not-callable", "not-a-dataset", "raises", "fails-when-read", "empty",
+        "no-colon", "no-file"])
+def test_a_bad_pipeline_target_is_one_line_exit_2(module_file, capfd, spec, message):
+    spec, message = spec.format(file=module_file), message.format(file=module_file)
+    assert cli.main(["diagnose", "--pipeline", spec, "--budget", "5"]) == 2
+    out, err = capfd.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {message}")
+    assert "Traceback" not in out + err
+
+
+def test_a_bad_step_is_one_line_exit_2(module_file, capfd):
+    assert cli.main(["diagnose", "--pipeline", f"{module_file}:make", "--step", f"{module_file}:returns_nothing",
+                     "--budget", "5"]) == 2
+    _, err = capfd.readouterr()
+    assert (f"error: --step {module_file}:returns_nothing: expected step(batch) to return a tensor (e.g. the loss) "
+            "to wait for, found NoneType") in err and "Traceback" not in err
+
+
+def test_a_module_name_is_found_from_the_current_directory_and_args_reach_the_factory(module_file, monkeypatch):
+    monkeypatch.chdir(module_file.parent)
+    monkeypatch.delitem(sys.modules, "user_pipeline", raising=False)
+    factory = load_callable("user_pipeline:raises", "--pipeline")
+    with pytest.raises(OSError, match="cannot open /somewhere"):
+        factory(path="/somewhere")
+    assert str(module_file.parent) not in sys.path  # the search path is left as it was
+    with pytest.raises(TargetError) as raised:
+        load_callable("user_pipeline:step.nothing", "--step")
+    assert "no attribute 'nothing'" in str(raised.value)
+
+
+@pytest.mark.parametrize("args, message", [
+    ([".", "--pipeline", "m:f"], "PATH: expected either a dataset directory or --pipeline, found both"),
+    (["--pipeline", "m:f", "--batch-size", "4"], "--batch-size: applies to a dataset PATH, not to --pipeline"),
+    (["--step", "m:f"], "--step: expected with --pipeline MODULE:FUNCTION, found no --pipeline"),
+    (["--pipeline", "m:f", "--arg", "a=1", "--arg", "a=2"], "--arg: expected each KEY once, found a more than once"),
+    (["--pipeline", "m:f", "--arg", "1x=2"], "expected KEY=VALUE with KEY a Python identifier, found '1x=2'"),
+    ([], "PATH: expected a dataset directory (or --pipeline MODULE:FUNCTION), found neither"),
+], ids=["path-and-pipeline", "dataset-option", "step-alone", "repeated-arg", "bad-arg", "nothing"])
+def test_option_mistakes_are_usage_errors(capfd, args, message):
+    assert cli.main(["diagnose", *args]) == 2
+    _, err = capfd.readouterr()
+    assert message in err and "Traceback" not in err
