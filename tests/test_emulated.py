@@ -304,6 +304,22 @@ def test_a_run_takes_enough_steps_for_the_cycle_detector():
     assert run.timeline.devices[0].util_timestamps[-1] <= run.end + 1e-9
 
 
+class LateSleeper:
+    """Returns `late_s` after every deadline, as a busy host's wake-up does."""
+
+    def __init__(self, late_s: float):
+        self.late_s = late_s
+
+    def until(self, deadline: float) -> None:
+        time.sleep(max(0.0, deadline - time.perf_counter()) + self.late_s)
+
+
+def test_a_late_host_does_not_cut_the_window_short_of_its_samples():
+    device = EmulatedDevice(sleeper=LateSleeper(0.05))  # steps 60 ms apart, the window ends 50 ms before the host goes on
+    run = run_emulated(produced(0.0), step=0.01, config=EmulatedRunConfig(batches=2, min_samples=32), device=device)
+    assert len(run.timeline.devices[0].util) >= 32
+
+
 def test_a_run_needs_enough_batches():
     with pytest.raises(ValueError, match=r"batches: expected at least 2 warm-up \+ 5 batches, found 3"):
         run_emulated(iter([batch()] * 3), step=0.001, config=EmulatedRunConfig(batches=5, min_samples=0))

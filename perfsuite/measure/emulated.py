@@ -351,7 +351,7 @@ def run_emulated(batches: Iterable, *, step: float | StepTime | Callable[[Any], 
     device.busy.clear()
     start = time.perf_counter()
     steps, waits, audio = [], [], 0.0
-    while not _enough(config, steps, time.perf_counter() - start):
+    while not _enough(config, steps, device.busy[-1][1] - start if steps else 0.0):  # the window so far
         asked = time.perf_counter()
         batch = _next(source, config.warmup_batches + len(steps), config)
         seconds = seconds_of(batch)
@@ -372,7 +372,9 @@ def run_emulated(batches: Iterable, *, step: float | StepTime | Callable[[Any], 
 def _enough(config: EmulatedRunConfig, steps: list[float], elapsed: float) -> bool:
     if len(steps) < config.batches or elapsed < config.min_seconds:
         return False
-    return elapsed >= config.min_samples * config.interval_for(steps)
+    # A hair over: the timeline counts whole intervals of the window in epoch seconds, whose rounding at
+    # ~1.8e9 s (0.24 µs) must not drop the last one.
+    return elapsed >= config.min_samples * config.interval_for(steps) + 1e-5
 
 
 def _next(source: Iterator, index: int, config: EmulatedRunConfig) -> Any:
