@@ -2,8 +2,8 @@
 
 A clone of this repository in a temporary directory gets the working tree's files as its base commit,
 then one temporary commit per planted slowdown that adds work to the TF-native WAV loader's map
-function (``_tf_native_wav`` in perfsuite/data/loaders.py, through the loader's own ``_add_slowdown``:
-the mel of a random signal ``fraction`` as long as the utterance). ``perfsuite ab`` then runs, as a
+function (``_tf_native_wav`` in perfsuite/data/loaders.py: the mel of a random signal ``fraction`` as
+long as the utterance, the work ``perfsuite.tools.selftest.planted_slowdown`` adds). ``perfsuite ab`` then runs, as a
 user runs it, on base vs base (A/A: the same revision on both sides) and base vs each planted commit,
 the arms in rotated order trial after trial so the machine's drift reaches them alike. Each run's
 verdicts give:
@@ -47,9 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LOADERS = Path("perfsuite/data/loaders.py")
 PLANTED = "test_loader[tf_native-wav-bs16-w2]"
 RETURN_LINE = '    return log_mel_tf(tf.cast(pcm, tf.float32) * (1.0 / 32768.0), mel_config), element["tokens"]\n'
-PLANTED_LINES = ('    mel = log_mel_tf(tf.cast(pcm, tf.float32) * (1.0 / 32768.0), mel_config)\n'
-                 '    return _add_slowdown(mel, element["path"], {fraction}, mel_config), element["tokens"]'
-                 '  # planted by test_ab_selftest\n')
+PLANTED_LINES = ('    mel = log_mel_tf(tf.cast(pcm, tf.float32) * (1.0 / 32768.0), mel_config)  # planted by test_ab_selftest\n'
+                 '    frames = tf.maximum(tf.cast(tf.cast(tf.shape(mel)[0], tf.float32) * {fraction}, tf.int32), 1)\n'
+                 '    noise = tf.random.stateless_uniform([frames * mel_config.hop_length], seed=[1, 2], minval=-0.5, maxval=0.5)\n'
+                 '    zero = tf.cast(tf.strings.length(element["path"]) < 0, tf.float32)\n'
+                 '    return mel + zero * tf.reduce_mean(log_mel_tf(noise, mel_config)), element["tokens"]\n')
 TARGET_FALSE_ALARM_RATE = 0.01
 TARGET_DETECTION_RATE = 0.95
 

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from perfsuite.data.audio import MelConfig
 from perfsuite.data.corpus import CorpusSpec, build_cache, build_corpus, read_metadata
 from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.errors import DataError
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.selftest
 SELFTEST_CORPUS = CorpusSpec(num_utterances=32, min_seconds=1.0, max_seconds=2.0, seed=7)
 
 # The rates test: one epoch of a few long utterances per round (~22 ms on the 2-core box). Long
-# utterances make map_slowdown's fixed per-element cost small next to the mel itself, so a 10 %
+# utterances make the planted slowdown's fixed per-element cost small next to the mel itself, so a 10 %
 # slowdown is reachable. One map worker, no prefetch, a one-thread private pool and intra-op
 # parallelism 1 keep the pipeline to one thread at a time, nothing runs ahead between rounds but one
 # element, and the whole process is pinned to one CPU while the rates are measured (the other CPU
@@ -55,7 +56,7 @@ def selftest_corpus(pytestconfig):
     return dataset_dir, build_cache(dataset_dir)
 
 
-def _one_core_round(tf, config, dataset_dir):
+def _one_core_round(tf, config, dataset_dir, map_extra=None):
     """A round: the next full epoch of one iterator that lives across rounds (no start-up timed).
 
     With prefetch 0 and one map worker at most one element is computed ahead, so an arm barely works
@@ -65,7 +66,7 @@ def _one_core_round(tf, config, dataset_dir):
     options = tf.data.Options()
     options.threading.private_threadpool_size = 1
     options.threading.max_intra_op_parallelism = 1
-    dataset = build_loader(dataset_dir=dataset_dir, config=config).dataset.with_options(options)
+    dataset = build_loader(dataset_dir=dataset_dir, config=config, map_extra=map_extra).dataset.with_options(options)
     batches = int(dataset.cardinality())
     iterator = iter(dataset.repeat())
 
@@ -80,7 +81,7 @@ def _one_core_round(tf, config, dataset_dir):
 
 def _finite(dataset):
     mel = next(iter(dataset))["mel"].numpy()
-    assert np.isfinite(mel).all(), "map_slowdown produced non-finite mels (the seam must not change the data)"
+    assert np.isfinite(mel).all(), "the planted slowdown produced non-finite mels (it must not change the data)"
 
 
 def _pooled_slowdown(test, base) -> float:
@@ -92,8 +93,8 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
     dataset_dir = build_corpus(RATES_CORPUS, root=pytestconfig.getoption("perfsuite_data_dir"))
 
     def arm(fraction=0.0):
-        config = selftest.mutant_loader_config(RATES_BASE, "slowdown", fraction=fraction) if fraction else RATES_BASE
-        dataset, run_round = _one_core_round(tensorflow, config, dataset_dir)
+        planted = selftest.planted_slowdown(fraction, MelConfig()) if fraction else None
+        dataset, run_round = _one_core_round(tensorflow, RATES_BASE, dataset_dir, map_extra=planted)
         if fraction:
             _finite(dataset)
         return run_round
@@ -151,7 +152,7 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
               f"A/A robust CV {gate.noise_cv:.2%} / sqrt({gate.rounds_per_trial})), paired sign test alpha {gate.alpha}; "
               f"A/A robust CV over the trials {pool_noise_cv:.2%}")
         print(f"selftest design: {TRIALS} trials x {ROUNDS_PER_TRIAL} rounds x {len(RATE_ARMS)} arms, round "
-              f"{np.median(pool['a']) * 1e3:.1f} ms on CPU {cpu}; map_slowdown {fractions[0.10]:.3f} / {fractions[0.25]:.3f} "
+              f"{np.median(pool['a']) * 1e3:.1f} ms on CPU {cpu}; planted fraction {fractions[0.10]:.3f} / {fractions[0.25]:.3f} "
               f"(probes {', '.join(f'{f} -> {s:+.1%}' for f, s in probe_slowdowns.items())}); {elapsed:.0f} s")
         for key, (flagged, judged) in history.items():
             print(f"selftest via the history comparison, {key}: {flagged}/{judged} trial blocks flagged "

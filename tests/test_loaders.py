@@ -159,6 +159,20 @@ def test_headers_read_at_preflight_or_in_the_graph_give_identical_batches(tiny_c
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+def test_map_extra_runs_in_the_map_and_the_planted_slowdown_leaves_the_data_as_they_are(tiny_corpus):
+    from perfsuite.tools.selftest import planted_slowdown
+
+    def mels(map_extra):
+        loader = build_loader(dataset_dir=tiny_corpus, config=LoaderConfig(batch_size=7), map_extra=map_extra)
+        return [b["mel"].numpy() for b in loader.dataset]
+
+    plain = mels(None)
+    for doubled, mel in zip(mels(lambda mel, element: 2.0 * mel), plain, strict=True):
+        np.testing.assert_array_equal(doubled, 2.0 * mel)
+    for planted, mel in zip(mels(planted_slowdown(0.25, MelConfig())), plain, strict=True):
+        np.testing.assert_array_equal(planted, mel)
+
+
 def test_tf_native_and_numpy_function_agree_per_id(tiny_corpus, tiny_cache):
     for source in ("wav", "cache"):
         native, _ = epoch(build_loader(dataset_dir=tiny_corpus,

@@ -21,7 +21,6 @@ pytestmark = pytest.mark.selftest
 class FakeLoaderConfig:  # the fields the loader mutants touch, without importing TensorFlow
     kind: str = "tf_native"
     prefetch: int = -1
-    map_slowdown: float = 0.0
     static_shapes: bool = True
     max_text_len: int | None = 50
     max_mel_frames: int | None = 400
@@ -168,13 +167,12 @@ def test_calibrate_fraction_fits_fixed_cost_and_slope():
 
 def test_loader_mutants_change_one_option():
     base = FakeLoaderConfig()
-    assert selftest.mutant_loader_config(base, "slowdown", fraction=0.1).map_slowdown == 0.1
     assert selftest.mutant_loader_config(base, "numpy_function").kind == "numpy_function"
     assert selftest.mutant_loader_config(base, "no_prefetch").prefetch == 0
     dynamic = selftest.mutant_loader_config(base, "dynamic_shapes")
     assert not dynamic.static_shapes and dynamic.max_mel_frames is None
-    with pytest.raises(ValueError, match="fraction"):
-        selftest.mutant_loader_config(base, "slowdown")
+    with pytest.raises(ValueError, match="fraction: expected a positive share"):
+        selftest.planted_slowdown(0.0, mel_config=None)
     with pytest.raises(ValueError, match="mutant"):
         selftest.mutant_loader_config(base, "nope")
 

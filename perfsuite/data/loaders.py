@@ -25,6 +25,7 @@ How the TF-native loaders decode (``decode``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,8 @@ AUTOTUNE = -1
 KINDS = ("tf_native", "numpy_function", "librosa")
 SOURCES = ("wav", "cache")
 DECODES = ("preflight", "in_graph")
+# extra work composed into the map function: (mel, element) -> mel (see build_loader)
+MapExtra = Callable[[object, dict], object]
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,6 @@ class LoaderConfig:
     prefetch_to_device: str | None = None  # e.g. "/gpu:0"; applied as the last transformation
     bucket_boundaries: tuple[int, ...] = ()  # mel-frame boundaries for length bucketing
     on_error: str = "raise"  # or "skip": unreadable files are left out and counted
-    map_slowdown: float = 0.0  # extra work in the map function, as a fraction of one mel (self-test seam)
     decode: str = "preflight"  # tf_native only: headers read at preflight and verified, or parsed in the graph
 
     def __post_init__(self):
@@ -78,7 +80,6 @@ class LoaderConfig:
         _require(self.overlong in ("truncate", "reject"), "overlong", "'truncate' or 'reject'", self.overlong)
         _require(self.on_error in ("raise", "skip"), "on_error", "'raise' or 'skip'", self.on_error)
         _require(self.prefetch == AUTOTUNE or self.prefetch >= 0, "prefetch", "≥ 0 or AUTOTUNE (-1)", self.prefetch)
-        _require(self.map_slowdown >= 0, "map_slowdown", "≥ 0", self.map_slowdown)
         _require(self.decode in DECODES, "decode", f"one of {DECODES}", self.decode)
         _require(self.kind == "tf_native" or self.decode == "preflight", "decode",
                  "'preflight' for Python loaders (they parse headers in Python anyway)", self.decode)
@@ -141,8 +142,13 @@ class _Record:
 
 
 def build_loader(*, dataset_dir: Path, config: LoaderConfig, cache_dir: Path | None = None,
-                 mel_config: MelConfig = MelConfig()) -> Loader:
-    """The batched tf.data pipeline of ``config`` over an LJSpeech-layout directory."""
+                 mel_config: MelConfig = MelConfig(), map_extra: MapExtra | None = None) -> Loader:
+    """The batched tf.data pipeline of ``config`` over an LJSpeech-layout directory.
+
+    map_extra(mel, element) -> mel, when given, runs inside the map function after the loader's own
+    work, in its parallel calls: the way the self-test plants a regression in the pipeline without a
+    test seam in the config.
+    """
     dataset_dir = Path(dataset_dir)
     if config.source == "cache":
         cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(dataset_dir, mel_config)
@@ -153,7 +159,7 @@ def build_loader(*, dataset_dir: Path, config: LoaderConfig, cache_dir: Path | N
     if not records:
         raise DataError(dataset_dir, expected="at least one readable utterance",
                         found=f"none ({len(skipped)} skipped)")
-    dataset = _element_dataset(records, config, mel_config)
+    dataset = _element_dataset(records, config, mel_config, map_extra)
     dataset = _batch(dataset, config, mel_config)
     if config.prefetch == 0:  # tf.data would otherwise inject its own prefetch and "off" would not be off
         options = tf.data.Options()
@@ -249,7 +255,8 @@ def _reject_overlong(path: str, text_len: int, mel_frames: int, config: LoaderCo
                         found=f"{text_len} tokens and {mel_frames} mel frames")
 
 
-def _element_dataset(records: list[_Record], config: LoaderConfig, mel_config: MelConfig) -> tf.data.Dataset:
+def _element_dataset(records: list[_Record], config: LoaderConfig, mel_config: MelConfig,
+                     map_extra: MapExtra | None) -> tf.data.Dataset:
     columns = {"id": [r.id for r in records], "path": [r.path for r in records]}
     if config.source == "wav":
         columns["tokens"] = tf.ragged.constant([r.tokens for r in records], dtype=tf.int32, ragged_rank=1)
@@ -268,27 +275,14 @@ def _element_dataset(records: list[_Record], config: LoaderConfig, mel_config: M
         mel, tokens = load(element, mel_config)
         mel = tf.ensure_shape(mel, [None, mel_config.n_mels])
         tokens = tf.ensure_shape(tokens, [None])
-        if config.map_slowdown > 0:
-            mel = _add_slowdown(mel, element["path"], config.map_slowdown, mel_config)
+        if map_extra is not None:
+            mel = map_extra(mel, element)
         if config.static_shapes:
             mel, tokens = mel[: config.max_mel_frames], tokens[: config.max_text_len]
         return {"id": element["id"], "tokens": tokens, "mel": mel,
                 "text_len": tf.shape(tokens, out_type=tf.int32)[0], "mel_len": tf.shape(mel, out_type=tf.int32)[0]}
 
     return dataset.map(load_element, num_parallel_calls=config.num_parallel_calls, deterministic=config.deterministic)
-
-
-def _add_slowdown(mel, path, fraction, mel_config):
-    """Recompute the mel of a random signal as long as ``fraction`` of this one: a planted regression.
-
-    The result is added times zero computed at run time so no optimiser can prove it dead.
-    """
-    # At least one frame: the mean of an empty mel is NaN, and NaN times zero would poison the data.
-    frames = tf.maximum(tf.cast(tf.cast(tf.shape(mel)[0], tf.float32) * fraction, tf.int32), 1)
-    noise = tf.random.stateless_uniform([frames * mel_config.hop_length], seed=[1, 2], minval=-0.5, maxval=0.5)
-    extra = tf.reduce_mean(log_mel_tf(noise, mel_config))
-    zero = tf.cast(tf.strings.length(path) < 0, tf.float32)  # always 0, unknown until run time
-    return mel + zero * extra
 
 
 def _tf_native_wav(element, mel_config):
