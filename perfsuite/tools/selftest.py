@@ -2,10 +2,10 @@
 them, and the calibration of the slowdown gate from noise measured in the same run.
 
 Mutants are planted only through supported options and what the loader lets a caller inject (its
-``map_extra``), never by editing files. The design
-(rotated arms pinned to one CPU, the sign test plus a noise-derived minimum effect, the two-probe
-slowdown calibration) and why it is so are in docs/selftest.md. No TensorFlow import here: the pieces
-that build pipelines take them as arguments.
+``map_extra``), never by editing files. The design (rotated arms pinned to one CPU, the sign test plus
+a noise-derived minimum effect, the two-probe slowdown calibration) and why it is so are in
+docs/selftest.md. TensorFlow is imported only when a planted slowdown is built, so the decisions load
+without it.
 """
 
 from __future__ import annotations
