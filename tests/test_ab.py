@@ -467,12 +467,15 @@ def test_pytest_with_perfsuite_ab_runs_ab_on_its_own_selection(repo):
     _commit(repo, "slower", work=0.002)
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
     env["PERFSUITE_AB_TEST_TAG"] = str(repo.parent)
+    # One pass: this checks what pytest hands to ab (passes are tested on ab itself).
     result = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--perfsuite-ab=HEAD~1",
-                             "--perfsuite-profile=smoke", "-k", "changed or same", "-p", "no:cacheprovider"],
+                             "--perfsuite-ab-passes=1", "--perfsuite-profile=smoke", "-k", "changed or same",
+                             "-p", "no:cacheprovider"],
                             cwd=repo, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 1, result.stdout + result.stderr  # HEAD~1 against the working tree (at "slower")
     assert "SLOWER" in result.stdout and "test_tiny.py::test_changed" in result.stdout
     assert "test_no_rounds" not in result.stdout  # -k reached both sides
+    assert "passes" not in result.stdout.split("note:")[0]  # --perfsuite-ab-passes=1 reached ab: no pass column
     assert _leftovers(repo) == (0, [])
 
 

@@ -70,6 +70,8 @@ def pytest_addoption(parser):
                     help="instead of this run: git revision BASE against the working tree, side by side on this "
                          "machine, round by round (`perfsuite ab BASE` with this run's path, -k, -m, profile and "
                          "data dir; docs/ab.md). Exit 1 on a significant slowdown")
+    group.addoption("--perfsuite-ab-passes", type=_count("--perfsuite-ab-passes"), default=None, metavar="N",
+                    help="with --perfsuite-ab: passes of fresh workers (`perfsuite ab --passes`; default: ab's, 6)")
 
 
 def _fraction(option: str):
@@ -112,7 +114,7 @@ def pytest_cmdline_main(config):
 
 def ab_command(config, base: str) -> list[str]:
     """The `perfsuite ab` command line for this pytest invocation: its one benchmark path, if given (else
-    ab's default, benchmarks/), within its git repository; -k, -m, profile and data dir."""
+    ab's default, benchmarks/), within its git repository; -k, -m, profile, data dir and passes."""
     given = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
     if len(given) > 1:
         raise pytest.UsageError(f"--perfsuite-ab: expected one benchmark path, found {len(given)}: {', '.join(given)}")
@@ -129,7 +131,8 @@ def ab_command(config, base: str) -> list[str]:
     if given:
         command += ["--benchmarks", str(path.relative_to(repo))]
     for flag, value in (("-k", config.option.keyword), ("-m", config.option.markexpr),
-                        ("--data-dir", config.getoption("perfsuite_data_dir"))):
+                        ("--data-dir", config.getoption("perfsuite_data_dir")),
+                        ("--passes", config.getoption("perfsuite_ab_passes"))):
         if value:
             command += [flag, str(value)]
     return command
