@@ -172,6 +172,50 @@ def test_an_estimate_over_passes_says_so():
         ABSettings(passes=0)
 
 
+def _adaptive_passes(rng, *, change, process_sd, settings=SETTINGS, noise=0.10):
+    """Passes added one at a time until passes_settled, as compare_revisions adds them (rounds of
+    noise 10 %, the TF-native cache loader's within a pass)."""
+    passes = []
+    while not passes or not ab.passes_settled(passes, settings, benchmarks=1):
+        passes += _passes(rng, change=change, process_sd=process_sd, count=1, noise=noise)
+    return passes
+
+
+def test_pass_looks_double_up_to_max_passes_and_widen_the_interval():
+    assert SETTINGS.pass_looks == (6, 12, 24)
+    assert ABSettings(passes=5, max_passes=12).pass_looks == (5, 10, 12)
+    assert ABSettings(passes=6, max_passes=6).pass_looks == (6,)
+    assert ABSettings(passes=1).pass_looks == (1,)
+    assert SETTINGS.confidence(6) == pytest.approx(1 - 0.1 / 3)
+    assert ABSettings(max_passes=6).confidence(6) == pytest.approx(0.9)  # fixed passes: no looks to pay for
+    with pytest.raises(ValueError, match="max_passes: expected an integer >= passes \\(6\\), found 4"):
+        ABSettings(max_passes=4)
+
+
+def test_more_passes_reach_no_change_where_processes_differ_without_more_false_alarms():
+    # Process offsets of SD 4.6 % and rounds of 10 % (the cache loader's A/A run over 12 passes,
+    # docs/ab.md): fixed 6 passes rarely say "no change"; passes added up to 24 mostly do, and the
+    # looks they take keep the false alarms within alpha.
+    rng = np.random.default_rng(21)
+    fixed = ABSettings(max_passes=6)
+    six = [ab.decide([ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.046, noise=0.10), fixed)], fixed)[0]
+           for _ in range(300)]
+    runs = [_adaptive_passes(rng, change=0.0, process_sd=0.046) for _ in range(300)]
+    adaptive = [ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0] for r in runs]
+    assert sum(v.verdict == NO_CHANGE for v in six) <= 150
+    assert sum(v.verdict == NO_CHANGE for v in adaptive) >= 270
+    assert sum(v.verdict in (SLOWER, FASTER) for v in adaptive) <= 6  # alpha 1 %: 3 expected
+    assert all(len(r) in SETTINGS.pass_looks for r in runs)
+
+
+def test_adaptive_passes_stop_at_the_first_look_where_processes_differ_little():
+    rng = np.random.default_rng(22)
+    quiet = [_adaptive_passes(rng, change=0.0, process_sd=0.015, noise=0.03) for _ in range(100)]
+    slower = [_adaptive_passes(rng, change=-0.10, process_sd=0.015, noise=0.03) for _ in range(100)]
+    assert sum(len(r) == SETTINGS.passes for r in quiet) >= 95
+    assert sum(ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict == SLOWER for r in slower) >= 95
+
+
 # ------------------------------------------------------------------------------- worker round driver
 
 
@@ -303,6 +347,23 @@ def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
     assert "not compared: test_y.py::t: only on side B" in text
 
 
+def test_only_benchmarks_not_settled_over_their_passes_get_another_pass():
+    from perfsuite.tools import ab as tool
+
+    rng = np.random.default_rng(10)
+
+    def measured(name, passes):
+        joined = _measured(Paired(name, sum((p.a for p in passes), ()), sum((p.b for p in passes), ())))
+        return dataclasses.replace(joined, pass_rounds=tuple(len(p.a) for p in passes))
+
+    decided = measured("test_x.py::decided", _passes(rng, change=-0.10, process_sd=0.01))
+    undecided = measured("test_x.py::undecided", _passes(rng, change=0.0, process_sd=0.10))
+    early = measured("test_x.py::early", _passes(rng, change=-0.10, process_sd=0.01, count=3))
+    assert tool._undecided([decided, undecided, early], SETTINGS) == {"benchmarks/test_x.py::undecided",
+                                                                       "benchmarks/test_x.py::early"}
+    assert tool._undecided([undecided], ABSettings(max_passes=6)) == set()  # at max_passes: no more
+
+
 def test_the_plot_draws_every_benchmark(tmp_path):
     pytest.importorskip("matplotlib")
     from perfsuite.tools import ab as tool
@@ -415,12 +476,14 @@ def repo(tmp_path):
 def test_a_planted_slowdown_is_flagged_and_only_it(repo):
     _commit(repo, "slower", work=0.002, extra="\n\ndef test_only_b(perfsuite):\n    _measure(perfsuite, 0.001)\n")
     # 4 passes: at 3 (2 degrees of freedom) a halved rate measured under load missed alpha (p 0.014).
-    result = _ab(repo, "HEAD~1", "HEAD", "--budget", "20", "--passes", "4")
+    # Up to 8 for one still undecided: the passes after the first 4 run only those.
+    result = _ab(repo, "HEAD~1", "HEAD", "--budget", "20", "--passes", "4", "--max-passes", "8")
     assert result.returncode == 1, result.stdout + result.stderr
     data = json.loads((repo.parent / "ab.json").read_text())
     [changed] = [b for b in data["benchmarks"] if b["name"] == "test_tiny.py::test_changed"]
-    assert changed["passes"] == 4 and len(changed["rounds_detail"]["pass_rounds"]) == 4
-    assert "in 4 passes" in result.stdout
+    assert changed["passes"] in (4, 8) and len(changed["rounds_detail"]["pass_rounds"]) == changed["passes"]
+    assert f"in {changed['passes']} passes" in result.stdout
+    assert all(b["passes"] in (4, 8) for b in data["benchmarks"])
     verdicts = {b["name"]: b["verdict"] for b in data["benchmarks"]}
     assert verdicts["test_tiny.py::test_changed"] == SLOWER
     assert verdicts["test_tiny.py::test_same"] not in (SLOWER, FASTER)

@@ -369,8 +369,12 @@ def _higher_is_better(metric: str) -> bool:
 class Controller:
     """Drives both workers benchmark by benchmark, in the same order, round by round."""
 
-    def __init__(self, pool: dict[str, Worker], settings, options: Options, progress: Callable[[str], None]):
+    def __init__(self, pool: dict[str, Worker], settings, options: Options, progress: Callable[[str], None],
+                 *, only: set[str] | None = None):
+        """only: the node ids to run (None: every benchmark both sides collected)."""
         self.pool, self.settings, self.options, self.progress = pool, settings, options, progress
+        self.only = only
+        self.scheduled: list[str] = []
         self.measured: list[Measured] = []
         self.not_compared: list[NotCompared] = []
         self.notes: list[str] = []
@@ -383,11 +387,12 @@ class Controller:
             other = "B" if side == "A" else "A"
             self.not_compared += [NotCompared(display_name(n), f"only on side {side} (not collected on {other})")
                                   for n in nodeids]
+        self.scheduled = [n for n in collected.common if self.only is None or n in self.only]
         for worker in self.pool.values():
-            worker.send("run", items=collected.common)
-        for position, nodeid in enumerate(collected.common):
-            self.progress(f"[{position + 1}/{len(collected.common)}] {display_name(nodeid)}")
-            self.benchmark(nodeid, remaining=len(collected.common) - position, count=len(collected.common))
+            worker.send("run", items=self.scheduled)
+        for position, nodeid in enumerate(self.scheduled):
+            self.progress(f"[{position + 1}/{len(self.scheduled)}] {display_name(nodeid)}")
+            self.benchmark(nodeid, remaining=len(self.scheduled) - position, count=len(self.scheduled))
         for worker in self.pool.values():
             self._until(worker, "finished", waiting_for="finishing the pytest session")
 
@@ -591,8 +596,11 @@ def table(report: ABReport) -> list[str]:
 def footnotes(report: ABReport) -> list[str]:
     s = report.settings
     if s.passes > 1:
-        rule = (f"mean over {s.passes} passes (fresh workers each) of each pass's median paired-round change, "
-                f"Student-t interval at {s.confidence(s.passes):.0%}; p: two-sided t-test over the passes, Holm")
+        more = (f", up to {s.max_passes} for one still undecided (looks at {', '.join(map(str, s.pass_looks))})"
+                if s.max_passes > s.passes else "")
+        rule = (f"mean over the passes ({s.passes}{more}; fresh workers each) of each pass's median paired-round "
+                f"change, Student-t interval at {s.confidence(s.passes):.1%}; p: two-sided t-test over the passes, "
+                f"corrected for {len(s.pass_looks)} look(s), Holm")
     else:
         rule = (f"median of the paired rounds of one pass, interval at {s.interval_confidence:.1%}; p: one-sided "
                 f"sign test, corrected for {s.look_count} looks and Holm")
@@ -706,13 +714,15 @@ def _load() -> dict:
 def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_arguments: list[str], settings,
                       options: Options, progress: Callable[[str], None], logs_to: Path | None = None) -> ABReport:
     """Check both revisions out; per pass, run fresh workers on both and drive every round; decide (see
-    the module notes). Each pass gets its share of the budget; a side failure ends the passes."""
+    the module notes). Every benchmark gets settings.passes passes, one still undecided at a pass look
+    gets more (up to settings.max_passes), each pass the same share of the budget per benchmark; a side
+    failure ends the passes."""
     from perfsuite.verdict.ab import decide
 
     started, load_before = time.monotonic(), _load()
     scratch = Path(tempfile.mkdtemp(prefix="perfsuite-ab-"))
-    failure, controllers = None, []
-    share = replace(options, budget_s=options.budget_s / settings.passes)
+    failure, controllers, only = None, [], None
+    per_benchmark_s = None  # a pass's share of the budget per benchmark, known once the first pass collected
     try:
         with checkouts(repo, base, head, scratch) as sides:
             for side in sides:
@@ -720,17 +730,25 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not (side.root / pytest_arguments[0]).exists():
                     raise ABError(f"side {side.name}: expected benchmarks at {pytest_arguments[0]}, found nothing "
                                   f"there in {side.revision}")
-            for index in range(settings.passes):
+            for index in range(settings.max_passes):
                 suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
                 if settings.passes > 1:
-                    progress(f"pass {index + 1}/{settings.passes}: fresh workers on both sides")
+                    progress(f"pass {index + 1}: fresh workers on both sides" + (
+                        f", {len(only)} undecided benchmark(s)" if only is not None else ""))
+                share = replace(options, budget_s=options.budget_s / settings.passes if per_benchmark_s is None
+                                else per_benchmark_s * len(only))
                 with workers(sides, pytest_arguments, scratch, suffix) as pool:
-                    controllers.append(Controller(pool, settings, share, progress))
+                    controllers.append(Controller(pool, settings, share, progress, only=only))
                     try:
                         controllers[-1].run()
                     except SideFailure as error:
                         failure = error
                 if failure is not None:
+                    break
+                if per_benchmark_s is None:
+                    per_benchmark_s = options.budget_s / settings.passes / max(len(controllers[0].scheduled), 1)
+                only = _undecided(joined([c.measured for c in controllers]), settings)
+                if not only:
                     break
     finally:
         if logs_to is not None:
@@ -747,6 +765,14 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                     elapsed_s=time.monotonic() - started,
                     load={"before": load_before["average_1min"], "after": load_after["average_1min"],
                           "cpus": load_after["cpus"]})
+
+
+def _undecided(measured: list[Measured], settings) -> set[str]:
+    """The tests (node ids) that need another pass: one of their measurements is not settled over its
+    passes (perfsuite.verdict.ab.passes_settled; a test measuring several things runs them all again)."""
+    from perfsuite.verdict.ab import passes_settled
+
+    return {m.nodeid for m in measured if not passes_settled(m.passes(), settings, benchmarks=len(measured))}
 
 
 def _estimate(measured: Measured, settings):
@@ -829,6 +855,10 @@ def add_arguments(parser) -> None:
                              "is the unit of the decision (a difference between two processes of the same code "
                              "is no change of the code); 1 is quicker but trusts one pair of processes "
                              "(default: %(default)s)")
+    parser.add_argument("--max-passes", type=_positive(int), metavar="N",
+                        help="passes at most for a benchmark still undecided after --passes (looked at every "
+                             "doubling; each costs what one of the first passes did for it; equal to --passes "
+                             f"to keep within the budget) (default: {ABSettings().max_passes}, or --passes if more)")
     parser.add_argument("--round-timeout", type=_positive(float), default=300.0, metavar="SECONDS",
                         help="a round taking longer is a hung side (default: %(default)g)")
     parser.add_argument("--setup-timeout", type=_positive(float), default=1800.0, metavar="SECONDS",
@@ -849,7 +879,8 @@ def run(args, parser) -> int:
     check_outputs(parser, json_file=args.json, directories={"--report": args.report, "--data-dir": args.data_dir})
     try:
         settings = ABSettings(alpha=args.alpha, min_effect=args.min_effect, no_change_within=args.no_change_within,
-                              min_rounds=args.min_rounds, max_rounds=args.max_rounds, passes=args.passes)
+                              min_rounds=args.min_rounds, max_rounds=args.max_rounds, passes=args.passes,
+                              max_passes=args.max_passes or max(ABSettings().max_passes, args.passes))
     except ValueError as error:  # "min_rounds: expected ..." said of the option that set it
         name, _, problem = str(error).partition(": ")
         parser.error(f"--{name.replace('_', '-')}: {problem}")

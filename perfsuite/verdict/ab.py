@@ -22,6 +22,8 @@ sign test then flagged 4 of 9 A/A runs. So the comparison runs in ``passes`` (fr
 with two or more the pass is the unit (``estimate_passes``): each pass's median log ratio, their mean
 with a Student-t interval and a two-sided t-test over the passes, min_effect from their standard error.
 One pass keeps the round-level rule above, which holds only where process effects are negligible.
+A benchmark still undecided after ``passes`` gets more (``pass_looks``: doubling up to ``max_passes``);
+that sequential rule is paid for as the rounds' looks are: Bonferroni over the pass looks.
 
 Verdicts: "slower" / "faster": significant (Holm-adjusted p < alpha) and beyond min_effect;
 "no change": the interval lies within +-no_change_within (an equivalence claim: no change that
@@ -58,7 +60,9 @@ class ABSettings:
     smallest change that counts. noise_multiple: k in min_effect. no_change_within: the equivalence
     margin of "no change". equivalence_alpha: one-sided level of each end of that claim. Rounds are
     even (as many A-first as B-first pairs); decisions are looked at after min_rounds, then at every
-    doubling, at max_rounds and once more when the budget stops a benchmark.
+    doubling, at max_rounds and once more when the budget stops a benchmark. passes: fresh pairs of
+    workers every benchmark gets; max_passes: at most, for a benchmark still undecided (looked at after
+    passes, then at every doubling and at max_passes). With one pass there are no more.
     """
 
     alpha: float = 0.01
@@ -69,6 +73,7 @@ class ABSettings:
     min_rounds: int = 12
     max_rounds: int = 96
     passes: int = 6
+    max_passes: int = 24
 
     def __post_init__(self):
         for name in ("alpha", "equivalence_alpha", "min_effect", "no_change_within"):
@@ -81,6 +86,8 @@ class ABSettings:
             raise ValueError(f"min_rounds: expected an even number >= 4, found {self.min_rounds}")
         if not (isinstance(self.passes, int) and self.passes >= 1):
             raise ValueError(f"passes: expected an integer >= 1, found {self.passes!r}")
+        if not (isinstance(self.max_passes, int) and self.max_passes >= self.passes):
+            raise ValueError(f"max_passes: expected an integer >= passes ({self.passes}), found {self.max_passes!r}")
         if not (self.max_rounds >= self.min_rounds and self.max_rounds % 2 == 0):
             raise ValueError(f"max_rounds: expected an even number >= min_rounds ({self.min_rounds}), "
                              f"found {self.max_rounds}")
@@ -95,6 +102,17 @@ class ABSettings:
         return (*counts, self.max_rounds)
 
     @property
+    def pass_looks(self) -> tuple[int, ...]:
+        """Pass counts at which a benchmark may stop taking passes because it is decided."""
+        if self.passes == 1:
+            return (1,)
+        counts, n = [], self.passes
+        while n < self.max_passes:
+            counts.append(n)
+            n *= 2
+        return (*counts, self.max_passes)
+
+    @property
     def look_count(self) -> int:
         """Looks a benchmark may take: the scheduled ones plus one where the budget stops it."""
         return len(self.looks) + 1
@@ -105,12 +123,15 @@ class ABSettings:
         return 1 - 2 * self.equivalence_alpha / self.look_count
 
     def confidence(self, passes: int) -> float:
-        """The interval's confidence for an estimate over its rounds (corrected for the looks) or over
-        passes (a fixed count, no looks: the equivalence test's own 1 - 2 * equivalence_alpha)."""
-        return self.interval_confidence if passes == 1 else 1 - 2 * self.equivalence_alpha
+        """The interval's confidence for an estimate over its rounds or over passes, each corrected for
+        its looks (1 - 2 * equivalence_alpha where passes are fixed: passes == max_passes)."""
+        if passes == 1:
+            return self.interval_confidence
+        return 1 - 2 * self.equivalence_alpha / len(self.pass_looks)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "looks": list(self.looks), "interval_confidence": self.interval_confidence}
+        return {**asdict(self), "looks": list(self.looks), "interval_confidence": self.interval_confidence,
+                "pass_looks": list(self.pass_looks)}
 
 
 @dataclass(frozen=True)
@@ -197,8 +218,8 @@ def estimate(paired: Paired, settings: ABSettings) -> Estimate:
 def estimate_passes(passes: Sequence[Paired], settings: ABSettings) -> Estimate:
     """The change over independent passes (fresh processes each): the mean of the passes' median log
     ratios, its Student-t interval at settings.confidence(passes) and t-tests (passes - 1 degrees of freedom),
-    each direction at alpha / 2 (its one-sided p doubled), so that slower and faster together stay
-    within alpha. The standard error is the passes' spread, and never less than what the rounds within the
+    each direction at alpha / 2 (its one-sided p doubled, then multiplied by the pass looks), so that
+    slower and faster together stay within alpha. The standard error is the passes' spread, and never less than what the rounds within the
     passes allow (a few passes can agree by chance)."""
     if len(passes) < 2:
         raise ValueError(f"expected at least 2 passes, found {len(passes)}")
@@ -212,11 +233,12 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings) -> Estimate:
     confidence = settings.confidence(count)
     half = float(sps.t.ppf((1 + confidence) / 2, df)) * standard_error
     t = mean / standard_error if standard_error > 0 else math.copysign(math.inf, mean) if mean else 0.0
+    looks = len(settings.pass_looks)
     return Estimate(
         name=passes[0].name, rounds=sum(e.rounds for e in per_pass), change=math.expm1(mean),
         low=math.expm1(mean - half), high=math.expm1(mean + half), coverage=confidence,
         noise=between, min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
-        p_slower=min(1.0, 2 * float(sps.t.cdf(t, df))), p_faster=min(1.0, 2 * float(sps.t.sf(t, df))),
+        p_slower=min(1.0, 2 * looks * float(sps.t.cdf(t, df))), p_faster=min(1.0, 2 * looks * float(sps.t.sf(t, df))),
         worse_rounds=sum(e.worse_rounds for e in per_pass), better_rounds=sum(e.better_rounds for e in per_pass),
         passes=count)
 
@@ -320,6 +342,20 @@ def settled(paired: Paired, settings: ABSettings, *, benchmarks: int) -> bool:
     if n not in settings.looks:
         return False
     e = estimate(paired, settings)
+    m = max(benchmarks, 1)
+    verdict = verdict_of(e, p_slower=min(1.0, m * e.p_slower), p_faster=min(1.0, m * e.p_faster), settings=settings)
+    return verdict != INCONCLUSIVE
+
+
+def passes_settled(passes: Sequence[Paired], settings: ABSettings, *, benchmarks: int) -> bool:
+    """Whether a benchmark needs no more passes: at max_passes, or at one of its pass looks and decided
+    with its p-values multiplied by ``benchmarks`` (as ``settled`` for rounds). One pass is settled."""
+    n = len(passes)
+    if n >= settings.max_passes or settings.passes == 1:
+        return True
+    if n not in settings.pass_looks:
+        return False
+    e = estimate_passes(passes, settings)
     m = max(benchmarks, 1)
     verdict = verdict_of(e, p_slower=min(1.0, m * e.p_slower), p_faster=min(1.0, m * e.p_faster), settings=settings)
     return verdict != INCONCLUSIVE
