@@ -219,8 +219,8 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings) -> Estimate:
     """The change over independent passes (fresh processes each): the mean of the passes' median log
     ratios, its Student-t interval at settings.confidence(passes) and t-tests (passes - 1 degrees of freedom),
     each direction at alpha / 2 (its one-sided p doubled, then multiplied by the pass looks), so that
-    slower and faster together stay within alpha. The standard error is the passes' spread, and never less than what the rounds within the
-    passes allow (a few passes can agree by chance)."""
+    slower and faster together stay within alpha. The standard error is the passes' spread, and never
+    less than what the rounds within the passes allow (a few passes can agree by chance)."""
     if len(passes) < 2:
         raise ValueError(f"expected at least 2 passes, found {len(passes)}")
     per_pass = [estimate(paired, settings) for paired in passes]
@@ -233,12 +233,12 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings) -> Estimate:
     confidence = settings.confidence(count)
     half = float(sps.t.ppf((1 + confidence) / 2, df)) * standard_error
     t = mean / standard_error if standard_error > 0 else math.copysign(math.inf, mean) if mean else 0.0
-    looks = len(settings.pass_looks)
+    tails = 2 * len(settings.pass_looks)  # two directions, each at alpha / 2, at every pass look
     return Estimate(
         name=passes[0].name, rounds=sum(e.rounds for e in per_pass), change=math.expm1(mean),
         low=math.expm1(mean - half), high=math.expm1(mean + half), coverage=confidence,
         noise=between, min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
-        p_slower=min(1.0, 2 * looks * float(sps.t.cdf(t, df))), p_faster=min(1.0, 2 * looks * float(sps.t.sf(t, df))),
+        p_slower=min(1.0, tails * float(sps.t.cdf(t, df))), p_faster=min(1.0, tails * float(sps.t.sf(t, df))),
         worse_rounds=sum(e.worse_rounds for e in per_pass), better_rounds=sum(e.better_rounds for e in per_pass),
         passes=count)
 
