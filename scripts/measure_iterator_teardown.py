@@ -48,7 +48,7 @@ def main() -> None:
         return
     process = subprocess.Popen([sys.executable, __file__, "--child", "--pause", args.pause, "--rounds", str(args.rounds)])
     while True:  # continue the child 0.3 s after each time it freezes itself
-        pid, status = os.waitpid(process.pid, os.WUNTRACED)
+        _, status = os.waitpid(process.pid, os.WUNTRACED)
         if not os.WIFSTOPPED(status):
             break
         time.sleep(0.3)
