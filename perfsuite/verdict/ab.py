@@ -335,27 +335,23 @@ def decide(estimates: Sequence[Estimate], settings: ABSettings) -> tuple[ABVerdi
 
 
 def settled(paired: Paired, settings: ABSettings, *, benchmarks: int) -> bool:
-    """Whether a benchmark may stop taking rounds: at one of its looks, decided with its p-values
-    multiplied by ``benchmarks`` (Bonferroni bounds Holm: a slowdown found here is still one in the
-    final Holm verdict, whatever the other benchmarks show)."""
-    n = len(paired.a)
-    if n not in settings.looks:
-        return False
-    e = estimate(paired, settings)
-    m = max(benchmarks, 1)
-    verdict = verdict_of(e, p_slower=min(1.0, m * e.p_slower), p_faster=min(1.0, m * e.p_faster), settings=settings)
-    return verdict != INCONCLUSIVE
+    """Whether a benchmark may stop taking rounds: at one of its looks, decided on its own (see
+    ``_decided_alone``)."""
+    return len(paired.a) in settings.looks and _decided_alone(estimate(paired, settings), settings, benchmarks)
 
 
 def passes_settled(passes: Sequence[Paired], settings: ABSettings, *, benchmarks: int) -> bool:
     """Whether a benchmark needs no more passes: at max_passes, or at one of its pass looks and decided
-    with its p-values multiplied by ``benchmarks`` (as ``settled`` for rounds). One pass is settled."""
+    on its own (as ``settled`` for rounds). One pass is settled."""
     n = len(passes)
     if n >= settings.max_passes or settings.passes == 1:
         return True
-    if n not in settings.pass_looks:
-        return False
-    e = estimate_passes(passes, settings)
+    return n in settings.pass_looks and _decided_alone(estimate_passes(passes, settings), settings, benchmarks)
+
+
+def _decided_alone(e: Estimate, settings: ABSettings, benchmarks: int) -> bool:
+    """Decided with its p-values multiplied by ``benchmarks``: Bonferroni bounds Holm, so a slowdown found
+    here is still one in the final Holm verdict, whatever the other benchmarks show."""
     m = max(benchmarks, 1)
     verdict = verdict_of(e, p_slower=min(1.0, m * e.p_slower), p_faster=min(1.0, m * e.p_faster), settings=settings)
     return verdict != INCONCLUSIVE
