@@ -54,10 +54,12 @@ FAST_STEP = fixed_step(0.01)
 GATE_CASE = ("tf_native", "cache", "prefetch")
 GATE_METRICS = ("emulated_util_median", "emulated_idle_fraction", "emulated_oscillation", "emulated_complete")
 MATRIX_ROUNDS = 3  # figures only: the gate case and the contrast take the profile's min_rounds
-# Utilisation samples a round must hold (none in smoke, which only proves the cases run): the cycle
-# detector's minimum; the starvation contrast's rounds three times that: at 32 samples (about 7 of the
-# starved loop's cycles) the cycle was found in 3 of 6 rounds on an idle machine, at 96 in 6 of 6.
-MIN_SAMPLES, STARVATION_SAMPLES = 32, 96
+# Utilisation samples a round must hold: the cycle detector's minimum; the starvation contrast's rounds
+# three times that: at 32 samples (about 7 of the starved loop's cycles) the cycle was found in 3 of 6
+# rounds on an idle machine, at 96 in 6 of 6. Smoke, which only proves the cases run, takes the fewest
+# whose whole intervals cover 90 % of the window (perfsuite.measure.emulated.MIN_COVERAGE), so its
+# emulated_complete is decided by the same rule.
+MIN_SAMPLES, STARVATION_SAMPLES, SMOKE_SAMPLES = 32, 96, 10
 FEED_SEARCH = {
     "smoke": FeedRateConfig(searches=1, iterations=1, probe_batches=3, budget_s=1.0,
                             run=EmulatedRunConfig(batches=3, warmup_batches=1, min_seconds=0.05, min_samples=0)),
@@ -74,7 +76,7 @@ def _batches(corpus, cache, *, kind, source, prefetch):
 
 def _run_config(profile, min_samples=MIN_SAMPLES):
     return EmulatedRunConfig(batches=profile.measure_batches, warmup_batches=profile.warmup_batches,
-                             min_samples=0 if profile.name == "smoke" else min_samples)
+                             min_samples=SMOKE_SAMPLES if profile.name == "smoke" else min_samples)
 
 
 def _round(batches, step, config):

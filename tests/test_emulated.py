@@ -6,12 +6,14 @@ measure real sleeps on a shared machine, so they assert on medians with toleranc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import random
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,8 +36,12 @@ from perfsuite.measure.emulated import (
     fixed_step,
     run_emulated,
     utilisation_timeline,
+    window_coverage,
+    with_coverage,
 )
 from perfsuite.measure.gpu import GpuTimeline, gpu_gate_metrics, gpu_stats
+from perfsuite.verdict.baselines import load_ratios
+from perfsuite.verdict.gates import FAIL, PASS, check_benchmark
 
 
 def batch(frames: int = 100, size: int = 4) -> dict:
@@ -192,6 +198,61 @@ def test_timeline_samples_the_busy_share_of_each_interval():
     assert series.util == pytest.approx((100.0, 100.0, 0.0, 40.0))  # the partial fifth interval is left out
     assert series.util_timestamps == pytest.approx((10.25, 10.5, 10.75, 11.0))
     assert series.mem_used == () and timeline.complete
+
+
+SHIPPED_RATIOS = Path(__file__).parents[1] / "benchmarks" / "baselines" / "ratios.yaml"
+
+
+def missing_samples(timeline: GpuTimeline, keep) -> GpuTimeline:
+    """The timeline as a sampler that missed part of the window would give it: only the samples whose
+    index `keep` admits, marked complete as a sampler that noticed nothing would."""
+    series = timeline.devices[0]
+    kept = [i for i in range(len(series.util)) if keep(i)]
+    series = dataclasses.replace(series, util=tuple(series.util[i] for i in kept),
+                                 util_timestamps=tuple(series.util_timestamps[i] for i in kept))
+    return dataclasses.replace(timeline, devices=(series,), complete=True, error=None)
+
+
+def complete_verdict(timelines) -> str:
+    """The shipped emulated_complete gate on these timelines as rounds, decided as a user's run decides it."""
+    per_round = [float(emulated_gate_metrics(gpu_stats(with_coverage(t)))["emulated_complete"]) for t in timelines]
+    check = check_benchmark(profile=None, ratios=load_ratios(SHIPPED_RATIOS), benchmark_id="emulated",
+                            metrics={"emulated_complete": statistics.median(per_round)},
+                            rounds={"emulated_complete": per_round})
+    (verdict,) = check.verdicts
+    return verdict.decision
+
+
+def test_a_timeline_that_covers_its_window_is_complete_and_passes_the_complete_gate():
+    steps = [(i * 0.05, (i + 1) * 0.05 - 0.001) for i in range(40)]
+    timeline = utilisation_timeline(steps, start=0.0, end=2.03, interval_s=0.05)
+    coverage = window_coverage(timeline)
+    assert timeline.complete and timeline.error is None and coverage.samples == 40
+    assert coverage.covered_share == pytest.approx(2.0 / 2.03) and coverage.longest_gap_s == pytest.approx(0.05)
+    assert complete_verdict([timeline] * 5) == PASS
+
+
+@pytest.mark.parametrize("missed,keep", [("the middle", lambda i: not 15 <= i < 20),
+                                         ("the end", lambda i: i < 30), ("one sample", lambda i: i != 7)])
+def test_a_sampler_that_misses_part_of_the_window_fails_the_complete_gate(missed, keep):
+    steps = [(i * 0.05, (i + 1) * 0.05) for i in range(40)]
+    timeline = missing_samples(utilisation_timeline(steps, start=0.0, end=2.0, interval_s=0.05), keep)
+    marked = with_coverage(timeline)
+    assert not marked.complete and "gap of" in marked.error, missed
+    assert complete_verdict([marked] * 5) == FAIL
+    upstream = dataclasses.replace(timeline, complete=False, error="NVML: lost the device")
+    assert with_coverage(upstream).error == "NVML: lost the device"  # its own error is kept
+
+
+def test_a_window_with_too_few_samples_is_incomplete():
+    timeline = utilisation_timeline([(0.0, 0.1)], start=0.0, end=0.19, interval_s=0.1)  # one sample, 53 %
+    assert not timeline.complete and "cover 53% of the 0.19 s window" in timeline.error
+
+
+def test_a_run_s_timeline_covers_its_window():
+    run = run_emulated(produced(0.002), step=0.01, config=EmulatedRunConfig(batches=4, min_samples=10))
+    assert run.timeline.complete, run.timeline.error
+    assert run.as_dict()["timeline_covered_share"] >= 0.9
 
 
 def duty_cycle(*, on: int, off: int, cycles: int, interval: float = 0.01) -> list[tuple[float, float]]:

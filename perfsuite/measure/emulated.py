@@ -14,6 +14,8 @@ the pipeline exactly the CPU it would have next to a real GPU: starvation is rep
   `GpuTimeline` of the type the NVML sampler produces (utilisation = busy share of each fixed interval,
   stamped at the interval's end), so `gpu_stats` / `gpu_gate_metrics` compute the same statistics and
   gates from it. `emulated_gate_metrics` renames them `emulated_*`, apart from the real GPU's metrics.
+  The timeline is complete only when its samples cover the measured window (`window_coverage`): a
+  timeline that misses part of the window fails the `*_complete` gate instead of passing by default.
 - `feed_rate(dataset)`: the shortest fixed step time the pipeline keeps >= 90 % busy, found by a few
   interleaved bisections on a log scale, with their interval, in steps/s and audio seconds/s.
 
@@ -24,6 +26,7 @@ numpy (`np.asarray` on tensors), so any iterable of dict batches works.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -45,6 +48,12 @@ LEAD_QUANTILE = 0.9  # the sleeper aims this quantile of its recent lateness ear
 SPIN_CAP_S = 200e-6  # ... but never more: the spin after an early wake-up holds the GIL
 MIN_STEP_S = 0.001  # shortest step the sleep emulates within a few percent
 FRAME_COUNTS = ("padded", "true")
+# A timeline covers its window when its samples' intervals cover at least MIN_COVERAGE of it and no
+# stretch of it (from the start to the first sample's stamp, between stamps, from the last stamp to the
+# end) is longer than MAX_GAP_INTERVALS sample intervals: one missed sample is a gap of 2 intervals.
+# 10 whole samples in a window always cover 90 % of it (the trailing partial interval is under one).
+MIN_COVERAGE = 0.9
+MAX_GAP_INTERVALS = 1.5
 DEFAULT_MEL = MelConfig()  # the loaders' mel: audio seconds = mel frames x hop / sample rate
 
 
@@ -232,11 +241,11 @@ def busy_within(busy: Iterable[tuple[float, float]], edges: np.ndarray) -> np.nd
 
 
 def utilisation_timeline(busy: Iterable[tuple[float, float]], *, start: float, end: float,
-                         interval_s: float = MIN_INTERVAL_S, complete: bool = True,
-                         error: str | None = None) -> GpuTimeline:
+                         interval_s: float = MIN_INTERVAL_S) -> GpuTimeline:
     """The NVML sampler's timeline type from busy intervals: one utilisation sample per whole interval
     from `start`, the busy percentage of that interval, stamped at its end (as the driver stamps its
-    samples). A trailing partial interval is left out. The polled series (memory, clock) are empty."""
+    samples). A trailing partial interval is left out. The polled series (memory, clock) are empty.
+    complete: whether the samples cover the window (`with_coverage`)."""
     if not interval_s > 0:
         raise ValueError(f"interval_s: expected a positive number of seconds, found {interval_s!r}")
     if not end >= start:
@@ -249,8 +258,60 @@ def utilisation_timeline(busy: Iterable[tuple[float, float]], *, start: float, e
     device = DeviceTimeline(index=0, name=DEVICE_NAME, source=SOURCE_EMULATED,
                             util_timestamps=tuple(float(t) for t in edges[1:]), util=util,
                             timestamps=(), mem_util=(), mem_used=(), sm_clock=())
-    return GpuTimeline(start=start, end=end, interval_s=interval_s, devices=(device,), complete=complete,
-                       error=error)
+    return with_coverage(GpuTimeline(start=start, end=end, interval_s=interval_s, devices=(device,), complete=True,
+                                     error=None))
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of a timeline's window its first device's utilisation samples cover. A sample stamped at
+    t stands for [t - interval_s, t]. covered_share: the union of those intervals within the window over
+    the window; longest_gap_s: the longest stretch without a stamp (start to the first, between stamps,
+    the last to the end)."""
+
+    samples: int
+    interval_s: float
+    window_s: float
+    covered_share: float
+    longest_gap_s: float
+
+    @property
+    def complete(self) -> bool:
+        return (self.covered_share >= MIN_COVERAGE
+                and self.longest_gap_s <= MAX_GAP_INTERVALS * self.interval_s + 1e-9)
+
+    @property
+    def problem(self) -> str | None:
+        """Why the timeline is incomplete, or None."""
+        if self.complete:
+            return None
+        return (f"the utilisation samples cover {self.covered_share:.0%} of the {self.window_s:.3g} s window "
+                f"(at least {MIN_COVERAGE:.0%} expected) and leave a gap of {self.longest_gap_s:.3g} s "
+                f"(at most {MAX_GAP_INTERVALS:g} sample intervals of {self.interval_s:.3g} s expected)")
+
+    def as_dict(self) -> dict:
+        return {"samples": self.samples, "covered_share": self.covered_share, "longest_gap_s": self.longest_gap_s,
+                "complete": self.complete}
+
+
+def window_coverage(timeline: GpuTimeline) -> Coverage:
+    """The coverage of the timeline's window by its first device's utilisation samples (see Coverage)."""
+    stamps = sorted(t for t in timeline.devices[0].util_timestamps if timeline.start < t <= timeline.end)
+    edges = [timeline.start, *stamps, timeline.end]
+    gaps = [b - a for a, b in zip(edges, edges[1:])]
+    covered = sum(min(gap, timeline.interval_s) for gap in gaps[:-1])  # each stamp's interval, overlaps once
+    window = timeline.duration_s
+    return Coverage(samples=len(stamps), interval_s=timeline.interval_s, window_s=window,
+                    covered_share=covered / window if window > 0 else 0.0, longest_gap_s=max(gaps))
+
+
+def with_coverage(timeline: GpuTimeline) -> GpuTimeline:
+    """The timeline marked incomplete, with the reason as its error, when its samples do not cover its
+    window; an already incomplete timeline keeps its own error."""
+    problem = window_coverage(timeline).problem
+    if problem is None or not timeline.complete:
+        return timeline
+    return dataclasses.replace(timeline, complete=False, error=problem)
 
 
 # ----------------------------------------------------------------------------------------------- a run
@@ -328,7 +389,9 @@ class EmulatedRun:
         return None if self.audio_s is None else self.audio_s / self.duration_s
 
     def as_dict(self) -> dict:
+        coverage = window_coverage(self.timeline)
         return {"duration_s": self.duration_s, "batches": len(self.step_s), "busy_fraction": self.busy_fraction,
+                "timeline_covered_share": coverage.covered_share, "timeline_longest_gap_s": coverage.longest_gap_s,
                 "steps_per_s": self.steps_per_s, "audio_s_per_s": self.audio_s_per_s,
                 "step_s_median": statistics.median(self.step_s), "wait_s_median": statistics.median(self.wait_s),
                 "wait_s_max": max(self.wait_s)}

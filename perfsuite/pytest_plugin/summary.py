@@ -8,17 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfsuite.verdict.comparison import Decision
-from perfsuite.verdict.gates import FAIL, INCONCLUSIVE
 from perfsuite.verdict.metrics import format_number
 
 HEADER = ("benchmark", "metric", "measured [interval] (rounds)", "threshold", "verdict")
-_SHOWN = {FAIL: "FAILED", INCONCLUSIVE: "inconclusive"}
 
 
 def verdict_rows(outcome) -> list[tuple[str, ...]]:
     """One row per checked threshold of one benchmark (a row saying so when it has none)."""
     rows = [(outcome.benchmark_id, v.metric, v.evidence, f"{v.threshold.symbol} {format_number(v.threshold.value)}",
-             _SHOWN.get(v.decision, "ok")) for v in outcome.check.verdicts]
+             v.label) for v in outcome.check.verdicts]
     return rows or [(outcome.benchmark_id, "-", "-", "-", "no thresholds")]
 
 

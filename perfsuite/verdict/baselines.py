@@ -68,7 +68,7 @@ from perfsuite.measure.machine import (
     machine_fingerprint,
     match,
 )
-from perfsuite.verdict.gates import CheckResult, Threshold, check_benchmark
+from perfsuite.verdict.gates import REGRESSION, ROLES, CheckResult, Threshold, check_benchmark
 from perfsuite.verdict.metrics import is_declared
 from perfsuite.verdict.metrics import lookup as lookup_metric
 
@@ -345,9 +345,11 @@ def load_profile(path: Path | str) -> Profile:
 
 
 def load_ratios(path: Path | str) -> RatioGates:
-    """Read and validate ``ratios.yaml``: ``ratios: {<metric>: {min: x, max: y, claim: "..."}}``.
+    """Read and validate ``ratios.yaml``: ``ratios: {<metric>: {min: x, max: y, claim: "...", role: ...}}``.
 
-    Every gate states the claim it protects: a bound without a reason cannot be reviewed or moved."""
+    Every gate states the claim it protects: a bound without a reason cannot be reviewed or moved.
+    ``role`` (optional): ``regression`` (the default) or ``context``, a contrast shown but never
+    counted (perfsuite.verdict.gates)."""
     path = Path(path)
     top = _mapping(path, (), _read_yaml(path))
     _only_keys(path, (), top, ("ratios",))
@@ -356,13 +358,16 @@ def load_ratios(path: Path | str) -> RatioGates:
     for metric, bounds in entries.items():
         keys = ("ratios", metric)
         bounds = _mapping(path, keys, bounds)
-        _only_keys(path, keys, bounds, ("min", "max", "claim"))
+        _only_keys(path, keys, bounds, ("min", "max", "claim", "role"))
         claim = _string(path, keys + ("claim",), _require(path, keys, bounds, "claim"))
-        limits = {kind: bound for kind, bound in bounds.items() if kind != "claim"}
+        role = bounds.get("role", REGRESSION)
+        if role not in ROLES:
+            raise _wrong(path, keys + ("role",), f"one of {', '.join(ROLES)}", role)
+        limits = {kind: bound for kind, bound in bounds.items() if kind in ("min", "max")}
         if not limits:
             raise BaselineError(path, _key_path(keys), "expected at least one of min, max; found neither")
-        thresholds = [Threshold(metric=metric, kind=kind, value=_number(path, keys + (kind,), bound), claim=claim)
-                      for kind, bound in limits.items()]
+        thresholds = [Threshold(metric=metric, kind=kind, value=_number(path, keys + (kind,), bound), claim=claim,
+                                role=role) for kind, bound in limits.items()]
         _check_band(path, keys, thresholds)
         gates[metric] = tuple(thresholds)
     return RatioGates(path=path, gates=gates)

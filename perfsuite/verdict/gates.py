@@ -5,12 +5,23 @@ over those rounds (``perfsuite.measure.stats.median_interval``): it fails only w
 interval lies on the wrong side of the threshold, passes when it lies on the right side, and is
 "inconclusive" when it straddles it — shown as such, never failed, because a verdict that noise can
 flip makes users switch the suite off. A metric with no rounds is judged on its single value.
+
+Roles: a "regression" gate guards a claim a regression can break; a "context" gate states a contrast
+that only an improvement of the slow side (or a broken measurement) can break, such as "the
+numpy_function pipeline starves the step". A context verdict is decided and shown, but it never fails a
+run and is never counted as a passed gate.
+
+Rounds: a gate measured in rounds that is still inconclusive after the planned rounds gets more of them
+(``add_rounds_while_undecided``) until it is decided, ``max_rounds`` is reached, or the measurement has
+spent twice its time budget (the budget, or the planned rounds' time where they took longer); the
+outcome says which, so a summary can say the budget ran out undecided.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,18 +30,26 @@ from perfsuite.measure.stats import MedianInterval, median_interval
 from perfsuite.verdict.metrics import format_number
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+REGRESSION, CONTEXT = "regression", "context"
+ROLES = (REGRESSION, CONTEXT)
 CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
 class Threshold:
     """One bound on one metric: kind 'min' admits values >= value, 'max' values <= value. ``claim``
-    says in words what the bound protects (a gate file states it; a recorded threshold has none)."""
+    says in words what the bound protects (a gate file states it; a recorded threshold has none).
+    ``role``: REGRESSION (a verdict that can fail the run) or CONTEXT (shown, never counted)."""
 
     metric: str
     kind: str
     value: float
     claim: str = ""
+    role: str = REGRESSION
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"Threshold.role: expected one of {ROLES}, found {self.role!r}")
 
     @property
     def key(self) -> str:
@@ -70,9 +89,22 @@ class Verdict:
         return self.threshold.metric
 
     @property
+    def is_context(self) -> bool:
+        return self.threshold.role == CONTEXT
+
+    @property
     def passed(self) -> bool:
-        """Not failed: an inconclusive verdict does not fail a run."""
-        return self.decision != FAIL
+        """Not failed: an inconclusive verdict does not fail a run, nor does a context verdict."""
+        return self.decision != FAIL or self.is_context
+
+    @property
+    def label(self) -> str:
+        """The verdict as the summary shows it: ok, FAILED, inconclusive; a context verdict says whether
+        the contrast holds, never "ok"."""
+        if self.is_context:
+            shown = {PASS: "holds", FAIL: "does not hold"}.get(self.decision, self.decision)
+            return f"context: {shown}"
+        return {PASS: "ok", FAIL: "FAILED"}.get(self.decision, self.decision)
 
     @property
     def evidence(self) -> str:
@@ -92,12 +124,13 @@ class Verdict:
         bound = f"threshold {t.symbol} {format_number(t.value)} ({self.source})"
         claim = f" — {t.claim}" if t.claim else ""
         measured = self.note if self.measured is None else f"measured {self.evidence}"
-        return f"{self.metric}: {self.decision}: {measured}, {bound}{claim}"
+        decision = f"{t.role} {self.decision}" if self.is_context else self.decision
+        return f"{self.metric}: {decision}: {measured}, {bound}{claim}"
 
     def as_dict(self) -> dict[str, Any]:
         t = self.threshold
         return {"benchmark_id": self.benchmark_id, "metric": t.metric, "kind": t.kind, "threshold": t.value,
-                "claim": t.claim, "measured": self.measured, "source": self.source, "decision": self.decision,
+                "claim": t.claim, "role": t.role, "measured": self.measured, "source": self.source, "decision": self.decision,
                 "interval": None if self.interval is None else self.interval.as_dict(), "note": self.note,
                 "message": self.message}
 
@@ -117,6 +150,11 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         return not self.failures
+
+    @property
+    def undecided(self) -> tuple[Verdict, ...]:
+        """Inconclusive verdicts that count: the ones more rounds should decide (context ones excluded)."""
+        return tuple(v for v in self.verdicts if v.decision == INCONCLUSIVE and not v.is_context)
 
     def as_dict(self) -> dict[str, Any]:
         return {"benchmark_id": self.benchmark_id, "passed": self.passed,
@@ -169,3 +207,65 @@ def gates_not_measured(ratios, results: Iterable[CheckResult]) -> tuple[str, ...
     """Same-run gates that no checked benchmark reported (e.g. deselected, or a peer not installed)."""
     checked = {v.metric for result in results for v in result.verdicts if v.source == str(ratios.path)}
     return tuple(metric for metric in ratios.gates if metric not in checked)
+
+
+# ------------------------------------------------------------------------------------- more rounds
+
+DECIDED, BUDGET_SPENT, MAX_ROUNDS = "decided", "budget spent", "max_rounds reached"
+BUDGET_FACTOR = 2.0  # undecided gates may spend up to this many times the measurement's budget
+
+
+@dataclass(frozen=True)
+class RoundsOutcome:
+    """How a measurement's rounds ended: ``stopped`` is DECIDED (no gate left inconclusive),
+    BUDGET_SPENT or MAX_ROUNDS (a gate still inconclusive); ``added`` rounds beyond the planned ones."""
+
+    rounds: int
+    added: int
+    stopped: str
+    seconds: float
+    limit_s: float
+
+    @property
+    def decided(self) -> bool:
+        return self.stopped == DECIDED
+
+    @property
+    def note(self) -> str | None:
+        """What the summary says when the rounds ended with a gate undecided; None when decided."""
+        if self.decided:
+            return None
+        return (f"{self.stopped} with a gate still inconclusive after {self.rounds} rounds "
+                f"({self.added} added, {self.seconds:.1f} s of at most {self.limit_s:.1f} s)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "added": self.added, "stopped": self.stopped, "seconds": self.seconds,
+                "limit_s": self.limit_s}
+
+
+def add_rounds_while_undecided(one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
+                               spent_s: float, budget_s: float, max_rounds: int, step: int = 1,
+                               clock: Callable[[], float] = time.perf_counter) -> RoundsOutcome:
+    """Run ``one_round`` (``step`` at a time) while ``undecided()``, after ``rounds`` planned rounds that
+    took ``spent_s``. The measurement may spend BUDGET_FACTOR x max(budget_s, spent_s) in all: a
+    measurement whose planned rounds alone outrun the budget may double them. A step is started only
+    when it fits that limit at the mean round time so far and keeps the count within ``max_rounds``."""
+    if rounds < 1 or step < 1 or not (math.isfinite(spent_s) and spent_s >= 0):
+        raise ValueError(f"rounds, step, spent_s: expected ≥ 1, ≥ 1 and ≥ 0 s, found {rounds}, {step}, {spent_s}")
+    limit_s = BUDGET_FACTOR * max(budget_s, spent_s)
+    started, count = clock(), rounds
+
+    def outcome(stopped: str) -> RoundsOutcome:
+        return RoundsOutcome(rounds=count, added=count - rounds, stopped=stopped,
+                             seconds=spent_s + clock() - started, limit_s=limit_s)
+
+    while undecided():
+        elapsed = spent_s + clock() - started
+        if count + step > max_rounds:
+            return outcome(MAX_ROUNDS)
+        if elapsed + step * elapsed / count > limit_s:
+            return outcome(BUDGET_SPENT)
+        for _ in range(step):
+            one_round()
+        count += step
+    return outcome(DECIDED)
