@@ -85,6 +85,29 @@ def test_ratio_gate_straddled_by_the_interval_is_inconclusive_and_passes(pyteste
     result.stdout.fnmatch_lines(["*fast_over_slow_ratio*60 [[]10, 100[]] (3 rounds*inconclusive*"])
 
 
+UNDECIDED = textwrap.dedent("""
+    def test_shares(perfsuite):
+        values = [0.01, 0.09]  # straddle the gate at 0.05; smoke's max_rounds (2) allows no more
+        perfsuite.more_rounds("x_input_bound", lambda: values.append(0.05), rounds=2, spent_s=0.0,
+                              undecided=lambda: perfsuite.gate_undecided("x_input_bound", 0.05, values))
+        perfsuite.add("x_input_bound", 0.05, rounds=values)
+        perfsuite.add("y_input_bound", 0.5, rounds=[0.4, 0.6])
+""")
+
+
+def test_a_gate_left_undecided_says_why_and_a_context_gate_is_shown_as_context(pytester):
+    (pytester.mkdir("baselines") / "ratios.yaml").write_text(yaml.safe_dump({"ratios": {
+        "x_input_bound": {"max": 0.05, "claim": "x is fed"},
+        "y_input_bound": {"min": 0.05, "claim": "y starves", "role": "context"}}}))
+    pytester.makepyfile(test_bench=UNDECIDED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--perfsuite-profile=smoke",
+                                           "--perfsuite-baselines=baselines")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*x_input_bound*inconclusive*", "*y_input_bound*context: holds*",
+                                 "note: *x_input_bound: max_rounds reached with a gate still inconclusive after 2 "
+                                 "rounds (0 added*"])
+
+
 def test_report_mode_prints_the_failed_gate_without_failing(pytester):
     _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
     result = _run(pytester, "--perfsuite-gates=report")

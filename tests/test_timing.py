@@ -301,41 +301,6 @@ def test_interleave_rejects_mixed_values():
         timing.interleave(a=lambda: "fast", b=lambda: 1.0, rounds=1)
 
 
-# ----------------------------------------------------------------------------------- input bound
-
-
-@tf.function
-def _fast_step(batch):
-    return tf.reduce_sum(tf.cast(batch, tf.float32))
-
-
-def test_slow_pipeline_into_fast_step_is_highly_input_bound():
-    dataset = _sequential(tf.data.Dataset.range(10**6).map(lambda i: _sleep_where(i, 0.01, every=1)).batch(2))
-    result = timing.measure_input_bound(step=_fast_step, dataset=dataset, warmup=2, batches=5, rounds=3)
-    assert result.classification == "highly input-bound"
-    assert result.t_real > result.t_synthetic
-    assert result.share == pytest.approx(stats.input_bound_share(t_synthetic=result.t_synthetic, t_real=result.t_real))
-    assert len(result.real_round_s) == 3 and result.as_dict()["rounds"] == 3
-
-
-def test_fast_pipeline_into_slow_step_is_not_input_bound():
-    def slow_step(batch):
-        time.sleep(0.03)
-        return tf.reduce_sum(batch)
-
-    dataset = tf.data.Dataset.range(10**6).batch(2).prefetch(2)
-    result = timing.measure_input_bound(step=slow_step, dataset=dataset, warmup=2, batches=5, rounds=3)
-    assert result.classification == "not input-bound", result
-
-
-def test_input_bound_needs_a_dataset_with_enough_batches():
-    with pytest.raises(TypeError, match="tf.data.Dataset"):
-        timing.measure_input_bound(step=_fast_step, dataset=[tf.ones([2])], warmup=1, batches=1)
-    with pytest.raises(ValueError, match=r"expected at least 9 \(3 rounds x \(1 warm-up \+ 2 measured\)\)"):
-        timing.measure_input_bound(step=_fast_step, dataset=tf.data.Dataset.range(8).batch(2),
-                                   warmup=1, batches=2, rounds=3)
-
-
 def test_min_seconds_extends_a_short_measurement_in_whole_chunks():
     def batches():
         while True:

@@ -16,7 +16,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -470,74 +470,6 @@ def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1) -> Rou
         raise TypeError(f"runs: expected every run to return the same kind of value, found {sorted(units)}")
     return Rounds(labels=labels, values={label: tuple(v) for label, v in values.items()}, unit=units.pop(),
                   order=tuple(order))
-
-
-# ----------------------------------------------------------------------------------- input bound
-
-
-@dataclass(frozen=True)
-class InputBound:
-    """The same step fed by the real pipeline and by its synthetic twin (one cached batch repeated).
-
-    t_real, t_synthetic: seconds per step, the median over rounds of each round's mean step time.
-    share = 1 - t_synthetic / t_real (see stats.input_bound_share); classification as TF's profiler.
-    """
-
-    t_real: float
-    t_synthetic: float
-    share: float
-    classification: str
-    rounds: int
-    real_round_s: tuple[float, ...]
-    synthetic_round_s: tuple[float, ...]
-
-    def as_dict(self) -> dict:
-        result = asdict(self)
-        result["real_round_s"] = list(self.real_round_s)
-        result["synthetic_round_s"] = list(self.synthetic_round_s)
-        return result
-
-
-def _mean_step_time(step, source: _Source, *, warmup: int, batches: int, readback) -> float:
-    for _ in range(warmup):
-        readback(step(source.next()))
-    start = time.perf_counter_ns()
-    for _ in range(batches):
-        readback(step(source.next()))
-    return (time.perf_counter_ns() - start) / 1e9 / batches
-
-
-def measure_input_bound(*, step: Callable[[Any], Any], dataset, warmup: int, batches: int, rounds: int = 3,
-                        readback: Callable[[Any], Any] | None = None, name: str = "input_bound") -> InputBound:
-    """Share of step time spent waiting for input, measured as in TensorFlow's profiler.
-
-    The synthetic twin is dataset.take(1).cache().repeat(): the same batch structure, no input work.
-    Rounds alternate real/synthetic first. Each round runs warmup untimed steps (draining a prefetch
-    buffer that refilled while the other side ran, and tracing the step) and then times batches
-    steps including their fetch. The round's mean step time, not a per-step median, is used: a
-    pipeline that stalls every few batches costs exactly its stalls. dataset must yield at least
-    rounds * (warmup + batches) batches.
-    """
-    _check_counts(warmup=warmup, batches=batches, rounds=rounds)
-    tf = tensorflow()
-    if not isinstance(dataset, tf.data.Dataset):
-        raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found {type(dataset).__name__}")
-    readback = readback or _step_readback
-    needed = rounds * (warmup + batches)
-    what = f"{rounds} rounds x ({warmup} warm-up + {batches} measured)"
-    real = _Source(dataset, name=name, needed=needed, what=what)
-    synthetic = _Source(dataset.take(1).cache().repeat(), name=f"{name} (synthetic twin)", needed=needed, what=what)
-    real_s, synthetic_s = [], []
-    for index in range(rounds):
-        sides = ((real, real_s), (synthetic, synthetic_s))
-        for source, out in sides if index % 2 == 0 else reversed(sides):
-            out.append(_mean_step_time(step, source, warmup=warmup, batches=batches, readback=readback))
-    t_real = float(np.median(real_s))
-    t_synthetic = float(np.median(synthetic_s))
-    share = stats.input_bound_share(t_synthetic=t_synthetic, t_real=t_real)
-    return InputBound(t_real=t_real, t_synthetic=t_synthetic, share=share,
-                      classification=stats.classify_input_bound(share), rounds=rounds,
-                      real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s))
 
 
 def combine(rounds: list[Measurement], *, name: str, first: Measurement) -> Measurement:

@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite._tensorflow import tensorflow
-from perfsuite.measure import stats, timing
+from perfsuite.measure import timing
+from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.speech import FrameCounter, speech_figures
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
 from perfsuite.verdict import metrics as metric_registry
 from perfsuite.verdict.baselines import Baselines, record_measurements
 from perfsuite.verdict.comparison import HistoryComparison, compare_history
-from perfsuite.verdict.gates import INCONCLUSIVE, CheckResult
+from perfsuite.verdict.gates import CheckResult, RoundsOutcome, add_rounds_while_undecided
 
 
 def benchmark_id(profile_name: str, nodeid: str) -> str:
@@ -89,6 +90,7 @@ class Recorder:
         self.primary: timing.Measurement | None = None
         self.primary_unit = "batch"  # what one of the primary measurement's times is: a batch or a step call
         self.primary_round_lengths: list[int] | None = None
+        self.notes: list[str] = []  # for the summary, e.g. a gate whose rounds ran out undecided
         self._benchmark_used = False
 
     # -------------------------------------------------------------------------------- measuring
@@ -160,18 +162,31 @@ class Recorder:
 
     def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2,
                             batches: int | None = None, rounds: int | None = None,
-                            metric: str = "input_bound") -> timing.InputBound:
+                            metric: str = "input_bound") -> InputBound:
         """The step fed by ``dataset`` (a repeated tf.data.Dataset) and by its synthetic twin (one cached
-        batch), in alternating rounds; records the input-bound share ``metric`` with its per-round values.
-        Defaults: ``step_calls`` batches a round, ``min_rounds`` rounds."""
-        batches = batches or max(self.profile.step_calls, 2)
-        rounds = rounds or self.profile.min_rounds
-        result = self._once(lambda: timing.measure_input_bound(step=step, dataset=dataset, warmup=warmup,
-                                                               batches=batches, rounds=rounds))
+        batch), in alternating rounds (perfsuite.measure.input_bound); records the input-bound share
+        ``metric`` with its per-round values. Defaults: ``step_calls`` batches a round, ``min_rounds``
+        rounds, then more while a gate on ``metric`` is inconclusive (``more_rounds``). A given
+        ``rounds`` fixes the count instead."""
+        measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup,
+                                       batches=batches or max(self.profile.step_calls, 2))
+
+        def undecided():
+            so_far = measurement.result()
+            return self.gate_undecided(metric, so_far.share, so_far.shares)
+
+        def measure():
+            started = time.perf_counter()
+            for _ in range(rounds or self.profile.min_rounds):
+                measurement.one_round()
+            if rounds is None:
+                self.more_rounds(metric, measurement.one_round, undecided=undecided, rounds=self.profile.min_rounds,
+                                 spent_s=time.perf_counter() - started)
+            return measurement.result()
+
+        result = self._once(measure)
         self.record(result, prefix="input_bound_")
-        shares = [stats.input_bound_share(t_synthetic=s, t_real=r)
-                  for r, s in zip(result.real_round_s, result.synthetic_round_s)]
-        self.add(metric, result.share, rounds=shares)
+        self.add(metric, result.share, rounds=result.shares)
         return result
 
     def measure_epoch(self, *, step: Callable[[Any], Any], dataset, name: str) -> timing.Measurement:
@@ -251,9 +266,26 @@ class Recorder:
         return result
 
     def _undecided(self, name: str, result: timing.ABResult) -> bool:
-        check = self.context.baselines.check(benchmark_id=self.benchmark_id,
-                                             metrics={name: result.summary.median}, rounds={name: result.ratios})
-        return any(v.decision == INCONCLUSIVE for v in check.verdicts)
+        return self.gate_undecided(name, result.summary.median, result.ratios)
+
+    def gate_undecided(self, name: str, value: float, rounds: Sequence[float]) -> bool:
+        """Whether a gate that counts (not a context one) on metric ``name`` is inconclusive on these rounds."""
+        check = self.context.baselines.check(benchmark_id=self.benchmark_id, metrics={name: value},
+                                             rounds={name: rounds})
+        return bool(check.undecided)
+
+    def more_rounds(self, name: str, one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
+                    spent_s: float, step: int = 1) -> RoundsOutcome:
+        """Rounds added by ``one_round`` while ``undecided()`` (perfsuite.verdict.gates.add_rounds_while_undecided:
+        within max_rounds and twice the budget); extra_info gets ``<name>_rounds_outcome``, and the summary
+        a note when the rounds ended with the gate on ``name`` still undecided."""
+        outcome = add_rounds_while_undecided(one_round, undecided=undecided, rounds=rounds, spent_s=spent_s,
+                                             budget_s=self.profile.budget_s, max_rounds=self.profile.max_rounds,
+                                             step=step)
+        self.benchmark.extra_info[f"{name}_rounds_outcome"] = outcome.as_dict()
+        if outcome.note is not None:
+            self.notes.append(f"{name}: {outcome.note}")
+        return outcome
 
     # -------------------------------------------------------------------------------- recording
 
@@ -311,7 +343,8 @@ class Recorder:
         check = context.baselines.check(benchmark_id=self.benchmark_id, metrics=self.metrics, rounds=self.rounds)
         self.benchmark.extra_info["perfsuite_profile"] = self.profile.name
         self.benchmark.extra_info["perfsuite_verdicts"] = check.as_dict()
-        outcome = Outcome(self.benchmark_id, check, self._compare(), context.gates, notes=list(check.notes))
+        outcome = Outcome(self.benchmark_id, check, self._compare(), context.gates,
+                          notes=list(check.notes) + self.notes)
         if context.save_baselines:
             path = self._save()
             if path is not None:

@@ -1,0 +1,145 @@
+"""The input-bound share: how much of a step's time is spent waiting for its input pipeline.
+
+Measured as TensorFlow's profiler classifies it: the same step fed by the real pipeline and by its
+synthetic twin (one batch of the same structure repeated: no input work), in rounds that alternate
+which side runs first, so a drift of the machine's speed reaches both alike. A side of a round runs
+``warmup`` untimed steps (draining a prefetch buffer that refilled while the other side ran, and
+tracing the step), then times ``batches`` steps with their fetches; its figure is the mean seconds per
+step, not a median: a pipeline that stalls every few batches costs exactly its stalls. The share of a
+round is 1 - t_synthetic / t_real (``stats.input_bound_share``).
+
+``InputBoundRounds`` runs one round at a time, so a caller can add rounds while a gate on the share is
+undecided; ``measure_input_bound`` runs a fixed number. The result, ``InputBound``, is one frozen record.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite._tensorflow import tensorflow
+from perfsuite.measure import stats
+from perfsuite.measure.timing import _step_readback  # the step readback every step timing uses
+
+
+@dataclass(frozen=True)
+class InputBound:
+    """The step fed by the real pipeline and by the synthetic twin in the same rounds.
+
+    real_round_s, synthetic_round_s: each round's mean seconds per step of each side; t_real,
+    t_synthetic: their medians; share = 1 - t_synthetic / t_real, classified as TF's profiler does
+    (stats.classify_input_bound); shares: each round's own share (what a gate's interval is decided
+    from). batches: timed steps per side and round, after warmup untimed ones.
+    """
+
+    t_real: float
+    t_synthetic: float
+    share: float
+    classification: str
+    rounds: int
+    real_round_s: tuple[float, ...]
+    synthetic_round_s: tuple[float, ...]
+    batches: int
+    warmup: int
+
+    @classmethod
+    def from_rounds(cls, real_round_s, synthetic_round_s, *, batches: int, warmup: int) -> InputBound:
+        real, synthetic = tuple(map(float, real_round_s)), tuple(map(float, synthetic_round_s))
+        if not real or len(real) != len(synthetic):
+            raise ValueError(f"rounds: expected the same number (≥ 1) of real and synthetic rounds, found "
+                             f"{len(real)} and {len(synthetic)}")
+        t_real, t_synthetic = statistics.median(real), statistics.median(synthetic)
+        share = stats.input_bound_share(t_synthetic=t_synthetic, t_real=t_real)
+        return cls(t_real=t_real, t_synthetic=t_synthetic, share=share,
+                   classification=stats.classify_input_bound(share), rounds=len(real), real_round_s=real,
+                   synthetic_round_s=synthetic, batches=batches, warmup=warmup)
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        return tuple(stats.input_bound_share(t_synthetic=s, t_real=r)
+                     for r, s in zip(self.real_round_s, self.synthetic_round_s))
+
+    def as_dict(self) -> dict:
+        return {"t_real": self.t_real, "t_synthetic": self.t_synthetic, "share": self.share,
+                "classification": self.classification, "rounds": self.rounds,
+                "real_round_s": list(self.real_round_s), "synthetic_round_s": list(self.synthetic_round_s),
+                "round_shares": list(self.shares), "batches": self.batches, "warmup": self.warmup}
+
+
+def mean_step_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: int, count: int,
+                readback: Callable[[Any], Any] = _step_readback) -> float:
+    """Mean seconds per step over ``count`` steps, each with its fetch from ``batches``, after ``warmup``
+    untimed ones."""
+    for _ in range(warmup):
+        readback(step(next(batches)))
+    start = time.perf_counter_ns()
+    for _ in range(count):
+        readback(step(next(batches)))
+    return (time.perf_counter_ns() - start) / 1e9 / count
+
+
+class _Endless:
+    """An iterator that names the dataset and the batches taken when it runs dry."""
+
+    def __init__(self, dataset, name: str):
+        self._iterator, self._name, self.taken = iter(dataset), name, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            item = next(self._iterator)
+        except StopIteration:
+            raise ValueError(f"{self._name}: the dataset ended after {self.taken} batches; expected one that "
+                             "never ends (dataset.repeat()), as rounds are added while a gate is undecided") from None
+        self.taken += 1
+        return item
+
+
+class InputBoundRounds:
+    """The rounds of one input-bound measurement: ``one_round()`` adds one, ``result()`` is the figure so
+    far. ``dataset``: a tf.data.Dataset (its synthetic twin is dataset.take(1).cache().repeat()), repeated
+    so that it never ends. ``readback(output)`` forces the step's completion (default: one element of
+    its output back to the host)."""
+
+    def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int,
+                 readback: Callable[[Any], Any] | None = None, name: str = "input_bound"):
+        for key, value, least in (("warmup", warmup, 0), ("batches", batches, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{key}: expected an integer >= {least}, found {value!r}")
+        tf = tensorflow()
+        if not isinstance(dataset, tf.data.Dataset):
+            raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found "
+                            f"{type(dataset).__name__}")
+        self._step, self._warmup, self._batches = step, warmup, batches
+        self._readback = readback or _step_readback
+        self._real = _Endless(dataset, name)
+        self._synthetic = _Endless(dataset.take(1).cache().repeat(), f"{name} (synthetic twin)")
+        self._real_s: list[float] = []
+        self._synthetic_s: list[float] = []
+
+    def one_round(self) -> None:
+        """One round: both sides, the real one first in even rounds and last in odd ones."""
+        sides = [(self._real, self._real_s), (self._synthetic, self._synthetic_s)]
+        for source, out in sides if len(self._real_s) % 2 == 0 else sides[::-1]:
+            out.append(mean_step_s(self._step, source, warmup=self._warmup, count=self._batches,
+                                   readback=self._readback))
+
+    def result(self) -> InputBound:
+        return InputBound.from_rounds(self._real_s, self._synthetic_s, batches=self._batches, warmup=self._warmup)
+
+
+def measure_input_bound(*, step: Callable[[Any], Any], dataset, warmup: int, batches: int, rounds: int = 3,
+                        readback: Callable[[Any], Any] | None = None, name: str = "input_bound") -> InputBound:
+    """The input-bound share from ``rounds`` alternating rounds (see the module notes)."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds: expected an integer >= 1, found {rounds!r}")
+    measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, batches=batches, readback=readback,
+                                   name=name)
+    for _ in range(rounds):
+        measurement.one_round()
+    return measurement.result()

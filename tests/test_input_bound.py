@@ -1,0 +1,78 @@
+"""The one input-bound measurement: the step fed by the pipeline and by its synthetic twin, in rounds.
+
+Tiny tf.data pipelines on the CPU; a slow pipeline sleeps in Python per element, a slow step sleeps
+per call. The shares asserted are far from the classification's edges, so a loaded machine keeps them.
+"""
+
+import time
+
+import pytest
+
+from perfsuite._tensorflow import tensorflow
+from perfsuite.measure import stats
+from perfsuite.measure.input_bound import InputBound, InputBoundRounds, measure_input_bound
+
+tf = tensorflow()
+
+
+@tf.function
+def _fast_step(batch):
+    return tf.reduce_sum(tf.cast(batch, tf.float32))
+
+
+def _slow_pipeline(seconds):
+    def sleep(i):
+        time.sleep(seconds)
+        return i
+
+    options = tf.data.Options()  # no prefetch injected: each batch's work happens inside the timed fetch
+    options.autotune.enabled = False
+    options.experimental_optimization.inject_prefetch = False
+    dataset = tf.data.Dataset.range(10**6).map(lambda i: tf.numpy_function(sleep, [i], tf.int64, stateful=True))
+    return dataset.batch(2).with_options(options)
+
+
+def test_slow_pipeline_into_fast_step_is_highly_input_bound():
+    result = measure_input_bound(step=_fast_step, dataset=_slow_pipeline(0.01), warmup=2, batches=5, rounds=3)
+    assert result.classification == "highly input-bound"
+    assert result.t_real > result.t_synthetic
+    assert result.share == pytest.approx(stats.input_bound_share(t_synthetic=result.t_synthetic, t_real=result.t_real))
+    assert len(result.real_round_s) == len(result.shares) == 3 and result.as_dict()["rounds"] == 3
+    assert all(share > stats.HIGHLY_INPUT_BOUND for share in result.shares)
+
+
+def test_fast_pipeline_into_slow_step_is_not_input_bound():
+    def slow_step(batch):
+        time.sleep(0.03)
+        return tf.reduce_sum(batch)
+
+    result = measure_input_bound(step=slow_step, dataset=tf.data.Dataset.range(10**6).batch(2).prefetch(2),
+                                 warmup=2, batches=5, rounds=3)
+    assert result.classification == "not input-bound", result
+
+
+def test_rounds_can_be_added_one_at_a_time():
+    rounds = InputBoundRounds(step=_fast_step, dataset=_slow_pipeline(0.002).repeat(), warmup=1, batches=2)
+    for expected in (1, 2, 3):
+        rounds.one_round()
+        assert rounds.result().rounds == expected
+    assert rounds.result().as_dict()["round_shares"] == list(rounds.result().shares)
+
+
+def test_input_bound_needs_an_endless_dataset_and_says_so():
+    with pytest.raises(TypeError, match="tf.data.Dataset"):
+        measure_input_bound(step=_fast_step, dataset=[tf.ones([2])], warmup=1, batches=1)
+    with pytest.raises(ValueError, match=r"input_bound: the dataset ended after 8 batches; expected one that never ends"):
+        measure_input_bound(step=_fast_step, dataset=tf.data.Dataset.range(16).batch(2), warmup=1, batches=2,
+                            rounds=3)
+    with pytest.raises(ValueError, match="batches: expected an integer >= 1"):
+        InputBoundRounds(step=_fast_step, dataset=tf.data.Dataset.range(4), warmup=1, batches=0)
+
+
+def test_figures_from_rounds_are_medians_and_per_round_shares():
+    result = InputBound.from_rounds([0.2, 0.4, 0.3], [0.1, 0.1, 0.2], batches=4, warmup=1)
+    assert (result.t_real, result.t_synthetic) == (0.3, 0.1)
+    assert result.share == pytest.approx(1 - 0.1 / 0.3) and result.classification == "highly input-bound"
+    assert result.shares == pytest.approx((0.5, 0.75, 1 / 3))
+    with pytest.raises(ValueError, match="same number"):
+        InputBound.from_rounds([0.2], [], batches=1, warmup=0)
