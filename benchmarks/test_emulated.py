@@ -22,11 +22,13 @@ feed rate of a source with no cost, test_emulated_feed_rate's host floor).
   steps/s and audio s/s, and which of the GPU presets that feeds.
 
 Gated metrics carry their per-round values, so a gate is decided by the interval of the median over
-the rounds (perfsuite.verdict.gates); the emulated_* metrics are declared in perfsuite.verdict.metrics, where the registry
+the rounds (perfsuite.verdict.gates); while a gate that counts (not a context one) is inconclusive after
+the profile's min_rounds, rounds are added within the budget (the recorder's more_rounds); the emulated_* metrics are declared in perfsuite.verdict.metrics, where the registry
 declares them.
 """
 
 import statistics
+import time
 
 import pytest
 
@@ -109,13 +111,31 @@ def _figures(results, prefix="emulated_"):
                for name, values in over.items()}}
 
 
-def _add_gate_metrics(perfsuite, results, *, names, prefix="emulated_"):
-    """The GPU gates' metrics (emulated_util_median, ...) in `names`, each round's value, added as
-    `prefix` + the name's rest with the median round as the value."""
+def _gate_rounds(results, *, names, prefix="emulated_"):
+    """The GPU gates' metrics (emulated_util_median, ...) in `names`, each round's value, named `prefix` +
+    the name's rest."""
     per_round = [emulated_gate_metrics(stats) for _, stats in results]
-    for name in names:
-        values = [float(metrics_of_round[name]) for metrics_of_round in per_round]
-        perfsuite.add(prefix + name.removeprefix("emulated_"), statistics.median(values), rounds=values)
+    return {prefix + name.removeprefix("emulated_"): [float(metrics_of_round[name]) for metrics_of_round in per_round]
+            for name in names}
+
+
+def _add_gate_metrics(perfsuite, results, *, names, prefix="emulated_"):
+    """`_gate_rounds` added as gated metrics, the median round as the value."""
+    for metric, values in _gate_rounds(results, names=names, prefix=prefix).items():
+        perfsuite.add(metric, statistics.median(values), rounds=values)
+
+
+def _any_undecided(perfsuite, gate_rounds):
+    """Whether a gate that counts on any of these metrics (name: per-round values) is inconclusive."""
+    return any(perfsuite.gate_undecided(metric, statistics.median(values), values)
+               for metric, values in gate_rounds.items() if values)
+
+
+def _more_rounds(perfsuite, name, one_round, *, gate_rounds, rounds, started, step=1):
+    """Rounds added while a gate is inconclusive (the recorder's rule: within max_rounds and twice the
+    budget; the summary notes a gate left undecided)."""
+    perfsuite.more_rounds(name, one_round, rounds=rounds, spent_s=time.perf_counter() - started, step=step,
+                          undecided=lambda: _any_undecided(perfsuite, gate_rounds()))
 
 
 @pytest.mark.parametrize("prefetch", list(PREFETCH))
@@ -127,7 +147,11 @@ def test_emulated_step(perfsuite, perfsuite_corpus, perfsuite_cache, kind, sourc
     profile = perfsuite.profile
     rounds = profile.min_rounds if gate_case else min(profile.min_rounds, MATRIX_ROUNDS)
     config = _run_config(profile)
+    started = time.perf_counter()
     results = _rounds(perfsuite, rounds, lambda: _round(batches, A100_STEP, config))
+    if gate_case:  # more rounds while one of its gates is inconclusive
+        _more_rounds(perfsuite, "emulated_step", lambda: results.append(_round(batches, A100_STEP, config)),
+                     gate_rounds=lambda: _gate_rounds(results, names=GATE_METRICS), rounds=rounds, started=started)
     perfsuite.record({"emulated_step": A100_STEP.as_dict(), **_figures(results)})
     if gate_case:  # the same gates as a GPU runner's (ratios.yaml), under their emulated_ names
         _add_gate_metrics(perfsuite, results, names=GATE_METRICS)
@@ -154,23 +178,38 @@ def test_emulated_starvation(perfsuite, perfsuite_corpus, perfsuite_cache):
         for label in labels:
             results[label].append(_round(sources[label], FAST_STEP, config))
 
-    _rounds(perfsuite, perfsuite.profile.min_rounds, one_round)
-    busy = {label: [run.busy_fraction for run, _ in rounds] for label, rounds in results.items()}
+    started, planned = time.perf_counter(), perfsuite.profile.min_rounds
+    _rounds(perfsuite, planned, one_round)
+    # Pairs of rounds (forwards, backwards) while a gate that counts is inconclusive: here the prefetch
+    # ratio; the starved contrasts are context gates, which spend no budget but are shown on every round.
+    _more_rounds(perfsuite, "emulated_starvation", one_round, gate_rounds=lambda: _starvation_rounds(results),
+                 rounds=planned, started=started, step=2)
+    busy = _busy(results)
     figures = {"emulated_step": FAST_STEP.as_dict()}
     for label, rounds in results.items():
         figures.update(_figures(rounds, prefix=f"emulated_{label}_"))
     perfsuite.record(figures)
-    _add_gate_metrics(perfsuite, results["starved"], names=GATE_METRICS[:3], prefix="emulated_starved_")
-    periods = _period_over_cycle(results["starved"], FAST_STEP.fixed_s)
-    if periods:
-        perfsuite.add("emulated_starved_period_over_cycle", statistics.median(periods), rounds=periods)
-    # At a fixed step, busy fraction = steps/s x step: these are speed ratios, round by round.
-    for name, (a, b) in {"emulated_fed_over_starved_busy_ratio": ("fed", "starved"),
-                         "emulated_prefetch_over_no_prefetch_busy_ratio": ("fed", "unprefetched")}.items():
-        ratios = [x / y for x, y in zip(busy[a], busy[b])]
-        perfsuite.add(name, statistics.median(ratios), rounds=ratios)
+    for name, values in _starvation_rounds(results).items():
+        if values:
+            perfsuite.add(name, statistics.median(values), rounds=values)
     assert max(busy["starved"]) < min(busy["fed"]), (
         f"expected every starved round below every fed one, found starved {busy['starved']} vs fed {busy['fed']}")
+
+
+def _busy(results):
+    return {label: [run.busy_fraction for run, _ in rounds] for label, rounds in results.items()}
+
+
+def _starvation_rounds(results):
+    """The starvation contrast's gated metrics, per round: the starved step's GPU gates, the detected
+    period over the loop's cycle (rounds that oscillate only), and the busy ratios (at a fixed step, busy
+    fraction = steps/s x step: these are speed ratios, round by round)."""
+    busy = _busy(results)
+    ratios = {name: [x / y for x, y in zip(busy[a], busy[b])]
+              for name, (a, b) in {"emulated_fed_over_starved_busy_ratio": ("fed", "starved"),
+                                   "emulated_prefetch_over_no_prefetch_busy_ratio": ("fed", "unprefetched")}.items()}
+    return {**_gate_rounds(results["starved"], names=GATE_METRICS[:3], prefix="emulated_starved_"),
+            "emulated_starved_period_over_cycle": _period_over_cycle(results["starved"], FAST_STEP.fixed_s), **ratios}
 
 
 def _period_over_cycle(results, step_s):

@@ -276,9 +276,10 @@ class Recorder:
 
     def more_rounds(self, name: str, one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
                     spent_s: float, step: int = 1) -> RoundsOutcome:
-        """Rounds added by ``one_round`` while ``undecided()`` (perfsuite.verdict.gates.add_rounds_while_undecided:
-        within max_rounds and twice the budget); extra_info gets ``<name>_rounds_outcome``, and the summary
-        a note when the rounds ended with the gate on ``name`` still undecided."""
+        """Rounds added by ``one_round`` after ``rounds`` planned ones that took ``spent_s``, while
+        ``undecided()`` (perfsuite.verdict.gates.add_rounds_while_undecided: within max_rounds and twice the
+        budget). ``name`` (a metric, or the measurement's) labels the outcome: extra_info gets
+        ``<name>_rounds_outcome``, and the summary a note when the rounds ended with a gate undecided."""
         outcome = add_rounds_while_undecided(one_round, undecided=undecided, rounds=rounds, spent_s=spent_s,
                                              budget_s=self.profile.budget_s, max_rounds=self.profile.max_rounds,
                                              step=step)
