@@ -18,6 +18,7 @@ from perfsuite.data.corpus import CorpusSpec, build_cache, build_corpus, read_me
 from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.errors import DataError
 from perfsuite.measure import stats, timing
+from perfsuite.measure.input_bound import measure_input_bound
 from perfsuite.tools import selftest
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
@@ -137,13 +138,15 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
                       # every round time, so the rates can be recomputed offline with another decision rule
                       "calibration_round_s": {name: list(values) for name, values in cal.items()},
                       "pool_round_s": {name: list(values) for name, values in pool.items()}}, prefix="selftest_")
-    # The same rounds through the comparison with earlier runs: trial blocks as "runs" (not gated: blocks of
-    # one process share more than separate runs; the path is what is checked).
-    history = {key: selftest.history_rates(base=pool["a"], test=pool[arm_name], rounds_per_trial=ROUNDS_PER_TRIAL,
-                                           history_runs=HISTORY_RUNS, alpha=0.01, min_effect=0.05)
-               for key, arm_name in (("false_alarm", "a2"), ("detection_10pct", "slow10"), ("detection_25pct", "slow25"))}
-    perfsuite.record({f"{key}_flagged": flagged for key, (flagged, _) in history.items()}
-                     | {"judged": next(iter(history.values()))[1]}, prefix="selftest_history_")
+    # The same rounds through the stored-run comparison a user's run makes: trial blocks as "runs", each
+    # block of an arm against the HISTORY_RUNS blocks of the base arm before it (blocks of one process share
+    # more than separate runs; what is checked is the path and its verdicts).
+    history = {target: selftest.judge_rates_by_history(
+        mutant=f"{target:.0%} more loader work", base=pool["a"], genuine=pool["a2"], planted=pool[arm_name],
+        rounds_per_trial=ROUNDS_PER_TRIAL, history_runs=HISTORY_RUNS, alpha=0.01, min_effect=0.05)
+        for target, arm_name in ((0.10, "slow10"), (0.25, "slow25"))}
+    perfsuite.record({f"{target:.0%}": judgement.as_dict() for target, judgement in history.items()},
+                     prefix="selftest_history_")
     for key, rate in rates.items():
         perfsuite.record(rate, prefix=f"selftest_{key}_")
         perfsuite.add(f"selftest_{key}_rate", rate.rate)
@@ -154,9 +157,8 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
         print(f"selftest design: {TRIALS} trials x {ROUNDS_PER_TRIAL} rounds x {len(RATE_ARMS)} arms, round "
               f"{np.median(pool['a']) * 1e3:.1f} ms on CPU {cpu}; planted fraction {fractions[0.10]:.3f} / {fractions[0.25]:.3f} "
               f"(probes {', '.join(f'{f} -> {s:+.1%}' for f, s in probe_slowdowns.items())}); {elapsed:.0f} s")
-        for key, (flagged, judged) in history.items():
-            print(f"selftest via the history comparison, {key}: {flagged}/{judged} trial blocks flagged "
-                  f"({HISTORY_RUNS} earlier blocks each, alpha 0.01, min effect 5 %)")
+        for judgement in history.values():
+            print(f"selftest {judgement.mutant} by {judgement.check}: {judgement.evidence}")
         for rate in rates.values():
             print(f"selftest {rate.name}: {rate.flagged}/{rate.trials} flagged ({rate.rate:.0%}, 95% CI "
                   f"{rate.ci_low:.1%}-{rate.ci_high:.1%}); median gate alone {rate.throughput_flagged}/{rate.trials}, with "
@@ -165,6 +167,8 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
 
     # The targets are gates in ratios.yaml (selftest_*_rate), judged by the plugin like every other gate.
     assert all(rate.trials == TRIALS >= 20 for rate in rates.values()), {k: r.trials for k, r in rates.items()}
+    for judgement in history.values():
+        assert judgement.as_expected, judgement.message
     # Honest mutants: a planted arm never costs more than it is named after (a "10 %" arm that is really
     # 14 % would overstate what is detected); one that costs less makes its rate a conservative one.
     for target, slowdown in measured.items():
@@ -193,58 +197,57 @@ def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, perfsuite_corpus):
                              b=reference, rounds=profile.max_rounds)
     bad = timing.interleave(a=rate_round(selftest.mutant_loader_config(base, "numpy_function")), b=reference,
                             rounds=profile.max_rounds)
-    verdicts = {label: perfsuite.context.baselines.check(benchmark_id=perfsuite.benchmark_id,
-                                                         metrics={gate_name: result.summary.median},
-                                                         rounds={gate_name: result.ratios})
-                for label, result in (("genuine", good), ("mutant", bad))}
-    perfsuite.record({"mutant_ratio": bad.summary.median, "genuine_ratio": good.summary.median,
-                      "genuine_passes_gate": verdicts["genuine"].passed, "mutant_flagged": not verdicts["mutant"].passed,
-                      "gate": [v.as_dict() for v in verdicts["mutant"].verdicts]}, prefix="selftest_numpy_function_")
-    assert verdicts["mutant"].verdicts, f"no ratio gate named {gate_name} in the baselines (ratios.yaml)"
-    assert verdicts["genuine"].passed, f"the genuine loader fails its own gate: {verdicts['genuine'].verdicts}"
-    assert not verdicts["mutant"].passed, f"swapped loader not flagged: {verdicts['mutant'].verdicts}"
+    judgement = selftest.judge_by_gate(perfsuite.context.baselines.ratios, mutant="numpy_function swap",
+                                       metric=gate_name, genuine=good.ratios, planted=bad.ratios,
+                                       genuine_value=good.summary.median, planted_value=bad.summary.median)
+    perfsuite.record(judgement.as_dict(), prefix="selftest_numpy_function_")
+    assert judgement.as_expected, judgement.message
 
 
-INPUT_BOUND_MARGIN = 0.10
+MIN_DEVICE_STEP_S = 0.002  # a device-like step no shorter than this: its sleep's jitter stays small beside it
 
 
 def test_no_prefetch_flagged_by_input_bound_gate(perfsuite, selftest_corpus, tensorflow):
+    """The shipped gate tf_native_cache_input_bound (≤ 5 %) on the TF-native cache loader with and without
+    prefetch, feeding a step that waits like an accelerator (the host is free meanwhile): on a 2-core CPU
+    box a real CPU step competes with the pipeline for the same cores and prefetch can overlap nothing,
+    and the compiled step of benchmarks/test_pipeline.py is so much longer than a cache batch that the
+    shipped benchmark's share moves by about a batch's fetch over a step (see the report's findings)."""
     tf = tensorflow
-    dataset_dir, _ = selftest_corpus
-    base = LoaderConfig(kind="tf_native", source="wav", batch_size=8, num_parallel_calls=2, drop_remainder=True)
-    with_prefetch = build_loader(dataset_dir=dataset_dir, config=base).dataset.repeat()
-    without = build_loader(dataset_dir=dataset_dir,
+    dataset_dir, cache_dir = selftest_corpus
+    gate_name = "tf_native_cache_input_bound"
+    base = LoaderConfig(kind="tf_native", source="cache", batch_size=8, num_parallel_calls=2, drop_remainder=True)
+    with_prefetch = build_loader(dataset_dir=dataset_dir, cache_dir=cache_dir, config=base).dataset.repeat()
+    without = build_loader(dataset_dir=dataset_dir, cache_dir=cache_dir,
                            config=selftest.mutant_loader_config(base, "no_prefetch")).dataset.repeat()
     # LoaderConfig(prefetch=0) leaves tf.data's own injected prefetch in place, which hides the mutant
     # entirely (measured: 1.7 % input-bound); switch that off too so "no prefetch" means none.
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     without = without.with_options(options)
-    # The step waits like an accelerator does (the host is free meanwhile): on a 2-core CPU box a real CPU
-    # step competes with the pipeline for the same cores, and prefetch cannot overlap anything.
-    fetch = timing.measure_dataset(dataset=iter(without), warmup_batches=2, measure_batches=6)
-    step_s = 2 * fetch.summary.median
+    fetch = timing.measure_dataset(dataset=iter(without), warmup_batches=2, measure_batches=12)
+    step_s = max(2 * fetch.summary.median, MIN_DEVICE_STEP_S)
 
     def device_like_step(batch):
         time.sleep(step_s)
         return batch["mel_len"]
 
-    good = perfsuite.measure_input_bound(step=device_like_step, dataset=with_prefetch, warmup=2, batches=6, rounds=3)
-    bad = timing.measure_input_bound(step=device_like_step, dataset=without, warmup=2, batches=6, rounds=3)
-    # The gate as a recorded baseline would set it: the share with prefetch plus a margin.
-    gate_max = max(good.share, 0.0) + INPUT_BOUND_MARGIN
-    perfsuite.record({"step_s": step_s, "fetch_median_s": fetch.summary.median, "gate_max": gate_max,
-                      "share_with_prefetch": good.share, "share_without_prefetch": bad.share},
+    # The genuine loader through the fixture: its rounds grow while the gate is undecided, and the plugin
+    # judges its share by the same gate, as in a user's run.
+    good = perfsuite.measure_input_bound(step=device_like_step, dataset=with_prefetch, warmup=2, batches=12,
+                                         metric=gate_name)
+    bad = measure_input_bound(step=device_like_step, dataset=without, warmup=2, batches=12, rounds=good.rounds)
+    judgement = selftest.judge_by_gate(perfsuite.context.baselines.ratios, mutant="prefetch removed", metric=gate_name,
+                                       genuine=good.shares, planted=bad.shares, genuine_value=good.share,
+                                       planted_value=bad.share)
+    perfsuite.record({"step_s": step_s, "fetch_median_s": fetch.summary.median, **judgement.as_dict()},
                      prefix="selftest_prefetch_")
-    assert selftest.input_bound_flags(share=bad.share, maximum=gate_max), (
-        f"no prefetch not flagged: input-bound share {bad.share:.1%} < gate {gate_max:.1%}")
-    assert good.share < stats.HIGHLY_INPUT_BOUND, f"with prefetch highly input-bound: share {good.share:.1%}"
-
-
-COMPILED_OVER_EAGER_MIN = 1.5  # the tiny model is dispatch-bound: compiling it pays several times over
+    assert judgement.as_expected, judgement.message
 
 
 def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite):
+    """The shipped gate graph_over_eager_ratio (≥ 1.2) on the graph step over the eager one, and on the
+    planted step (mode eager in place of graph) over the eager one, in interleaved rounds."""
     batch = make_synthetic_batch(batch_size=8, text_len=40, mel_frames=120, seed=0)
     options = {"model_config": MODEL_PRESETS["tiny"], "mode": "graph", "input_shapes": (8, 40, 120)}
     steps = {"eager": make_train_step(**{**options, "mode": "eager"}), "genuine": make_train_step(**options),
@@ -258,17 +261,16 @@ def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite):
             return (time.perf_counter_ns() - start) / 1e9
         return run_round
 
+    rounds = perfsuite.profile.max_rounds
     good = perfsuite.compare("selftest_genuine_compiled_over_eager_ratio", a=calls(steps["genuine"]),
-                             b=calls(steps["eager"]), rounds=5)
-    bad = timing.interleave(a=calls(steps["mutant"]), b=calls(steps["eager"]), rounds=5)
-    yaml_gate = perfsuite.context.baselines.check(benchmark_id=perfsuite.benchmark_id,
-                                                  metrics={"graph_over_eager_ratio": bad.summary.median})
-    perfsuite.record({"gate_min": COMPILED_OVER_EAGER_MIN, "genuine_ratio": good.summary.median,
-                      "mutant_ratio": bad.summary.median, "ratios_yaml_gate_flags_mutant": not yaml_gate.passed},
-                     prefix="selftest_eager_")
+                             b=calls(steps["eager"]), rounds=rounds)
+    bad = timing.interleave(a=calls(steps["mutant"]), b=calls(steps["eager"]), rounds=rounds)
+    judgement = selftest.judge_by_gate(perfsuite.context.baselines.ratios, mutant="eager step",
+                                       metric="graph_over_eager_ratio", genuine=good.ratios, planted=bad.ratios,
+                                       genuine_value=good.summary.median, planted_value=bad.summary.median)
+    perfsuite.record(judgement.as_dict(), prefix="selftest_eager_")
     assert steps["mutant"].tracing_count() is None  # it really runs eagerly
-    assert selftest.ratio_gate_flags(ratio=bad.summary.median, minimum=COMPILED_OVER_EAGER_MIN)
-    assert not selftest.ratio_gate_flags(ratio=good.summary.median, minimum=COMPILED_OVER_EAGER_MIN)
+    assert judgement.as_expected, judgement.message
 
 
 def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, selftest_corpus):
@@ -278,17 +280,23 @@ def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, selftest_corpus):
                         max_text_len=limits[0], max_mel_frames=limits[1])
     options = {"model_config": MODEL_PRESETS["tiny"], "mode": "graph", "input_shapes": (None, *limits)}
     good_step = make_train_step(**options)
-    good = perfsuite.measure_epoch(step=good_step, dataset=build_loader(dataset_dir=dataset_dir, config=base).dataset,
-                                   name="static")
+    static_dataset = build_loader(dataset_dir=dataset_dir, config=base).dataset
+    good = perfsuite.measure_epoch(step=good_step, dataset=static_dataset, name="static")
     mutant_dataset = build_loader(dataset_dir=dataset_dir,
                                   config=selftest.mutant_loader_config(base, "dynamic_shapes")).dataset
     bad_step = make_train_step(**selftest.mutant_step_options(options, "dynamic_shapes"))
     bad = timing.measure_step(step=bad_step, batches=iter(mutant_dataset), warmup_calls=1,
                               measure_calls=int(mutant_dataset.cardinality()) - 1, name="dynamic")
-    perfsuite.record({"static_traces": good.traces, "dynamic_traces": bad.traces, "gate_max_traces_per_epoch": 1},
+    again = timing.measure_step(step=make_train_step(**options), batches=iter(static_dataset), warmup_calls=1,
+                                measure_calls=int(static_dataset.cardinality()) - 1, name="static again")
+    # No gate of ratios.yaml sees retracing: the shipped checks are test_shapes' assertion and the max_retraces
+    # threshold --perfsuite-save-baselines records into a machine profile, which this judges through.
+    judgement = selftest.judge_by_recorded_threshold(mutant="dynamic shapes", metric="retraces",
+                                                     recorded=good.retraces, genuine=again.retraces,
+                                                     planted=bad.retraces)
+    perfsuite.record({"static_traces": good.traces, "dynamic_traces": bad.traces, **judgement.as_dict()},
                      prefix="selftest_retrace_")
-    assert selftest.retrace_flags(traces=bad.traces), f"dynamic shapes not flagged: {bad.traces} trace(s) per epoch"
-    assert not selftest.retrace_flags(traces=good.traces), f"static shapes flagged: {good.traces} traces"
+    assert judgement.as_expected, judgement.message
 
 
 def test_fortran_cache_file_raises_data_error(selftest_corpus, tmp_path):

@@ -7,12 +7,14 @@ import math
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from perfsuite.measure import stats
 from perfsuite.tools import selftest
+from perfsuite.verdict.baselines import load_ratios
 
 pytestmark = pytest.mark.selftest
 
@@ -185,14 +187,67 @@ def test_step_mutants():
         selftest.mutant_step_options({"mode": "eager"}, "eager")
 
 
-def test_gates():
-    assert selftest.ratio_gate_flags(ratio=1.1, minimum=6.0)
-    assert not selftest.ratio_gate_flags(ratio=7.0, minimum=6.0)
-    assert selftest.input_bound_flags(share=0.4) and not selftest.input_bound_flags(share=0.03)
-    assert selftest.retrace_flags(traces=3) and not selftest.retrace_flags(traces=1)
-    assert not selftest.retrace_flags(traces=2, epochs=2)
-    with pytest.raises(ValueError, match="eager"):
-        selftest.retrace_flags(traces=None)
+SHIPPED_RATIOS = load_ratios(Path(__file__).parents[1] / "benchmarks" / "baselines" / "ratios.yaml")
+
+
+@pytest.mark.parametrize("mutant,metric,genuine,planted", [
+    ("numpy_function swap", "tf_native_over_numpy_function_wav_ratio", [2.1, 2.3, 2.2, 2.4, 2.0], [1.0, 0.97, 1.03, 1.01, 0.99]),
+    ("eager step", "graph_over_eager_ratio", [2.5, 2.7, 2.6, 2.8, 2.4], [1.01, 0.98, 1.0, 1.02, 0.99]),
+    ("prefetch removed", "tf_native_cache_input_bound", [0.0, 0.01, -0.01, 0.02, 0.0], [0.3, 0.33, 0.31, 0.35, 0.32]),
+])
+def test_planted_regressions_are_judged_by_the_shipped_gates(mutant, metric, genuine, planted):
+    judgement = selftest.judge_by_gate(SHIPPED_RATIOS, mutant=mutant, metric=metric, genuine=genuine, planted=planted)
+    assert (judgement.genuine, judgement.planted) == ("pass", "fail") and judgement.as_expected
+    assert metric in judgement.check and str(SHIPPED_RATIOS.path) in judgement.check
+
+
+def test_an_inconclusive_genuine_run_is_no_pass():
+    straddling = [1.0, 1.3, 1.5, 1.25, 1.4]  # around graph_over_eager_ratio's 1.2
+    judgement = selftest.judge_by_gate(SHIPPED_RATIOS, mutant="eager step", metric="graph_over_eager_ratio",
+                                       genuine=straddling, planted=[1.0] * 5)
+    assert judgement.genuine == "inconclusive" and not judgement.as_expected
+    assert "expected the genuine configuration to pass and the planted one to fail, found inconclusive and fail" in (
+        judgement.message)
+    missed = selftest.judge_by_gate(SHIPPED_RATIOS, mutant="eager step", metric="graph_over_eager_ratio",
+                                    genuine=[2.5] * 5, planted=[2.4] * 5)  # a mutant the gate cannot see
+    assert missed.planted == "pass" and not missed.as_expected
+
+
+def test_a_context_gate_or_no_gate_cannot_judge_a_planted_regression():
+    with pytest.raises(ValueError, match="expected a regression gate on 'numpy_function_wav_input_bound'"):
+        selftest.judge_by_gate(SHIPPED_RATIOS, mutant="x", metric="numpy_function_wav_input_bound", genuine=[0.3],
+                               planted=[0.3])
+    with pytest.raises(ValueError, match="found none"):
+        selftest.judge_by_gate(SHIPPED_RATIOS, mutant="x", metric="no_such_ratio", genuine=[1.0], planted=[1.0])
+
+
+def test_dynamic_shapes_are_judged_by_a_recorded_retraces_threshold():
+    judgement = selftest.judge_by_recorded_threshold(mutant="dynamic shapes", metric="retraces", recorded=0,
+                                                     genuine=0, planted=3)
+    assert judgement.as_expected and "max_retraces ≤ 0" in judgement.check
+    assert not selftest.judge_by_recorded_threshold(mutant="dynamic shapes", metric="retraces", recorded=0,
+                                                    genuine=0, planted=0).as_expected
+
+
+def test_a_slowdown_is_judged_by_the_stored_run_comparison():
+    history = [100.0, 102.0, 99.0, 101.0, 100.5]
+    slower = selftest.judge_by_history(mutant="13% more step work", history=history, genuine=100.2, planted=87.0)
+    assert slower.as_expected and "5 earlier runs" in slower.check
+    hidden = selftest.judge_by_history(mutant="3% more step work", history=history, genuine=100.2, planted=97.0)
+    assert hidden.planted == "pass" and not hidden.as_expected  # below the comparison's minimum effect
+    with pytest.raises(ValueError, match="enough earlier runs"):
+        selftest.judge_by_history(mutant="x", history=[100.0, 101.0], genuine=100.0, planted=80.0)
+
+
+def test_rates_through_the_stored_run_comparison_are_judged_against_the_targets():
+    rng = np.random.default_rng(3)
+    draw = lambda seconds: list(np.exp(rng.normal(np.log(seconds), 0.01, 20 * 32)))  # noqa: E731
+    base, same = draw(0.02), draw(0.02)
+    options = {"rounds_per_trial": 32, "history_runs": 5, "alpha": 0.01, "min_effect": 0.05}
+    judgement = selftest.judge_rates_by_history(mutant="10%", base=base, genuine=same, planted=draw(0.022), **options)
+    assert judgement.as_expected and "0/15" in judgement.evidence and "15/15" in judgement.evidence
+    too_small = selftest.judge_rates_by_history(mutant="2%", base=base, genuine=same, planted=draw(0.0204), **options)
+    assert too_small.planted == "pass" and not too_small.as_expected
 
 
 def test_fortran_cache_copy(tmp_path):

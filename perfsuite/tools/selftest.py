@@ -387,22 +387,116 @@ def detection_rate(*, name: str, base: Sequence[float], test: Sequence[float], g
                 ci_low=low, ci_high=high, median_slowdown=float(np.median([d.paired_ratio for d in decisions])) - 1)
 
 
-def ratio_gate_flags(*, ratio: float, minimum: float) -> bool:
-    """A min ratio gate (A's speed over B's ≥ minimum) flags a ratio below it."""
-    return not ratio >= minimum
+# ------------------------------------------------------------------ planted regressions, judged as shipped
+
+GENUINE_EXPECTED, PLANTED_EXPECTED = "pass", "fail"
 
 
-def input_bound_flags(*, share: float, maximum: float = stats.HIGHLY_INPUT_BOUND) -> bool:
-    """The input-bound gate flags a share at or above ``maximum`` (default: TF profiler's 'highly')."""
-    if math.isnan(share):
-        raise ValueError("share: expected a number, found NaN")
-    return share >= maximum
+@dataclass(frozen=True)
+class PlantedJudgement:
+    """One planted regression judged by a check a user's run makes: the shipped gate on ``check`` (a
+    metric of benchmarks/baselines/ratios.yaml, or a threshold recorded from the genuine run) or the
+    stored-run comparison. ``genuine`` and ``planted``: the verdicts on each configuration (pass, fail or
+    inconclusive). As expected only when the genuine one passes (inconclusive is no pass) and the planted
+    one fails."""
+
+    mutant: str
+    check: str
+    genuine: str
+    planted: str
+    evidence: str
+
+    @property
+    def as_expected(self) -> bool:
+        return self.genuine == GENUINE_EXPECTED and self.planted == PLANTED_EXPECTED
+
+    @property
+    def message(self) -> str:
+        return (f"{self.mutant} judged by {self.check}: expected the genuine configuration to pass and the planted "
+                f"one to fail, found {self.genuine} and {self.planted} ({self.evidence})")
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "as_expected": self.as_expected}
 
 
-def retrace_flags(*, traces: int | None, epochs: int = 1, max_traces_per_epoch: int = 1) -> bool:
-    """The retrace gate flags more than ``max_traces_per_epoch`` traces per epoch."""
-    if traces is None:
-        raise ValueError("traces: expected a trace count of a tf.function step, found None (an eager step)")
-    if epochs < 1:
-        raise ValueError(f"epochs: expected ≥ 1, found {epochs}")
-    return traces > max_traces_per_epoch * epochs
+def judge_by_gate(ratios, *, mutant: str, metric: str, genuine: Sequence[float], planted: Sequence[float],
+                  genuine_value: float | None = None, planted_value: float | None = None) -> PlantedJudgement:
+    """Both configurations' per-round values of ``metric`` judged by the shipped gate on it in ``ratios``
+    (perfsuite.verdict.baselines.RatioGates), exactly as a user's run judges a benchmark reporting it
+    (check_benchmark: the interval of the median over the rounds). Values default to the rounds' median.
+    Raises when the gate file has no gate that counts on ``metric``: a context gate judges no regression."""
+    from perfsuite.verdict.gates import check_benchmark
+
+    thresholds = ratios.gates.get(metric, ())
+    if not thresholds or any(t.role != "regression" for t in thresholds):
+        raise ValueError(f"{ratios.path}: expected a regression gate on {metric!r} to judge the {mutant} mutant, "
+                         f"found {[t.role for t in thresholds] or 'none'}")
+
+    def decision(rounds, value):
+        value = float(np.median(rounds)) if value is None else value
+        check = check_benchmark(profile=None, ratios=ratios, benchmark_id=f"selftest::{mutant}",
+                                metrics={metric: value}, rounds={metric: list(rounds)})
+        verdicts = [v for v in check.verdicts if v.metric == metric]
+        decisions = {v.decision for v in verdicts}
+        return ("fail" if "fail" in decisions else "inconclusive" if "inconclusive" in decisions else "pass",
+                "; ".join(v.evidence for v in verdicts))
+
+    good, good_evidence = decision(genuine, genuine_value)
+    bad, bad_evidence = decision(planted, planted_value)
+    bound = ", ".join(f"{t.symbol} {t.value:g}" for t in thresholds)
+    return PlantedJudgement(mutant=mutant, check=f"the shipped gate {metric} {bound} ({ratios.path})", genuine=good,
+                            planted=bad, evidence=f"genuine {good_evidence}; planted {bad_evidence}")
+
+
+def judge_by_recorded_threshold(*, mutant: str, metric: str, recorded: float, genuine: float, planted: float,
+                                margin: float = 0.25) -> PlantedJudgement:
+    """A threshold recorded from a genuine run (as --perfsuite-save-baselines records it into a machine
+    profile) judging a second genuine run and the planted one, as a user's run with that profile does."""
+    from perfsuite.verdict.baselines import threshold_from_measurement
+    from perfsuite.verdict.gates import judge
+
+    threshold = threshold_from_measurement(metric=metric, measured=recorded, margin=margin)
+    good, bad = (judge(f"selftest::{mutant}", threshold, {metric: value}, "recorded profile")
+                 for value in (genuine, planted))
+    return PlantedJudgement(mutant=mutant, check=f"a recorded threshold {threshold.key} {threshold.symbol} "
+                            f"{threshold.value:g} (recorded {recorded:g}, margin {margin:g})",
+                            genuine=good.decision, planted=bad.decision,
+                            evidence=f"genuine {good.evidence}; planted {bad.evidence}")
+
+
+def judge_by_history(*, mutant: str, history: Sequence[float], genuine: float, planted: float,
+                     higher_is_better: bool = True, alpha: float = ALPHA_DEFAULT,
+                     min_effect: float = 0.10) -> PlantedJudgement:
+    """The stored-run comparison a user's run makes (perfsuite.verdict.comparison.compare_history, one
+    benchmark): the genuine figure and the planted one, each against the same earlier runs. Pass: not
+    slower (no change or faster); fail: a significant slowdown of at least ``min_effect``."""
+    from perfsuite.verdict.comparison import SLOWER, compare_history
+
+    verdicts = [compare_history(history, figure, higher_is_better=higher_is_better, alpha=alpha,
+                                min_effect=min_effect) for figure in (genuine, planted)]
+    if not verdicts[0].judged:
+        raise ValueError(f"history: expected enough earlier runs to judge the {mutant} mutant, found: "
+                         f"{verdicts[0].reason}")
+    good, bad = ("fail" if v.verdict == SLOWER else "pass" for v in verdicts)
+    return PlantedJudgement(mutant=mutant, check=f"the stored-run comparison with {len(history)} earlier runs "
+                            f"(alpha {alpha:g}, min effect {min_effect:.0%})", genuine=good, planted=bad,
+                            evidence=f"genuine {verdicts[0].reason}; planted {verdicts[1].reason}")
+
+
+def judge_rates_by_history(*, mutant: str, base, genuine, planted, rounds_per_trial: int, history_runs: int,
+                           alpha: float, min_effect: float) -> PlantedJudgement:
+    """``history_rates`` for an unchanged arm and a planted one against the same base blocks: the genuine
+    arm passes when at most TARGET_FALSE_ALARM_RATE of its blocks are flagged, the planted one fails when
+    at least TARGET_DETECTION_RATE of its blocks are (the self-test's targets, read on the user's path)."""
+    options = {"rounds_per_trial": rounds_per_trial, "history_runs": history_runs, "alpha": alpha,
+               "min_effect": min_effect}
+    good, judged = history_rates(base=base, test=genuine, **options)
+    bad, _ = history_rates(base=base, test=planted, **options)
+    if not judged:
+        raise ValueError(f"base: expected more than {history_runs} trial blocks to judge the {mutant} mutant")
+    return PlantedJudgement(
+        mutant=mutant, check=f"the stored-run comparison, each trial block against the {history_runs} before it "
+        f"(alpha {alpha:g}, min effect {min_effect:.0%})",
+        genuine="pass" if good / judged <= TARGET_FALSE_ALARM_RATE else "fail",
+        planted="fail" if bad / judged >= TARGET_DETECTION_RATE else "pass",
+        evidence=f"genuine flagged in {good}/{judged} blocks, planted in {bad}/{judged}")
