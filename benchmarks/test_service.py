@@ -165,7 +165,7 @@ def test_distributed_epoch_yields_every_sample_exactly_once(benchmark, corpus, l
 
     ids, seconds = benchmark.pedantic(epoch, rounds=1, iterations=1)
     benchmark.extra_info.update({"workers": 2, "processing_mode": "distributed_epoch", "samples": len(ids),
-                                 "epoch_samples_per_s": len(ids) / seconds})
+                                 "samples_per_s": len(ids) / seconds})
     assert len(ids) == loader.num_samples
     assert sorted(ids) == sorted(utterance.id for utterance in read_metadata(corpus))
 
