@@ -273,6 +273,48 @@ def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite):
     assert judgement.as_expected, judgement.message
 
 
+STEP_SLOWDOWN = 0.13  # the planted share of more work per step
+STEP_RUN_CALLS = 60  # steady calls of one "run" of the step (a few tenths of a second of the tiny model)
+
+
+def _spin(seconds):
+    """Work on the host's CPU for `seconds` (a busy loop, not a sleep: more work, not a wait)."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def test_step_slowdown_flagged_by_the_stored_run_comparison(perfsuite):
+    """~13 % more work per step, judged by the comparison with earlier runs a user's run makes (the
+    plugin's defaults: alpha 0.01, min effect 10 %): HISTORY_RUNS runs of the genuine graph step are the
+    earlier runs, then one genuine run and one planted run are each judged against them. No gate of
+    ratios.yaml sees it: graph_over_eager_ratio and xla_over_graph_ratio compare modes of one step, which
+    the same extra work slows alike (or, planted in one mode, moves far less than their margins)."""
+    batch = make_synthetic_batch(batch_size=8, text_len=40, mel_frames=120, seed=0)
+    step = make_train_step(model_config=MODEL_PRESETS["tiny"], mode="graph", input_shapes=(8, 40, 120))
+
+    def run(train):
+        return timing.measure_step(step=train, batch=batch, warmup_calls=2, measure_calls=STEP_RUN_CALLS).samples_per_s
+
+    history = [run(step) for _ in range(HISTORY_RUNS)]
+    reason = selftest.history_unmeasurable_reason(history, slowdown=STEP_SLOWDOWN, alpha=0.01)
+    if reason is not None:  # as the rates test: a machine this noisy cannot show the planted amount
+        perfsuite.record({"history_samples_per_s": history, "unmeasurable": reason}, prefix="selftest_step_work_")
+        pytest.skip(reason)
+    step_s = 8 / float(np.median(history))  # seconds per call: the batch's 8 samples over samples/s
+
+    def planted(one_batch):
+        output = step(one_batch)
+        _spin(STEP_SLOWDOWN * step_s)
+        return output
+
+    judgement = selftest.judge_by_history(mutant=f"{STEP_SLOWDOWN:.0%} more step work", history=history,
+                                          genuine=run(step), planted=run(planted), alpha=0.01, min_effect=0.10)
+    perfsuite.record({"step_s": step_s, "history_samples_per_s": history, **judgement.as_dict()},
+                     prefix="selftest_step_work_")
+    assert judgement.as_expected, judgement.message
+
+
 def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, selftest_corpus):
     dataset_dir, _ = selftest_corpus
     limits = (max(len(u.normalized_text) for u in read_metadata(dataset_dir)) + 8, 2 * 22050 // 256 + 2)

@@ -315,3 +315,11 @@ def test_history_rates_flag_a_planted_slowdown_and_not_an_identical_arm():
     flagged, judged = selftest.history_rates(base=base, test=slow, rounds_per_trial=32, history_runs=5,
                                              alpha=0.01, min_effect=0.05)
     assert judged == 15 and flagged == 15
+
+
+def test_a_noisy_history_makes_a_planted_step_slowdown_unmeasurable_with_the_figure():
+    quiet = [100.0, 100.5, 99.5, 100.2, 99.8]
+    assert selftest.history_unmeasurable_reason(quiet, slowdown=0.13, alpha=0.01) is None
+    noisy = [100.0, 125.0, 80.0, 110.0, 90.0]
+    reason = selftest.history_unmeasurable_reason(noisy, slowdown=0.13, alpha=0.01)
+    assert reason is not None and "unmeasurable" in reason and "not the planted 13%" in reason

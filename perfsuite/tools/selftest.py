@@ -500,3 +500,18 @@ def judge_rates_by_history(*, mutant: str, base, genuine, planted, rounds_per_tr
         genuine="pass" if good / judged <= TARGET_FALSE_ALARM_RATE else "fail",
         planted="fail" if bad / judged >= TARGET_DETECTION_RATE else "pass",
         evidence=f"genuine flagged in {good}/{judged} blocks, planted in {bad}/{judged}")
+
+
+def history_unmeasurable_reason(history: Sequence[float], *, slowdown: float, alpha: float) -> str | None:
+    """Why the earlier runs' spread makes a planted ``slowdown`` (a share of more time) undetectable by
+    the stored-run comparison at ``alpha``, or None: the smallest slowdown it can flag is
+    t(k-1, 1-alpha) x sd(log figures) x sqrt(1 + 1/k) in log terms (see compare_history)."""
+    from scipy import special
+
+    logs = np.log(np.asarray(history, dtype=float))
+    k = logs.size
+    smallest = math.expm1(float(special.stdtrit(k - 1, 1 - alpha)) * float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / k))
+    if smallest < slowdown:
+        return None
+    return (f"this machine's run-to-run noise over {k} runs lets the stored-run comparison flag only slowdowns of "
+            f"{smallest:.0%} or more at alpha {alpha:g}, not the planted {slowdown:.0%}: unmeasurable here")
