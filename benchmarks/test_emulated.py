@@ -23,8 +23,8 @@ feed rate of a source with no cost, test_emulated_feed_rate's host floor).
 
 Gated metrics carry their per-round values, so a gate is decided by the interval of the median over
 the rounds (perfsuite.verdict.gates); while a gate that counts (not a context one) is inconclusive after
-the profile's min_rounds, rounds are added within the budget (the recorder's more_rounds); the emulated_* metrics are declared in perfsuite.verdict.metrics, where the registry
-declares them.
+the profile's min_rounds, rounds are added within the budget (the recorder's more_rounds). The
+emulated_* metrics are declared in perfsuite.verdict.metrics.
 """
 
 import statistics

@@ -2,9 +2,12 @@
 them, and the calibration of the slowdown gate from noise measured in the same run.
 
 Mutants are planted only through supported options and what the loader lets a caller inject (its
-``map_extra``), never by editing files. The design (rotated arms pinned to one CPU, the sign test plus
-a noise-derived minimum effect, the two-probe slowdown calibration) and why it is so are in
-docs/selftest.md. TensorFlow is imported only when a planted slowdown is built, so the decisions load
+``map_extra``), never by editing files. Each planted regression is judged by a check a user's run makes
+(``judge_by_gate``: the shipped gate file; ``judge_by_recorded_threshold``: a recorded profile;
+``judge_by_history`` / ``judge_rates_by_history``: the stored-run comparison): the genuine configuration
+must pass, inconclusive being no pass, and the planted one must fail. The design (rotated arms pinned to
+one CPU, the sign test plus a noise-derived minimum effect, the two-probe slowdown calibration) and why
+it is so are in docs/selftest.md. TensorFlow is imported only when a planted slowdown is built, so the decisions load
 without it.
 """
 
@@ -21,11 +24,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy import special
 from scipy import stats as sps
 
 from perfsuite.errors import PinningUnavailable
 from perfsuite.measure import stats
 from perfsuite.measure.stats import clopper_pearson
+from perfsuite.verdict.baselines import threshold_from_measurement
+from perfsuite.verdict.comparison import SLOWER, compare_history
+from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS, REGRESSION, check_benchmark, judge
 
 K_DEFAULT = 3.0
 THRESHOLD_FLOOR = 0.02
@@ -243,8 +250,6 @@ def history_rates(*, base, test, rounds_per_trial: int, history_runs: int, alpha
     each trial block's median round time is one "run"; a block of ``test`` is judged against the
     preceding ``history_runs`` blocks of ``base``. Returns (flagged, judged). Blocks of one process
     share more than separate runs do, so this checks the path, not a machine's run-to-run noise."""
-    from perfsuite.verdict.comparison import compare_history
-
     base_runs = [float(np.median(block)) for block in trial_blocks(base, rounds_per_trial=rounds_per_trial)]
     test_runs = [float(np.median(block)) for block in trial_blocks(test, rounds_per_trial=rounds_per_trial)]
     flagged = judged = 0
@@ -389,9 +394,6 @@ def detection_rate(*, name: str, base: Sequence[float], test: Sequence[float], g
 
 # ------------------------------------------------------------------ planted regressions, judged as shipped
 
-GENUINE_EXPECTED, PLANTED_EXPECTED = "pass", "fail"
-
-
 @dataclass(frozen=True)
 class PlantedJudgement:
     """One planted regression judged by a check a user's run makes: the shipped gate on ``check`` (a
@@ -408,7 +410,7 @@ class PlantedJudgement:
 
     @property
     def as_expected(self) -> bool:
-        return self.genuine == GENUINE_EXPECTED and self.planted == PLANTED_EXPECTED
+        return self.genuine == PASS and self.planted == FAIL
 
     @property
     def message(self) -> str:
@@ -425,10 +427,8 @@ def judge_by_gate(ratios, *, mutant: str, metric: str, genuine: Sequence[float],
     (perfsuite.verdict.baselines.RatioGates), exactly as a user's run judges a benchmark reporting it
     (check_benchmark: the interval of the median over the rounds). Values default to the rounds' median.
     Raises when the gate file has no gate that counts on ``metric``: a context gate judges no regression."""
-    from perfsuite.verdict.gates import check_benchmark
-
     thresholds = ratios.gates.get(metric, ())
-    if not thresholds or any(t.role != "regression" for t in thresholds):
+    if not thresholds or any(t.role != REGRESSION for t in thresholds):
         raise ValueError(f"{ratios.path}: expected a regression gate on {metric!r} to judge the {mutant} mutant, "
                          f"found {[t.role for t in thresholds] or 'none'}")
 
@@ -438,7 +438,7 @@ def judge_by_gate(ratios, *, mutant: str, metric: str, genuine: Sequence[float],
                                 metrics={metric: value}, rounds={metric: list(rounds)})
         verdicts = [v for v in check.verdicts if v.metric == metric]
         decisions = {v.decision for v in verdicts}
-        return ("fail" if "fail" in decisions else "inconclusive" if "inconclusive" in decisions else "pass",
+        return (FAIL if FAIL in decisions else INCONCLUSIVE if INCONCLUSIVE in decisions else PASS,
                 "; ".join(v.evidence for v in verdicts))
 
     good, good_evidence = decision(genuine, genuine_value)
@@ -452,9 +452,6 @@ def judge_by_recorded_threshold(*, mutant: str, metric: str, recorded: float, ge
                                 margin: float = 0.25) -> PlantedJudgement:
     """A threshold recorded from a genuine run (as --perfsuite-save-baselines records it into a machine
     profile) judging a second genuine run and the planted one, as a user's run with that profile does."""
-    from perfsuite.verdict.baselines import threshold_from_measurement
-    from perfsuite.verdict.gates import judge
-
     threshold = threshold_from_measurement(metric=metric, measured=recorded, margin=margin)
     good, bad = (judge(f"selftest::{mutant}", threshold, {metric: value}, "recorded profile")
                  for value in (genuine, planted))
@@ -470,14 +467,12 @@ def judge_by_history(*, mutant: str, history: Sequence[float], genuine: float, p
     """The stored-run comparison a user's run makes (perfsuite.verdict.comparison.compare_history, one
     benchmark): the genuine figure and the planted one, each against the same earlier runs. Pass: not
     slower (no change or faster); fail: a significant slowdown of at least ``min_effect``."""
-    from perfsuite.verdict.comparison import SLOWER, compare_history
-
     verdicts = [compare_history(history, figure, higher_is_better=higher_is_better, alpha=alpha,
                                 min_effect=min_effect) for figure in (genuine, planted)]
     if not verdicts[0].judged:
         raise ValueError(f"history: expected enough earlier runs to judge the {mutant} mutant, found: "
                          f"{verdicts[0].reason}")
-    good, bad = ("fail" if v.verdict == SLOWER else "pass" for v in verdicts)
+    good, bad = (FAIL if v.verdict == SLOWER else PASS for v in verdicts)
     return PlantedJudgement(mutant=mutant, check=f"the stored-run comparison with {len(history)} earlier runs "
                             f"(alpha {alpha:g}, min effect {min_effect:.0%})", genuine=good, planted=bad,
                             evidence=f"genuine {verdicts[0].reason}; planted {verdicts[1].reason}")
@@ -497,8 +492,8 @@ def judge_rates_by_history(*, mutant: str, base, genuine, planted, rounds_per_tr
     return PlantedJudgement(
         mutant=mutant, check=f"the stored-run comparison, each trial block against the {history_runs} before it "
         f"(alpha {alpha:g}, min effect {min_effect:.0%})",
-        genuine="pass" if good / judged <= TARGET_FALSE_ALARM_RATE else "fail",
-        planted="fail" if bad / judged >= TARGET_DETECTION_RATE else "pass",
+        genuine=PASS if good / judged <= TARGET_FALSE_ALARM_RATE else FAIL,
+        planted=FAIL if bad / judged >= TARGET_DETECTION_RATE else PASS,
         evidence=f"genuine flagged in {good}/{judged} blocks, planted in {bad}/{judged}")
 
 
@@ -506,8 +501,6 @@ def history_unmeasurable_reason(history: Sequence[float], *, slowdown: float, al
     """Why the earlier runs' spread makes a planted ``slowdown`` (a share of more time) undetectable by
     the stored-run comparison at ``alpha``, or None: the smallest slowdown it can flag is
     t(k-1, 1-alpha) x sd(log figures) x sqrt(1 + 1/k) in log terms (see compare_history)."""
-    from scipy import special
-
     logs = np.log(np.asarray(history, dtype=float))
     k = logs.size
     smallest = math.expm1(float(special.stdtrit(k - 1, 1 - alpha)) * float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / k))

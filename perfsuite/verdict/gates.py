@@ -130,7 +130,8 @@ class Verdict:
     def as_dict(self) -> dict[str, Any]:
         t = self.threshold
         return {"benchmark_id": self.benchmark_id, "metric": t.metric, "kind": t.kind, "threshold": t.value,
-                "claim": t.claim, "role": t.role, "measured": self.measured, "source": self.source, "decision": self.decision,
+                "claim": t.claim, "role": t.role, "measured": self.measured, "source": self.source,
+                "decision": self.decision,
                 "interval": None if self.interval is None else self.interval.as_dict(), "note": self.note,
                 "message": self.message}
 
