@@ -275,11 +275,14 @@ class Recorder:
         return bool(check.undecided)
 
     def more_rounds(self, name: str, one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
-                    spent_s: float, step: int = 1) -> RoundsOutcome:
+                    spent_s: float, step: int = 1) -> RoundsOutcome | None:
         """Rounds added by ``one_round`` after ``rounds`` planned ones that took ``spent_s``, while
         ``undecided()`` (perfsuite.verdict.gates.add_rounds_while_undecided: within max_rounds and twice the
         budget). ``name`` (a metric, or the measurement's) labels the outcome: extra_info gets
-        ``<name>_rounds_outcome``, and the summary a note when the rounds ended with a gate undecided."""
+        ``<name>_rounds_outcome``, and the summary a note when the rounds ended with a gate undecided.
+        Under ``perfsuite ab`` (a round_driver) none are added: such a measurement is not compared there."""
+        if self.context.round_driver is not None:
+            return None
         outcome = add_rounds_while_undecided(one_round, undecided=undecided, rounds=rounds, spent_s=spent_s,
                                              budget_s=self.profile.budget_s, max_rounds=self.profile.max_rounds,
                                              step=step)
