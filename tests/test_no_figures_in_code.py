@@ -54,8 +54,8 @@ _SENTENCE_END = re.compile(r"(?<=[.;!?])\s+")
 def is_round(number: str) -> bool:
     """A chosen bound: an integer up to 10 or a multiple of 5, or a decimal ending in 5 (0.05, 0.25)."""
     digits = number.replace(",", "")
-    if "." not in digits:
-        return int(digits) <= 10 or int(digits) % 5 == 0
+    if float(digits).is_integer():
+        return int(float(digits)) <= 10 or int(float(digits)) % 5 == 0
     return digits.rstrip("0")[-1] == "5"
 
 
@@ -151,7 +151,7 @@ def test_a_measured_figure_is_found(text):
         "'not input-bound' (< 5 %), 'moderately input-bound' (5-20 %), 'highly input-bound' (>= 20 %)",
         "the shortest fixed step the pipeline keeps >= 90 % busy",
         "Leading and trailing silences are 0.05-0.25 s",
-        "a 4-5 s LJSpeech utterance; short utterances (1-2 s)",
+        "a 4-5 s LJSpeech utterance; short utterances (1-2 s), or 1.0-2.0 s",
         "its interval lies within +-10 % of the median",
         "the arms A, A', A + 10 % and A + 25 %",
         "it needs 24 of 32 rounds slower: exact size 0.35 % a trial",
