@@ -3,9 +3,9 @@ and only verified on every read.
 
 Parsing headers in the graph costs a TF-native loader much of its time (``tf.audio.decode_wav`` and
 the TF ``.npy`` parser against ``tf.io.decode_raw``: ``python scripts/measure_decode_cost.py``; figures
-in docs/measurement.md, "Decoding headers"). benchmarks/test_loaders.py::test_loader_ratio
-[preflight_over_in_graph_decode_wav|cache] measures what this module gains for the loaders, and its
-gate holds that it is not slower. Preflight already reads every header (``check_tf_readable``,
+in docs/measurement.md, "Decoding headers").
+benchmarks/test_loaders.py::test_loader_ratio[preflight_over_in_graph_decode_wav|cache] measures what
+this module gains for the loaders, and its gate holds that it is not slower. Preflight already reads every header (``check_tf_readable``,
 ``check_npy``) to name unreadable files before training starts; what it learns is kept here as a
 FileLayout: the file's bytes before its data, its size, where the data lies and in which byte order.
 
