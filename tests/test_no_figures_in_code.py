@@ -80,7 +80,7 @@ def figures(text: str) -> list[tuple[int, str, str]]:
             figure = _FIGURE.search(sentence)  # "~22 ms on the loaded box"
         if figure:
             said = (verb or where).group()
-            found.append((start + figure.start(), f"figure {said!r} says was measured", figure.group()))
+            found.append((start + figure.start(), f"figure said to be measured ({said!r})", figure.group()))
     return sorted(found)
 
 
