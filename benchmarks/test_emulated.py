@@ -8,8 +8,8 @@ per round with the median and its order-statistic interval over the rounds.
 Steps: "a100" is FastPitch's published A100 training throughput (TF32) per true mel frame, so the step
 follows the batch's length (about 50 ms for 16 utterances of the default corpus; STEP_PRESETS names the
 source); "fast" is a fixed 10 ms, about the A100 step for 16 short utterances (the smoke corpus's),
-and about the shortest step the host loop itself keeps 90 % busy on a loaded 2-core runner (the
-feed rate of a source with no cost, test_emulated_feed_rate's host floor).
+and near the shortest step the host loop itself keeps 90 % busy where the runner is loaded (the feed
+rate of a source with no cost, test_emulated_feed_rate's host floor; figures in docs/emulated.md).
 
 - test_emulated_step[loader-prefetch]: the A100 step fed by each loader with prefetch on and off. The
   TF-native cache pipeline with prefetch reports the GPU gates' metrics as emulated_* (the twin of
@@ -57,10 +57,10 @@ GATE_CASE = ("tf_native", "cache", "prefetch")
 GATE_METRICS = ("emulated_util_median", "emulated_idle_fraction", "emulated_oscillation", "emulated_complete")
 MATRIX_ROUNDS = 3  # figures only: the gate case and the contrast take the profile's min_rounds
 # Utilisation samples a round must hold: the cycle detector's minimum; the starvation contrast's rounds
-# three times that: at 32 samples (about 7 of the starved loop's cycles) the cycle was found in 3 of 6
-# rounds on an idle machine, at 96 in 6 of 6. Smoke, which only proves the cases run, takes the fewest
-# whose whole intervals cover 90 % of the window (perfsuite.measure.emulated.MIN_COVERAGE), so its
-# emulated_complete is decided by the same rule.
+# three times that, so that a round holds enough of the starved loop's cycles for the detector to find
+# them (how often it did per round length: docs/emulated.md, "The starved oscillation, with its period").
+# Smoke, which only proves the cases run, takes the fewest whose whole intervals cover 90 % of the window
+# (perfsuite.measure.emulated.MIN_COVERAGE), so its emulated_complete is decided by the same rule.
 MIN_SAMPLES, STARVATION_SAMPLES, SMOKE_SAMPLES = 32, 96, 10
 FEED_SEARCH = {
     "smoke": FeedRateConfig(searches=1, iterations=1, probe_batches=3, budget_s=1.0,

@@ -102,8 +102,8 @@ def test_shapes(perfsuite, perfsuite_corpus, perfsuite_cache, static_limits, sha
     """One epoch through a graph-mode step: a static signature traces once, padded-to-batch shapes retrace.
 
     The tiny model: the number of traces does not depend on the model's width, only the time each costs.
-    The dynamic case runs the epoch's first DYNAMIC_BATCHES batches: each costs a trace (~1.6 s), and a
-    handful shows the retracing as well as the whole epoch would.
+    The dynamic case runs the epoch's first DYNAMIC_BATCHES batches: each costs a trace (seconds on a
+    CPU), and a handful shows the retracing as well as the whole epoch would.
     """
     static = shapes == "static"
     config = LoaderConfig(kind="tf_native", source="cache", batch_size=BATCH, num_parallel_calls=WORKERS,

@@ -2,7 +2,8 @@
 ratio to the same loader run locally, and the exactly-once check of distributed_epoch.
 
 Each worker runs the loader with num_parallel_calls=1, so the worker count is the one knob that adds
-CPU: on a 2-core machine 2 workers can at best double 1 worker's rate and a third only competes.
+CPU: N workers can at best multiply 1 worker's rate by N while N ≤ the cores, and past the cores they
+only compete.
 All figures are same-run ratios of interleaved rounds (A B, B A, ...): service-N vs local, and
 service-N vs service-1; scaling_efficiency = (rate_N / rate_1) / N.
 
@@ -29,7 +30,8 @@ WARMUP_BATCHES = 2
 SETTLE_S = 0.5
 BATCH_TIMEOUT_S = 120.0  # a lost worker fails the round instead of hanging the run
 # Per profile: worker counts, interleaved rounds, measured batches per round.
-# quick stays on (1, 2) for a 2-core CI box; full adds counts past the cores to show saturation.
+# quick stays on (1, 2), within the cores of the smallest CI box; full adds counts past the cores to
+# show saturation.
 PLAN = {
     "smoke": ((1, 2), 2, 6),
     "quick": ((1, 2), 3, 12),

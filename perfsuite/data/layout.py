@@ -1,14 +1,13 @@
 """Decoding a file in the graph from the layout preflight read: the header is parsed once, in Python,
 and only verified on every read.
 
-Parsing headers in the graph costs a TF-native loader much of its time: in a tf.data map (2 workers on
-2 cores, the default synthetic corpus; ``python scripts/measure_decode_cost.py``) reading plus
-``tf.audio.decode_wav`` took 528-544 µs of CPU an utterance where reading plus ``tf.io.decode_raw``
-took 106-125 µs (two runs). benchmarks/test_loaders.py::test_loader_ratio[preflight_over_in_graph_decode_wav|cache]
-measures what this module gains for the loaders (1.19-1.26x for WAV, 1.47-1.53x for the cache on the
-2-core box). Preflight already reads every header (``check_tf_readable``, ``check_npy``) to name
-unreadable files before training starts; what it learns is kept here as a FileLayout: the file's
-bytes before its data, its size, where the data lies and in which byte order.
+Parsing headers in the graph costs a TF-native loader much of its time (``tf.audio.decode_wav`` and
+the TF ``.npy`` parser against ``tf.io.decode_raw``: ``python scripts/measure_decode_cost.py``; figures
+in docs/measurement.md, "Decoding headers").
+benchmarks/test_loaders.py::test_loader_ratio[preflight_over_in_graph_decode_wav|cache] measures what
+this module gains for the loaders, and its gate holds that it is not slower. Preflight already reads every header (``check_tf_readable``,
+``check_npy``) to name unreadable files before training starts; what it learns is kept here as a
+FileLayout: the file's bytes before its data, its size, where the data lies and in which byte order.
 
 On every read the graph compares the file's first bytes and its size with the layout, byte for byte,
 and decodes the data with ``tf.io.decode_raw`` only if both match; a file changed since preflight (a

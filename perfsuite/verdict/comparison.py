@@ -2,9 +2,9 @@
 
 The sampling unit is the run. The per-batch times of one run are not independent samples of
 run-to-run variation (they share the machine's state for minutes: CPU frequency, neighbours, page
-cache), so a test on pooled per-batch times of two runs is wildly over-confident: unchanged code was
-flagged at p=1e-11 with a -22 % change on a 2-core VM. Here each earlier run contributes one figure
-(e.g. its median samples/s), and the current run's figure is judged against the spread of those.
+cache), so a test on pooled per-batch times of two runs is wildly over-confident: it flags unchanged
+code as a large, highly significant change (docs/comparison.md). Here each earlier run contributes one
+figure (e.g. its median samples/s), and the current run's figure is judged against the spread of those.
 
 Conventions:
 
