@@ -173,7 +173,7 @@ def test_compare_flags_a_slowdown_beyond_the_history_and_fails_the_run(pytester)
     result = _run(pytester, "--benchmark-compare")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*test_dataset*vs 4 earlier runs*Holm p=*SLOWER*",
+    result.stdout.fnmatch_lines(["*test_dataset*samples/s vs 4 runs*Holm p=*SLOWER*",
                                  "*significantly slower than their earlier runs (fails the run)*test_dataset*"])
     report = _run(pytester, "--benchmark-compare", "--perfsuite-compare=report")
     assert report.ret == 0

@@ -139,11 +139,12 @@ def ab_command(config, base: str) -> list[str]:
 
 
 def pytest_configure(config):
-    from perfsuite.pytest_plugin.benchmark_adapter import compatibility_problems
+    from perfsuite.pytest_plugin.benchmark_adapter import compatibility_problems, table_defaults
 
     problems = compatibility_problems()
     if problems:
         raise pytest.UsageError("perfsuite needs pytest-benchmark features this release lacks: " + "; ".join(problems))
+    table_defaults(config)  # before pytest-benchmark's own pytest_configure (trylast) reads its options
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
     config.stash[SUMMARY_KEY] = []
@@ -265,12 +266,15 @@ def perfsuite(request, benchmark):
     """Measures through pytest-benchmark and judges the figures when the test body has run. A malformed
     baselines directory stops the run with its one-line message (file, key, problem)."""
     from perfsuite.errors import PerfsuiteError
+    from perfsuite.pytest_plugin import benchmark_adapter
     from perfsuite.pytest_plugin.recorder import Recorder
+    from perfsuite.pytest_plugin.summary import group_of
 
     try:
         context = _context(request.config)
     except PerfsuiteError as error:
         pytest.exit(f"perfsuite: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
+    benchmark_adapter.default_group(benchmark, group_of(request.node.nodeid))
     recorder = Recorder(benchmark=benchmark, context=context, nodeid=request.node.nodeid)
     request.node.stash[RECORDER_KEY] = recorder
     return recorder
@@ -350,9 +354,11 @@ def pytest_terminal_summary(terminalreporter, config):
 
     context = _context(config)
     decisions = config.stash.get(DECISIONS_KEY, [])
-    rows = [row for outcome in outcomes for row in summary.verdict_rows(outcome)]
-    rows += [summary.history_row(o.benchmark_id, d, alpha=context.compare_alpha) for o, d in decisions]
+    sections = summary.sections(outcomes, decisions, alpha=context.compare_alpha)
     notes = list(context.baselines.notes)
+    if not any(o.check.verdicts for o in outcomes):
+        notes.append("no benchmark of this run has a threshold (benchmarks/baselines: ratios.yaml and machine "
+                     "profiles)")
     if benchmark_adapter.compare_requested(config) and not decisions:
         notes.append("--benchmark-compare: no earlier run of these benchmarks was saved on this hardware "
                      "(--benchmark-autosave saves one)")
@@ -368,13 +374,13 @@ def pytest_terminal_summary(terminalreporter, config):
         notes.append(f"plots and summary: {config.getoption('perfsuite_report') / 'summary.md'}")
     title = f"perfsuite ({context.profile.name} profile, gates: {context.gates})"
     terminalreporter.section(title)
-    for line in summary.table(rows):
+    for line in summary.terminal(sections):
         terminalreporter.write_line(line)
     for note in notes:
         terminalreporter.write_line(f"note: {note}")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as stream:
-            stream.write(summary.markdown(rows, notes, title=title))
+            stream.write(summary.markdown(sections, notes, title=title))
 
 
 def _benchmark_notes(outcomes) -> list[str]:

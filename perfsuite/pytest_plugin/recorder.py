@@ -22,6 +22,7 @@ from perfsuite.measure import stats, timing
 from perfsuite.measure.speech import FrameCounter, speech_figures
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
+from perfsuite.pytest_plugin.summary import headline_figures
 from perfsuite.verdict import metrics as metric_registry
 from perfsuite.verdict.baselines import Baselines, record_measurements
 from perfsuite.verdict.comparison import HistoryComparison, compare_history
@@ -65,6 +66,7 @@ class Outcome:
     comparison: HistoryComparison | None
     gates: str
     notes: list[str] = field(default_factory=list)
+    figures: tuple = ()  # summary.Figure: its headline figures, in the registry's order
 
     def failure_messages(self) -> list[str]:
         return [verdict.message for verdict in self.check.failures]
@@ -168,6 +170,7 @@ class Recorder:
         rounds = rounds or self.profile.min_rounds
         result = self._once(lambda: timing.measure_input_bound(step=step, dataset=dataset, warmup=warmup,
                                                                batches=batches, rounds=rounds))
+        benchmark_adapter.time_per_unit(self.benchmark, result.real_round_s, unit="s/step fed by the pipeline")
         self.record(result, prefix="input_bound_")
         shares = [stats.input_bound_share(t_synthetic=s, t_real=r)
                   for r, s in zip(result.real_round_s, result.synthetic_round_s)]
@@ -183,6 +186,7 @@ class Recorder:
         result = self._once(lambda: timing.measure_step(step=step, batches=iter(dataset), warmup_calls=1,
                                                         measure_calls=batches - 1, name=name))
         self.primary_unit = "call"
+        benchmark_adapter.time_per_unit(self.benchmark, [1 / result.batches_per_s], unit="s/step")
         return self.record(result)
 
     def compare(self, name: str, *, a: Callable[[], Any], b: Callable[[], Any],
@@ -201,6 +205,9 @@ class Recorder:
             result = self._once(lambda: self._interleaved(a, b, name))
         self.add(name, result.summary.median, rounds=result.ratios,
                  extra={f"{name}_detail": result.as_dict(), f"{name}_seconds": time.perf_counter() - started})
+        per_sample = result.unit == "samples/s"
+        benchmark_adapter.time_per_unit(self.benchmark, [1 / v for v in result.a_values] if per_sample
+                                        else result.a_values, unit="s/sample of A" if per_sample else "s/round of A")
         return result
 
     # ------------------------------------------------------------------------------- rounds
@@ -262,8 +269,13 @@ class Recorder:
         self.primary_unit, self.primary_round_lengths = unit, [len(r.batch_ns) for r in rounds]
         measurement = self.record(timing.combine(rounds, name=name, first=first))
         self.rounds["samples_per_s"] = tuple(r.samples_per_s for r in rounds)
+        interval = stats.median_interval(self.rounds["samples_per_s"])
+        self.benchmark.extra_info["samples_per_s_interval"] = [interval.low, interval.high]
+        per_sample = unit == "batch"  # a step's unit is the call: pytest-benchmark's ops are then steps/s
+        benchmark_adapter.time_per_unit(self.benchmark, [1 / (r.samples_per_s if per_sample else r.batches_per_s)
+                                                         for r in rounds], unit="s/sample" if per_sample else "s/step")
         self.benchmark.extra_info["rounds"] = len(rounds)
-        self.benchmark.extra_info["round_samples_per_s"] = list(self.rounds["samples_per_s"])
+        self.benchmark.extra_info["samples_per_s_rounds"] = list(self.rounds["samples_per_s"])
         return measurement
 
     def record(self, figures, *, prefix: str = ""):
@@ -292,6 +304,9 @@ class Recorder:
         if rounds is not None:
             self.rounds[name] = tuple(float(v) for v in rounds)
             self.benchmark.extra_info[f"{name}_rounds"] = list(self.rounds[name])
+            if self.rounds[name]:
+                interval = stats.median_interval(self.rounds[name])
+                self.benchmark.extra_info[f"{name}_interval"] = [interval.low, interval.high]
         for key, item in (extra or {}).items():
             self.benchmark.extra_info[key] = item
 
@@ -311,7 +326,8 @@ class Recorder:
         check = context.baselines.check(benchmark_id=self.benchmark_id, metrics=self.metrics, rounds=self.rounds)
         self.benchmark.extra_info["perfsuite_profile"] = self.profile.name
         self.benchmark.extra_info["perfsuite_verdicts"] = check.as_dict()
-        outcome = Outcome(self.benchmark_id, check, self._compare(), context.gates, notes=list(check.notes))
+        outcome = Outcome(self.benchmark_id, check, self._compare(), context.gates, notes=list(check.notes),
+                          figures=headline_figures(self.metrics, self.rounds))
         if context.save_baselines:
             path = self._save()
             if path is not None:
