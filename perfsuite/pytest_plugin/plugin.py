@@ -355,7 +355,7 @@ def pytest_terminal_summary(terminalreporter, config):
     context = _context(config)
     decisions = config.stash.get(DECISIONS_KEY, [])
     sections = summary.sections(outcomes, decisions, alpha=context.compare_alpha)
-    notes = list(context.baselines.notes)
+    notes = [summary.INTERVAL_NOTE, *context.baselines.notes]
     if not any(o.check.verdicts for o in outcomes):
         notes.append("no benchmark of this run has a threshold (benchmarks/baselines: ratios.yaml and machine "
                      "profiles)")

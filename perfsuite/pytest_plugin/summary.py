@@ -106,7 +106,11 @@ def figures_table(outcomes) -> Table:
 
 
 def _header(column: str) -> str:
-    return f"{column} [95% interval]" if column in ("samples/s", "audio-s/s", "ratio") else column
+    return f"{column} [interval]" if column in ("samples/s", "audio-s/s", "ratio") else column
+
+
+INTERVAL_NOTE = ("[interval]: the order-statistic interval of the median over the rounds (95 %, or with few "
+                 "rounds their whole range: 50 % at 2, 75 % at 3)")
 
 
 def verdict_rows(outcome) -> list[tuple[str, ...]]:
