@@ -28,13 +28,16 @@ user chose its columns or sort.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import shlex
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 SESSION_ATTRIBUTE = "_benchmarksession"
+FINGERPRINT_INFO = "perfsuite_fingerprint"  # our key in pytest-benchmark's machine_info
 STATS_UNIT = "stats_unit"  # extra_info: what one value of pytest-benchmark's stats is the time of
 ROUND_UNIT = "s/round"
 TABLE_COLUMNS = ["ops", "median", "iqr", "rounds"]  # ops first: samples (or steps) per second
@@ -153,6 +156,49 @@ def saved_runs(config) -> list[dict]:
     if storage is None:
         return []
     return [data for _, data in storage.load()]
+
+
+def stored_runs(directory: Path) -> list[tuple[Path, dict]]:
+    """Every run saved in a pytest-benchmark storage directory (``DIR/<machine id>/NNNN_*.json``), oldest
+    first by their ``datetime``: (path, the JSON document). A file that is not such a run is a
+    PerfsuiteError naming it."""
+    from perfsuite.errors import PerfsuiteError
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PerfsuiteError(f"{directory}: expected pytest-benchmark's storage directory (the runs "
+                             f"--benchmark-autosave saves), found {'a file' if directory.exists() else 'nothing'}")
+    runs = []
+    for path in sorted(directory.glob("*/*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise PerfsuiteError(f"{path}: expected a saved pytest-benchmark run (JSON), found unreadable text "
+                                 f"({error})") from None
+        if not (isinstance(data, dict) and isinstance(data.get("benchmarks"), list)
+                and isinstance(data.get("datetime"), str)):
+            raise PerfsuiteError(f"{path}: expected a saved pytest-benchmark run (keys 'benchmarks', 'datetime'), "
+                                 f"found {type(data).__name__} without them")
+        runs.append((path, data))
+    return sorted(runs, key=lambda run: run[1]["datetime"])
+
+
+def on_hardware(runs: Sequence, fingerprint) -> list:
+    """The saved runs (documents, or (path, document) pairs) recorded on ``fingerprint``'s hardware, by the
+    fingerprint each carries in ``machine_info``; runs without one, or saved by an older perfsuite in
+    another format, are left out: their figures mean nothing here."""
+    from perfsuite.measure.machine import MachineFingerprint, match
+
+    kept = []
+    for run in runs:
+        data = run[1] if isinstance(run, tuple) else run
+        recorded = (data.get("machine_info") or {}).get(FINGERPRINT_INFO)
+        try:
+            if recorded and match(MachineFingerprint.from_dict(recorded), fingerprint).matched:
+                kept.append(run)
+        except ValueError:
+            continue
+    return kept
 
 
 def extra_info(benchmark) -> dict:

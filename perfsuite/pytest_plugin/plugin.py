@@ -26,7 +26,6 @@ SUMMARY_KEY = pytest.StashKey[list]()
 CONTEXT_KEY = pytest.StashKey[object]()
 DECISIONS_KEY = pytest.StashKey[list]()
 RECORDER_KEY = pytest.StashKey[object]()
-FINGERPRINT_INFO = "perfsuite_fingerprint"  # our key in pytest-benchmark's machine_info
 REPORT_PROPERTY = "perfsuite_report_record"  # a user property, so that records travel back from xdist workers
 
 
@@ -211,20 +210,12 @@ def _history(config, fingerprint) -> dict[str, list[float]]:
     """Per benchmark id, the samples/s of the newest --perfsuite-compare-runs saved runs recorded on
     this hardware (by the fingerprint each saved run carries), oldest first; empty without
     --benchmark-compare. Runs on other hardware are never compared: their figures mean nothing here."""
-    from perfsuite.measure.machine import MachineFingerprint, match
     from perfsuite.pytest_plugin import benchmark_adapter
     from perfsuite.pytest_plugin.recorder import benchmark_id
 
     if not benchmark_adapter.compare_requested(config):
         return {}
-    runs = []
-    for run in benchmark_adapter.saved_runs(config):
-        recorded = (run.get("machine_info") or {}).get(FINGERPRINT_INFO)
-        try:
-            if recorded and match(MachineFingerprint.from_dict(recorded), fingerprint).matched:
-                runs.append(run)
-        except ValueError:  # a run saved by an older perfsuite: another fingerprint format
-            continue
+    runs = benchmark_adapter.on_hardware(benchmark_adapter.saved_runs(config), fingerprint)
     history: dict[str, list[float]] = {}
     for run in runs[-config.getoption("perfsuite_compare_runs"):]:
         for bench in run.get("benchmarks", []):
@@ -237,6 +228,8 @@ def _history(config, fingerprint) -> dict[str, list[float]]:
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     """Saved runs carry this machine's fingerprint, so later runs compare only with the same hardware."""
+    from perfsuite.pytest_plugin.benchmark_adapter import FINGERPRINT_INFO
+
     machine_info[FINGERPRINT_INFO] = _context(config).baselines.fingerprint.as_dict()
 
 
