@@ -282,7 +282,7 @@ def pytest_runtest_call(item):
         outcome = recorder.judge()
         item.config.stash[SUMMARY_KEY].append(outcome)
         if item.config.getoption("perfsuite_report") is not None:
-            item.user_properties.append((REPORT_PROPERTY, recorder.report_record()))
+            item.user_properties.append((REPORT_PROPERTY, recorder.report_record(outcome.check)))
         outcome.raise_for_failures()
     return result
 

@@ -310,9 +310,12 @@ class Recorder:
         for key, item in (extra or {}).items():
             self.benchmark.extra_info[key] = item
 
-    def report_record(self) -> dict:
-        """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker)."""
-        return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid,
+    def report_record(self, check: CheckResult | None = None) -> dict:
+        """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker);
+        ``check``: its verdicts, whose thresholds the ratio plot draws."""
+        gates = [{"metric": v.metric, "kind": v.threshold.kind, "threshold": v.threshold.value,
+                  "decision": v.decision} for v in (check.verdicts if check is not None else ())]
+        return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid, "gates": gates,
                 "metrics": {k: v for k, v in self.metrics.items() if v is None or isinstance(v, int | float)},
                 "measurement": None if self.primary is None else self.primary.as_dict(),
                 "unit": self.primary_unit, "round_lengths": self.primary_round_lengths,
