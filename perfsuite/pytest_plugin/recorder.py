@@ -268,14 +268,11 @@ class Recorder:
                        unit: str) -> timing.Measurement:
         self.primary_unit, self.primary_round_lengths = unit, [len(r.batch_ns) for r in rounds]
         measurement = self.record(timing.combine(rounds, name=name, first=first))
-        self.rounds["samples_per_s"] = tuple(r.samples_per_s for r in rounds)
-        interval = stats.median_interval(self.rounds["samples_per_s"])
-        self.benchmark.extra_info["samples_per_s_interval"] = [interval.low, interval.high]
+        self._keep_rounds("samples_per_s", [r.samples_per_s for r in rounds])
         per_sample = unit == "batch"  # a step's unit is the call: pytest-benchmark's ops are then steps/s
         benchmark_adapter.time_per_unit(self.benchmark, [1 / (r.samples_per_s if per_sample else r.batches_per_s)
                                                          for r in rounds], unit="s/sample" if per_sample else "s/step")
         self.benchmark.extra_info["rounds"] = len(rounds)
-        self.benchmark.extra_info["samples_per_s_rounds"] = list(self.rounds["samples_per_s"])
         return measurement
 
     def record(self, figures, *, prefix: str = ""):
@@ -302,13 +299,18 @@ class Recorder:
         self.metrics[name] = value
         self.benchmark.extra_info[name] = value
         if rounds is not None:
-            self.rounds[name] = tuple(float(v) for v in rounds)
-            self.benchmark.extra_info[f"{name}_rounds"] = list(self.rounds[name])
-            if self.rounds[name]:
-                interval = stats.median_interval(self.rounds[name])
-                self.benchmark.extra_info[f"{name}_interval"] = [interval.low, interval.high]
+            self._keep_rounds(name, rounds)
         for key, item in (extra or {}).items():
             self.benchmark.extra_info[key] = item
+
+    def _keep_rounds(self, name: str, values: Sequence[float]) -> None:
+        """A metric's per-round values, kept for its gates and written as the registry's naming rule says:
+        ``<name>_rounds`` and ``<name>_interval`` (of their median)."""
+        self.rounds[name] = tuple(float(v) for v in values)
+        self.benchmark.extra_info[f"{name}_rounds"] = list(self.rounds[name])
+        if self.rounds[name]:
+            interval = stats.median_interval(self.rounds[name])
+            self.benchmark.extra_info[f"{name}_interval"] = [interval.low, interval.high]
 
     def report_record(self, check: CheckResult | None = None) -> dict:
         """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker);

@@ -20,7 +20,7 @@ from perfsuite.verdict.comparison import Decision
 from perfsuite.verdict.gates import FAIL, INCONCLUSIVE
 from perfsuite.verdict.metrics import declared, format_number, is_declared, lookup
 
-GATE_HEADERS = ("benchmark", "metric", "measured [interval] (rounds)", "threshold", "verdict")
+GATE_HEADERS = ("benchmark (metric)", "measured [interval] (rounds)", "threshold", "verdict")
 _SHOWN = {FAIL: "FAILED", INCONCLUSIVE: "inconclusive"}
 CEILING = re.compile(r"^test_\w+_ceiling$")
 
@@ -39,7 +39,7 @@ class Figure:
     def shown(self) -> str:
         text = _number(self.metric, self.value)
         if self.low is not None:
-            text += f" [{_number(self.metric, self.low)}, {_number(self.metric, self.high)}]"
+            text += f" [{_number(self.metric, self.low)}–{_number(self.metric, self.high)}]"
         return text
 
 
@@ -115,28 +115,36 @@ INTERVAL_NOTE = ("[interval]: the order-statistic interval of the median over th
 
 def verdict_rows(outcome) -> list[tuple[str, ...]]:
     """One row per checked threshold of one benchmark (none when it has no thresholds)."""
-    return [(short_id(outcome.benchmark_id), v.metric, v.evidence,
+    return [(_gate_name(outcome.benchmark_id, v.metric), v.evidence,
              f"{v.threshold.symbol} {format_number(v.threshold.value)}", _SHOWN.get(v.decision, "ok"))
             for v in outcome.check.verdicts]
+
+
+def _gate_name(benchmark_id: str, metric: str) -> str:
+    """The benchmark, and the metric where the benchmark's id does not already name it (a ratio test is
+    parametrized by its metric)."""
+    name = short_id(benchmark_id)
+    return name if metric.removesuffix("_ratio") in name else f"{name} {metric}"
 
 
 def history_row(benchmark_id: str, decision: Decision, *, alpha: float) -> tuple[str, ...]:
     """The comparison of one benchmark's samples/s with its earlier runs on this hardware."""
     c = decision.comparison
     if not c.judged:
-        return (short_id(benchmark_id), f"vs {c.runs} earlier run(s)", format_number(c.current), "-",
-                f"not judged: {c.reason}")
-    noise = "beyond" if c.beyond_noise else "within"
-    measured = (f"{c.change:+.1%}, Holm p={decision.adjusted_p_worse:.2g} (unchanged: {c.interval_low:+.1%}.."
-                f"{c.interval_high:+.1%}; {noise} noise {c.noise_cv:.1%})")
+        return (short_id(benchmark_id), "-", "-", "-", "-", str(c.runs), f"not judged: {c.reason}")
     verdict = decision.verdict.upper() if decision.significant_slowdown else decision.verdict
-    return (short_id(benchmark_id), f"samples/s vs {c.runs} runs", measured,
-            f"slower ≥ {c.min_effect:.0%}, p<{alpha:g}", verdict)
+    return (short_id(benchmark_id), f"{c.change:+.1%}", f"{c.interval_low:+.1%}..{c.interval_high:+.1%}",
+            f"{decision.adjusted_p_worse:.2g}", f"{c.noise_cv:.1%}", str(c.runs), verdict)
+
+
+def history_headers(*, alpha: float, min_effect: float) -> tuple[str, ...]:
+    return ("benchmark", "samples/s change", "if unchanged", f"Holm p (<{alpha:g})", "run noise", "runs",
+            f"verdict (slower ≥ {min_effect:.0%})")
 
 
 def sections(outcomes, decisions=(), *, alpha: float = 0.01) -> list[tuple[str, Table]]:
     """Per group, in the order the groups first ran: (title, figures table) and, where the group has
-    gates or comparisons with earlier runs, (title, gates table)."""
+    them, (title, gates table) and (title, comparison with earlier runs)."""
     groups: dict[str, list] = {}
     for outcome in outcomes:
         groups.setdefault(group_of(outcome.benchmark_id.split("::", 1)[-1]), []).append(outcome)
@@ -146,9 +154,14 @@ def sections(outcomes, decisions=(), *, alpha: float = 0.01) -> list[tuple[str, 
         if any(o.figures for o in members):
             result.append((f"{group}: how fast", figures_table(members)))
         rows = [row for o in members for row in verdict_rows(o)]
-        rows += [history_row(o.benchmark_id, compared[id(o)], alpha=alpha) for o in members if id(o) in compared]
         if rows:
             result.append((f"{group}: gates", Table.of(GATE_HEADERS, rows)))
+        judged = [o for o in members if id(o) in compared]
+        if judged:
+            min_effect = judged[0].comparison.min_effect
+            rows = [history_row(o.benchmark_id, compared[id(o)], alpha=alpha) for o in judged]
+            result.append((f"{group}: vs earlier runs on this hardware",
+                           Table.of(history_headers(alpha=alpha, min_effect=min_effect), rows)))
     return result
 
 
