@@ -46,8 +46,8 @@ class Figure:
 def _number(metric: str, value: float) -> str:
     """Thousands as whole numbers with separators (29,605 samples/s), else the registry's display."""
     declared_metric = lookup(metric)
-    if not declared_metric.percent and declared_metric.unit != "s" and abs(value) >= 1000:
-        return f"{value:,.0f}"
+    if not declared_metric.percent and abs(value * declared_metric.display_scale) >= 1000:
+        return f"{value * declared_metric.display_scale:,.0f}"
     return declared_metric.display(value)
 
 
@@ -143,16 +143,21 @@ def history_headers(*, alpha: float, min_effect: float) -> tuple[str, ...]:
 
 
 def sections(outcomes, decisions=(), *, alpha: float = 0.01) -> list[tuple[str, Table]]:
-    """Per group, in the order the groups first ran: (title, figures table) and, where the group has
-    them, (title, gates table) and (title, comparison with earlier runs)."""
+    """Per group, in the order the groups first ran: (title, figures table); the benchmarks whose figures
+    are all same-run ratios or shares in a table of their own; where the group has them, (title, gates
+    table) and (title, comparison with earlier runs)."""
     groups: dict[str, list] = {}
     for outcome in outcomes:
         groups.setdefault(group_of(outcome.benchmark_id.split("::", 1)[-1]), []).append(outcome)
     compared = {id(o): d for o, d in decisions}
     result = []
     for group, members in groups.items():
-        if any(o.figures for o in members):
-            result.append((f"{group}: how fast", figures_table(members)))
+        same_run = [o for o in members if o.figures and all(lookup(f.metric).same_run for f in o.figures)]
+        measured = [o for o in members if o.figures and o not in same_run]
+        if measured:
+            result.append((f"{group}: how fast", figures_table(measured)))
+        if same_run:
+            result.append((f"{group}: same-run ratios and shares", figures_table(same_run)))
         rows = [row for o in members for row in verdict_rows(o)]
         if rows:
             result.append((f"{group}: gates", Table.of(GATE_HEADERS, rows)))

@@ -47,6 +47,7 @@ class Metric:
     floor: float = 0.0
     percent: bool = False  # shown as a percentage
     headline: str = ""  # the summary's column for it ("" none)
+    display_scale: float = 1.0  # what its value is multiplied by when shown (1e3: seconds shown as ms)
 
     def __post_init__(self):
         if self.better not in (HIGHER, LOWER):
@@ -67,10 +68,8 @@ class Metric:
         return change < 0 if self.better == HIGHER else change > 0
 
     def display(self, value) -> str:
-        """The value as the summary shows it (seconds under an 'ms' headline in milliseconds)."""
-        if self.unit == "s" and self.headline.endswith(" ms") and value is not None:
-            value = value * 1e3
-        return format_number(value, percent=self.percent)
+        """The value as the summary shows it, times ``display_scale`` (e.g. seconds shown as ms)."""
+        return format_number(None if value is None else value * self.display_scale, percent=self.percent)
 
 
 def format_number(value, *, percent: bool = False) -> str:
@@ -91,7 +90,7 @@ _DECLARED = [
     Metric("audio_s_per_s", HIGHER, "audio-s/s", "seconds of audio delivered per second of wall time",
            headline="audio-s/s"),
     Metric("batch_p95_s", LOWER, "s", "95th percentile of the steady per-batch (per-call) times",
-           headline="p95 ms"),
+           headline="p95 ms", display_scale=1e3),
     Metric("first_s", LOWER, "s", "the first batch (or call: trace and compile), apart from the steady state",
            headline="first s"),
     Metric("variation_ratio", LOWER, "", "std / mean of the per-batch times", floor=0.02),
