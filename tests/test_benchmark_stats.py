@@ -59,6 +59,7 @@ def test_saved_stats_are_seconds_per_sample_and_compare_ranks_by_samples_per_s(p
         for bench in json.loads(path.read_text())["benchmarks"]:
             info, stats = bench["extra_info"], bench["stats"]
             assert info[benchmark_adapter.STATS_UNIT] == "s/sample"
+            assert bench["group"] == "bench, s/sample"  # perfsuite's group (the file's name) and the unit
             assert stats["rounds"] == info["rounds"] == len(info["samples_per_s_rounds"])
             assert stats["ops"] == pytest.approx(info["samples_per_s"], rel=0.05), bench["name"]
             assert info["samples_per_s_interval"][0] <= info["samples_per_s"] * 1.05
@@ -113,6 +114,7 @@ def test_time_per_unit_replaces_round_times_once_and_refuses_non_positive_times(
     assert benchmark_adapter.time_per_unit(probe, [0.001, 0.003], unit="s/sample")
     assert probe.stats.stats.data == [0.001, 0.003]
     assert probe.stats.stats.ops == pytest.approx(500.0)
+    assert probe.stats.group == "s/sample"
     assert not benchmark_adapter.time_per_unit(probe, [1.0], unit="s/step")  # the first measurement owns them
     assert probe.extra_info[benchmark_adapter.STATS_UNIT] == "s/sample"
     with pytest.raises(ValueError, match="probe.*positive"):

@@ -10,7 +10,8 @@ What pytest-benchmark's stats hold. ``pedantic`` times whole rounds, and perfsui
 time budget, so round times say nothing of speed. After the rounds, ``time_per_unit`` replaces them by
 each round's time per unit of work, so ``stats.ops`` is units per second and pytest-benchmark's table,
 ``--benchmark-compare(-fail)``, its histogram, ``pytest-benchmark compare`` and every tool reading its
-JSON rank by speed. ``extra_info["stats_unit"]`` names the unit:
+JSON rank by speed. ``extra_info["stats_unit"]`` names the unit, and so does the benchmark's group (e.g.
+'loaders, s/sample'), so that each of pytest-benchmark's tables ranks times of one kind:
 
 - ``s/sample``: dataset benchmarks (ops = samples/s);
 - ``s/step``: step and epoch benchmarks (ops = step calls/s) and ``s/step fed by the pipeline`` for the
@@ -65,7 +66,8 @@ def compatibility_problems() -> list[str]:
 
 def _stats_problems() -> list[str]:
     """time_per_unit replaces ``benchmark.stats.stats`` (a ``Metadata``'s ``Stats``) by a fresh one filled
-    with ``update``; ``ops`` must be values per second of their total."""
+    with ``update`` and names the unit in ``Metadata.group``; ``ops`` must be values per second of their
+    total."""
     from pytest_benchmark import stats
 
     owner = SimpleNamespace(name="probe", fullname="probe", group=None, param=None, params=None, extra_info={},
@@ -76,7 +78,10 @@ def _stats_problems() -> list[str]:
         for value in (0.5, 0.25):
             fresh.update(value)
         metadata.stats = fresh
+        metadata.group = "probe, s/sample"
         ops = metadata.stats.ops
+        if metadata.as_dict()["group"] != metadata.group:
+            return ["pytest_benchmark.stats.Metadata.as_dict does not write its group"]
     except Exception as error:  # noqa: BLE001 - any failure means the stats cannot be filled this way
         return [f"pytest_benchmark.stats.Metadata/Stats cannot be filled with per-unit times ({error!r})"]
     if abs(ops - 2 / 0.75) > 1e-9:
@@ -104,7 +109,8 @@ def run_rounds(benchmark, work: Callable[[], Any], *, rounds: int) -> Any:
 
 def time_per_unit(benchmark, seconds: Sequence[float], *, unit: str) -> bool:
     """pytest-benchmark's stats become ``seconds`` (one value per round: its time per unit of work, e.g.
-    the round's steady time / its samples) and ``extra_info["stats_unit"]`` says ``unit``. Only stats
+    the round's steady time / its samples); ``extra_info["stats_unit"]`` and the group of pytest-benchmark's
+    table (e.g. 'loaders, s/sample') say ``unit``, so a table ranks only times of one kind. Only stats
     that hold round times are replaced: the first measurement timed through pytest-benchmark owns them
     (later ones, and a disabled pytest-benchmark, leave them as they are). Returns whether it replaced."""
     metadata = getattr(benchmark, "stats", None)
@@ -116,6 +122,7 @@ def time_per_unit(benchmark, seconds: Sequence[float], *, unit: str) -> bool:
     for value in seconds:
         fresh.update(float(value))
     metadata.stats = fresh
+    metadata.group = f"{metadata.group}, {unit}" if metadata.group else unit  # its table compares like with like
     benchmark.extra_info[STATS_UNIT] = unit
     return True
 
@@ -128,7 +135,7 @@ def table_defaults(config) -> None:
              *config.getini("addopts")]
     for option, name, value in (("--benchmark-columns", "benchmark_columns", TABLE_COLUMNS),
                                 ("--benchmark-sort", "benchmark_sort", TABLE_SORT)):
-        if not any(str(arg).startswith(option) for arg in given) and hasattr(config.option, name):
+        if not any(str(arg).startswith(option) for arg in given):
             setattr(config.option, name, value)
 
 
