@@ -3,9 +3,10 @@
 Per group of benchmarks (``group_of``: the ``*_ceiling`` tests, else the benchmark file's name), one
 table of each benchmark's headline figures (the metrics the registry gives a ``headline`` column: e.g.
 samples/s and audio-s/s with the interval of their median over rounds, p95 batch ms, first call s,
-utilisation median, same-run ratios) and one table of its gates and verdicts. Columns no benchmark of a
-group has are left out, so the tables fit a 120-column terminal. Presenting only: the verdicts are
-decided in perfsuite.verdict and the recorder.
+utilisation median), the benchmarks measuring only same-run ratios or shares in a table of their own,
+then a table of its gates and verdicts and one of the comparison with earlier runs. Columns no
+benchmark of a table has are left out, so the tables fit a 120-column terminal. Presenting only: the
+verdicts are decided in perfsuite.verdict and the recorder.
 """
 
 from __future__ import annotations
