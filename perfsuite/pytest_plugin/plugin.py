@@ -26,7 +26,6 @@ SUMMARY_KEY = pytest.StashKey[list]()
 CONTEXT_KEY = pytest.StashKey[object]()
 DECISIONS_KEY = pytest.StashKey[list]()
 RECORDER_KEY = pytest.StashKey[object]()
-FINGERPRINT_INFO = "perfsuite_fingerprint"  # our key in pytest-benchmark's machine_info
 REPORT_PROPERTY = "perfsuite_report_record"  # a user property, so that records travel back from xdist workers
 
 
@@ -139,11 +138,12 @@ def ab_command(config, base: str) -> list[str]:
 
 
 def pytest_configure(config):
-    from perfsuite.pytest_plugin.benchmark_adapter import compatibility_problems
+    from perfsuite.pytest_plugin.benchmark_adapter import compatibility_problems, table_defaults
 
     problems = compatibility_problems()
     if problems:
         raise pytest.UsageError("perfsuite needs pytest-benchmark features this release lacks: " + "; ".join(problems))
+    table_defaults(config)  # before pytest-benchmark's own pytest_configure (trylast) reads its options
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
     config.stash[SUMMARY_KEY] = []
@@ -210,20 +210,12 @@ def _history(config, fingerprint) -> dict[str, list[float]]:
     """Per benchmark id, the samples/s of the newest --perfsuite-compare-runs saved runs recorded on
     this hardware (by the fingerprint each saved run carries), oldest first; empty without
     --benchmark-compare. Runs on other hardware are never compared: their figures mean nothing here."""
-    from perfsuite.measure.machine import MachineFingerprint, match
     from perfsuite.pytest_plugin import benchmark_adapter
     from perfsuite.pytest_plugin.recorder import benchmark_id
 
     if not benchmark_adapter.compare_requested(config):
         return {}
-    runs = []
-    for run in benchmark_adapter.saved_runs(config):
-        recorded = (run.get("machine_info") or {}).get(FINGERPRINT_INFO)
-        try:
-            if recorded and match(MachineFingerprint.from_dict(recorded), fingerprint).matched:
-                runs.append(run)
-        except ValueError:  # a run saved by an older perfsuite: another fingerprint format
-            continue
+    runs = benchmark_adapter.on_hardware(benchmark_adapter.saved_runs(config), fingerprint)
     history: dict[str, list[float]] = {}
     for run in runs[-config.getoption("perfsuite_compare_runs"):]:
         for bench in run.get("benchmarks", []):
@@ -236,6 +228,8 @@ def _history(config, fingerprint) -> dict[str, list[float]]:
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     """Saved runs carry this machine's fingerprint, so later runs compare only with the same hardware."""
+    from perfsuite.pytest_plugin.benchmark_adapter import FINGERPRINT_INFO
+
     machine_info[FINGERPRINT_INFO] = _context(config).baselines.fingerprint.as_dict()
 
 
@@ -265,12 +259,15 @@ def perfsuite(request, benchmark):
     """Measures through pytest-benchmark and judges the figures when the test body has run. A malformed
     baselines directory stops the run with its one-line message (file, key, problem)."""
     from perfsuite.errors import PerfsuiteError
+    from perfsuite.pytest_plugin import benchmark_adapter
     from perfsuite.pytest_plugin.recorder import Recorder
+    from perfsuite.pytest_plugin.summary import group_of
 
     try:
         context = _context(request.config)
     except PerfsuiteError as error:
         pytest.exit(f"perfsuite: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
+    benchmark_adapter.default_group(benchmark, group_of(request.node.nodeid))
     recorder = Recorder(benchmark=benchmark, context=context, nodeid=request.node.nodeid)
     request.node.stash[RECORDER_KEY] = recorder
     return recorder
@@ -285,7 +282,7 @@ def pytest_runtest_call(item):
         outcome = recorder.judge()
         item.config.stash[SUMMARY_KEY].append(outcome)
         if item.config.getoption("perfsuite_report") is not None:
-            item.user_properties.append((REPORT_PROPERTY, recorder.report_record()))
+            item.user_properties.append((REPORT_PROPERTY, recorder.report_record(outcome.check)))
         outcome.raise_for_failures()
     return result
 
@@ -350,9 +347,11 @@ def pytest_terminal_summary(terminalreporter, config):
 
     context = _context(config)
     decisions = config.stash.get(DECISIONS_KEY, [])
-    rows = [row for outcome in outcomes for row in summary.verdict_rows(outcome)]
-    rows += [summary.history_row(o.benchmark_id, d, alpha=context.compare_alpha) for o, d in decisions]
-    notes = list(context.baselines.notes)
+    sections = summary.sections(outcomes, decisions, alpha=context.compare_alpha)
+    notes = [summary.INTERVAL_NOTE, *context.baselines.notes]
+    if not any(o.check.verdicts for o in outcomes):
+        notes.append("no benchmark of this run has a threshold (benchmarks/baselines: ratios.yaml and machine "
+                     "profiles)")
     if benchmark_adapter.compare_requested(config) and not decisions:
         notes.append("--benchmark-compare: no earlier run of these benchmarks was saved on this hardware "
                      "(--benchmark-autosave saves one)")
@@ -368,13 +367,13 @@ def pytest_terminal_summary(terminalreporter, config):
         notes.append(f"plots and summary: {config.getoption('perfsuite_report') / 'summary.md'}")
     title = f"perfsuite ({context.profile.name} profile, gates: {context.gates})"
     terminalreporter.section(title)
-    for line in summary.table(rows):
+    for line in summary.terminal(sections):
         terminalreporter.write_line(line)
     for note in notes:
         terminalreporter.write_line(f"note: {note}")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as stream:
-            stream.write(summary.markdown(rows, notes, title=title))
+            stream.write(summary.markdown(sections, notes, title=title))
 
 
 def _benchmark_notes(outcomes) -> list[str]:

@@ -23,6 +23,7 @@ from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.speech import FrameCounter, speech_figures
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
+from perfsuite.pytest_plugin.summary import headline_figures
 from perfsuite.verdict import metrics as metric_registry
 from perfsuite.verdict.baselines import Baselines, record_measurements
 from perfsuite.verdict.comparison import HistoryComparison, compare_history
@@ -66,6 +67,7 @@ class Outcome:
     comparison: HistoryComparison | None
     gates: str
     notes: list[str] = field(default_factory=list)
+    figures: tuple = ()  # summary.Figure: its headline figures, in the registry's order
 
     def failure_messages(self) -> list[str]:
         return [verdict.message for verdict in self.check.failures]
@@ -185,6 +187,7 @@ class Recorder:
             return measurement.result()
 
         result = self._once(measure)
+        benchmark_adapter.time_per_unit(self.benchmark, result.real_round_s, unit="s/step fed by the pipeline")
         self.record(result, prefix="input_bound_")
         self.add(metric, result.share, rounds=result.shares)
         return result
@@ -198,6 +201,7 @@ class Recorder:
         result = self._once(lambda: timing.measure_step(step=step, batches=iter(dataset), warmup_calls=1,
                                                         measure_calls=batches - 1, name=name))
         self.primary_unit = "call"
+        benchmark_adapter.time_per_unit(self.benchmark, [1 / result.batches_per_s], unit="s/step")
         return self.record(result)
 
     def compare(self, name: str, *, a: Callable[[], Any], b: Callable[[], Any],
@@ -216,6 +220,9 @@ class Recorder:
             result = self._once(lambda: self._interleaved(a, b, name))
         self.add(name, result.summary.median, rounds=result.ratios,
                  extra={f"{name}_detail": result.as_dict(), f"{name}_seconds": time.perf_counter() - started})
+        per_sample = result.unit == "samples/s"
+        benchmark_adapter.time_per_unit(self.benchmark, [1 / v for v in result.a_values] if per_sample
+                                        else result.a_values, unit="s/sample of A" if per_sample else "s/round of A")
         return result
 
     # ------------------------------------------------------------------------------- rounds
@@ -297,9 +304,11 @@ class Recorder:
                        unit: str) -> timing.Measurement:
         self.primary_unit, self.primary_round_lengths = unit, [len(r.batch_ns) for r in rounds]
         measurement = self.record(timing.combine(rounds, name=name, first=first))
-        self.rounds["samples_per_s"] = tuple(r.samples_per_s for r in rounds)
+        self._keep_rounds("samples_per_s", [r.samples_per_s for r in rounds])
+        per_sample = unit == "batch"  # a step's unit is the call: pytest-benchmark's ops are then steps/s
+        benchmark_adapter.time_per_unit(self.benchmark, [1 / (r.samples_per_s if per_sample else r.batches_per_s)
+                                                         for r in rounds], unit="s/sample" if per_sample else "s/step")
         self.benchmark.extra_info["rounds"] = len(rounds)
-        self.benchmark.extra_info["round_samples_per_s"] = list(self.rounds["samples_per_s"])
         return measurement
 
     def record(self, figures, *, prefix: str = ""):
@@ -326,14 +335,25 @@ class Recorder:
         self.metrics[name] = value
         self.benchmark.extra_info[name] = value
         if rounds is not None:
-            self.rounds[name] = tuple(float(v) for v in rounds)
-            self.benchmark.extra_info[f"{name}_rounds"] = list(self.rounds[name])
+            self._keep_rounds(name, rounds)
         for key, item in (extra or {}).items():
             self.benchmark.extra_info[key] = item
 
-    def report_record(self) -> dict:
-        """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker)."""
-        return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid,
+    def _keep_rounds(self, name: str, values: Sequence[float]) -> None:
+        """A metric's per-round values, kept for its gates and written as the registry's naming rule says:
+        ``<name>_rounds`` and ``<name>_interval`` (of their median)."""
+        self.rounds[name] = tuple(float(v) for v in values)
+        self.benchmark.extra_info[f"{name}_rounds"] = list(self.rounds[name])
+        if self.rounds[name]:
+            interval = stats.median_interval(self.rounds[name])
+            self.benchmark.extra_info[f"{name}_interval"] = [interval.low, interval.high]
+
+    def report_record(self, check: CheckResult | None = None) -> dict:
+        """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker);
+        ``check``: its verdicts, whose thresholds the ratio plot draws."""
+        gates = [{"metric": v.metric, "kind": v.threshold.kind, "threshold": v.threshold.value,
+                  "decision": v.decision} for v in (check.verdicts if check is not None else ())]
+        return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid, "gates": gates,
                 "metrics": {k: v for k, v in self.metrics.items() if v is None or isinstance(v, int | float)},
                 "measurement": None if self.primary is None else self.primary.as_dict(),
                 "unit": self.primary_unit, "round_lengths": self.primary_round_lengths,
@@ -348,7 +368,7 @@ class Recorder:
         self.benchmark.extra_info["perfsuite_profile"] = self.profile.name
         self.benchmark.extra_info["perfsuite_verdicts"] = check.as_dict()
         outcome = Outcome(self.benchmark_id, check, self._compare(), context.gates,
-                          notes=list(check.notes) + self.notes)
+                          notes=list(check.notes) + self.notes, figures=headline_figures(self.metrics, self.rounds))
         if context.save_baselines:
             path = self._save()
             if path is not None:

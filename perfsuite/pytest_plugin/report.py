@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfsuite.measure.stats import median_interval
 from perfsuite.plotting import draw_timeline, file_stem, pyplot, save
+from perfsuite.pytest_plugin.summary import short_id
+from perfsuite.tables import Table
 from perfsuite.verdict.metrics import is_declared, lookup
 
 
@@ -54,22 +57,38 @@ def _ratio_rows(records: list[dict]) -> list[dict]:
             if value is None or not (is_declared(metric) and lookup(metric).is_ratio):
                 continue
             rows.append({"benchmark_id": record["benchmark_id"], "metric": metric, "value": value,
-                         "rounds": (record.get("ratio_rounds") or {}).get(metric) or []})
+                         "rounds": (record.get("ratio_rounds") or {}).get(metric) or [],
+                         "gates": [g for g in record.get("gates") or [] if g["metric"] == metric]})
     return rows
 
 
+def _labels(rows: list[dict]) -> list[str]:
+    """Each ratio by its metric (without '_ratio'); the benchmark's test added where a metric repeats."""
+    names = [row["metric"].removesuffix("_ratio") for row in rows]
+    return [name if names.count(name) == 1 else f"{name} · {short_id(row['benchmark_id'])[:40]}"
+            for name, row in zip(names, rows)]
+
+
 def plot_ratios(rows: list[dict], path: Path) -> Path:
-    """Every ratio metric of the run: the recorded value (the median of its rounds) and each round's ratio."""
+    """Every ratio metric of the run: the recorded value (the median of its rounds), the order-statistic
+    interval of that median (thick bar), each round's ratio (ticks) and each gate on it (red: ≥ min,
+    purple: ≤ max)."""
     plt = pyplot()
     figure, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
     ys = list(range(len(rows)))[::-1]
     for y, row in zip(ys, rows):
         if row["rounds"]:
             ax.plot(row["rounds"], [y] * len(row["rounds"]), "|", color="grey", markersize=10)
-            ax.plot([min(row["rounds"]), max(row["rounds"])], [y, y], color="grey", linewidth=0.8)
+            interval = median_interval(row["rounds"])
+            ax.plot([interval.low, interval.high], [y, y], color="tab:blue", linewidth=3, alpha=0.4,
+                    solid_capstyle="butt")
         ax.plot([row["value"]], [y], "o", color="tab:blue")
+        for gate in row["gates"]:
+            ax.plot([gate["threshold"]] * 2, [y - 0.4, y + 0.4], color="red" if gate["kind"] == "min" else "purple",
+                    linewidth=1.6)
     ax.axvline(1.0, color="black", linewidth=0.8)
-    values = [v for row in rows for v in [row["value"], *row["rounds"]]] + [1.0]
+    values = [v for row in rows for v in [row["value"], *row["rounds"], *(g["threshold"] for g in row["gates"])]]
+    values.append(1.0)
     if all(v > 0 for v in values):  # ratios of 0.3 and 9 side by side: a log axis, plain tick labels
         from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
@@ -79,8 +98,8 @@ def plot_ratios(rows: list[dict], path: Path) -> Path:
         ax.set_xticks([t * 10.0**e for e in range(-3, 4) for t in (1, 2, 5) if low <= t * 10.0**e <= high])
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_yticks(ys, [f"{row['metric']}  [{row['benchmark_id'].split('::', 1)[-1]}]" for row in rows], fontsize=7)
-    ax.set_xlabel("ratio (dot: recorded median; ticks: per round)")
+    ax.set_yticks(ys, _labels(rows), fontsize=7)
+    ax.set_xlabel("ratio (dot: recorded median; bar: its interval; ticks: per round; red/purple: gate min/max)")
     ax.set_title("same-run ratios", fontsize=9)
     return save(plt, figure, path)
 
@@ -94,23 +113,26 @@ def benchmark_summary(records: list[dict], timelines: dict, ratios: list[dict], 
             return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
         return str(value)
 
-    lines = [f"# {title}", "", f"{len(records)} benchmark(s) measured through the perfsuite fixture.", "",
-             "| benchmark | outcome | samples/s | median batch s | variation | cycle | other metrics |",
-             "|---|---|---|---|---|---|---|"]
+    rows = []
     for record in records:
         m = record.get("measurement") or {}
         cycle = "-" if not m else (f"every {m['cycle_period']}" if m.get("cycle_significant") else "none")
         others = ", ".join(f"{k} {number(v)}" for k, v in record.get("metrics", {}).items()
                            if k not in ("samples_per_s", "batches_per_s", "variation_ratio", "robust_cv"))
-        lines.append(f"| {record['benchmark_id']} | {record.get('outcome', '-')} | {number(m.get('samples_per_s'))} | "
-                     f"{number(m.get('batch_median_s'))} | {number(m.get('variation_ratio'))} | {cycle} | "
-                     f"{others or '-'} |")
+        rows.append((record["benchmark_id"], record.get("outcome", "-"), number(m.get("samples_per_s")),
+                     number(m.get("batch_median_s")), number(m.get("variation_ratio")), cycle, others or "-"))
+    table = Table.of(("benchmark", "outcome", "samples/s", "median batch s", "variation", "cycle", "other metrics"),
+                     rows)
+    lines = [f"# {title}", "", f"{len(records)} benchmark(s) measured through the perfsuite fixture.", "",
+             table.markdown()]
     if ratios:
-        lines += ["", "## Ratios", "", "| benchmark | metric | value | per-round range |", "|---|---|---|---|"]
-        for row in ratios:
-            spread = f"{min(row['rounds']):.3g}–{max(row['rounds']):.3g}" if row["rounds"] else "-"
-            lines.append(f"| {row['benchmark_id']} | {row['metric']} | {number(row['value'])} | {spread} |")
-        lines += ["", f"![ratios]({ratio_plot})"]
+        ratio_rows = [(row["benchmark_id"], row["metric"], number(row["value"]),
+                       f"{min(row['rounds']):.3g}–{max(row['rounds']):.3g}" if row["rounds"] else "-",
+                       ", ".join(f"{'≥' if g['kind'] == 'min' else '≤'} {number(g['threshold'])}: {g['decision']}"
+                                 for g in row["gates"]) or "-")
+                      for row in ratios]
+        ratio_table = Table.of(("benchmark", "metric", "value", "per-round range", "gates"), ratio_rows)
+        lines += ["", "## Ratios", "", ratio_table.markdown(), "", f"![ratios]({ratio_plot})"]
     if timelines:
         lines += ["", "## Per-batch times", ""]
         for benchmark_id, name in timelines.items():

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from perfsuite._tensorflow import LOGS_VARIABLE
 from perfsuite.errors import DataError, PerfsuiteError
 from perfsuite.tools.options import check_outputs
 
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "verbose", False):  # TensorFlow's start-up lines, kept out otherwise
+            os.environ[LOGS_VARIABLE] = "1"
         return args.run(args, parser)
     except SystemExit as exit:  # argparse's way out: --help (0) or a usage error (2), message printed
         return exit.code if isinstance(exit.code, int) else EXIT_USAGE
@@ -86,7 +89,63 @@ def _parser() -> argparse.ArgumentParser:
     _add_diagnose(commands)
     _add_machine(commands)
     _add_ab(commands)
+    _add_history(commands)
+    verbose = {"action": "store_true", "help": "also show TensorFlow's start-up lines (kept out otherwise)"}
+    parser.add_argument("-v", "--verbose", **verbose)
+    for command in commands.choices.values():  # after the command too: `perfsuite check-data DIR -v`
+        with contextlib.suppress(argparse.ArgumentError):  # a command with its own -v keeps it
+            command.add_argument("-v", "--verbose", default=argparse.SUPPRESS, **verbose)
     return parser
+
+
+def _date(text: str):
+    """An argparse type: a date, YYYY-MM-DD."""
+    from datetime import date
+
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, found {text!r}") from None
+
+
+def _add_history(commands) -> None:
+    history = commands.add_parser(
+        "history", help="each benchmark's samples/s over the runs saved on this hardware, with change points",
+        description="Reads the runs pytest-benchmark saved (--benchmark-autosave) on this machine's hardware and "
+                    "writes, per benchmark, a PNG of its samples/s per run (with intervals and change points) "
+                    "and history.md listing them. Needs the 'history' extra (matplotlib, ruptures).")
+    history.add_argument("--storage", type=Path, default=Path(".benchmarks"), metavar="DIR",
+                         help="pytest-benchmark's storage directory (default: %(default)s)")
+    history.add_argument("--out", type=Path, default=Path("history"), metavar="DIR",
+                         help="where the PNGs and history.md go (default: %(default)s)")
+    history.add_argument("--since", type=_date, metavar="DATE", help="only runs saved on or after DATE (YYYY-MM-DD)")
+    history.add_argument("-k", dest="keyword", metavar="SUBSTRING",
+                         help="only benchmarks whose id (profile::file::test[params]) contains SUBSTRING")
+    history.set_defaults(run=_history)
+
+
+def _history(args, parser) -> int:
+    if not args.storage.is_dir():
+        parser.error(f"--storage: expected pytest-benchmark's storage directory, found {_describe(args.storage)}")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out: expected a directory (or a path to create one), found {_describe(args.out)}")
+    from perfsuite.measure.machine import machine_fingerprint
+    from perfsuite.plotting import require_matplotlib
+    from perfsuite.tools.history import build_history, summary_table, write_history
+
+    require_matplotlib("perfsuite history")
+    history = build_history(args.storage, machine_fingerprint(), since=args.since, keyword=args.keyword)
+    if not history:
+        print(f"no saved run in {args.storage} on this hardware holds a perfsuite benchmark"
+              + (" matching the filters" if args.since or args.keyword else ""))
+        return EXIT_OK
+    print("\n".join(summary_table(history).terminal()))
+    for series in history:
+        for change in series.changes:
+            print(f"{series.benchmark_id}: {change.shift:+.1%} [{change.shift_low:+.1%}, {change.shift_high:+.1%}] "
+                  f"between {change.commits()}")
+    print(f"history: {write_history(history, args.out, storage=args.storage)}")
+    return EXIT_OK
 
 
 def _seconds(text: str) -> float:

@@ -4,6 +4,11 @@ Every metric a benchmark gates or records is declared here once: which direction
 unit, how it is shown, the floor of the allowance when a threshold is recorded from it, and whether
 ``--perfsuite-save-baselines`` records it. The recorder, the baseline files, the comparison with
 earlier runs, the report and the summary look metrics up here instead of reading meaning into names.
+``headline``: the column the terminal summary shows the metric under (empty: not a headline figure).
+
+One JSON naming rule for every metric (pytest-benchmark's ``extra_info``): the flat key ``<name>`` holds
+the figure; a metric measured over rounds adds ``<name>_rounds`` (each round's value) and
+``<name>_interval`` (``[low, high]`` of the order-statistic interval of their median).
 Families (``*_ratio``, ``*_input_bound``) cover the same-run ratios and shares a benchmark names
 after what it compares; a project adds its own metrics with ``register``.
 """
@@ -41,6 +46,8 @@ class Metric:
     same_run: bool = False
     floor: float = 0.0
     percent: bool = False  # shown as a percentage
+    headline: str = ""  # the summary's column for it ("" none)
+    display_scale: float = 1.0  # what its value is multiplied by when shown (1e3: seconds shown as ms)
 
     def __post_init__(self):
         if self.better not in (HIGHER, LOWER):
@@ -61,7 +68,8 @@ class Metric:
         return change < 0 if self.better == HIGHER else change > 0
 
     def display(self, value) -> str:
-        return format_number(value, percent=self.percent)
+        """The value as the summary shows it, times ``display_scale`` (e.g. seconds shown as ms)."""
+        return format_number(None if value is None else value * self.display_scale, percent=self.percent)
 
 
 def format_number(value, *, percent: bool = False) -> str:
@@ -76,21 +84,28 @@ def format_number(value, *, percent: bool = False) -> str:
 
 
 _DECLARED = [
-    Metric("samples_per_s", HIGHER, "samples/s", "steady-state samples per second", recordable=True),
+    Metric("samples_per_s", HIGHER, "samples/s", "steady-state samples per second", recordable=True,
+           headline="samples/s"),
     Metric("batches_per_s", HIGHER, "batches/s", "steady-state batches (or step calls) per second"),
-    Metric("audio_s_per_s", HIGHER, "audio-s/s", "seconds of audio delivered per second of wall time"),
+    Metric("audio_s_per_s", HIGHER, "audio-s/s", "seconds of audio delivered per second of wall time",
+           headline="audio-s/s"),
+    Metric("batch_p95_s", LOWER, "s", "95th percentile of the steady per-batch (per-call) times",
+           headline="p95 ms", display_scale=1e3),
+    Metric("first_s", LOWER, "s", "the first batch (or call: trace and compile), apart from the steady state",
+           headline="first s"),
     Metric("variation_ratio", LOWER, "", "std / mean of the per-batch times", floor=0.02),
     Metric("robust_cv", LOWER, "", "1.4826 MAD / median of the per-batch times", floor=0.02),
     Metric("retraces", LOWER, "traces", "tf.function traces after the first call", recordable=True),
     Metric("traces", LOWER, "traces", "tf.function traces over the whole measurement"),
     Metric("input_bound", LOWER, "", "share of step time spent waiting for input (1 - t_synthetic / t_real)",
-           same_run=True, floor=0.02, percent=True),
-    Metric("gpu_util_median", HIGHER, "%", "median GPU utilisation while the step runs"),
+           same_run=True, floor=0.02, percent=True, headline="input-bound"),
+    Metric("gpu_util_median", HIGHER, "%", "median GPU utilisation while the step runs", headline="util median"),
     Metric("gpu_util_mean", HIGHER, "%", "mean GPU utilisation while the step runs"),
     Metric("gpu_idle_fraction", LOWER, "", "share of samples with the GPU idle", floor=0.02, percent=True),
     Metric("gpu_oscillation", LOWER, "", "1 when the utilisation oscillates (a significant cycle), else 0"),
     Metric("gpu_complete", HIGHER, "", "1 when the sampler ran without an NVML error, else 0"),
-    Metric("emulated_util_median", HIGHER, "%", "median utilisation of an emulated accelerator fed by the pipeline"),
+    Metric("emulated_util_median", HIGHER, "%", "median utilisation of an emulated accelerator fed by the pipeline",
+           headline="util median"),
     Metric("emulated_idle_fraction", LOWER, "", "share of samples with the emulated accelerator idle", floor=0.02,
            percent=True),
     Metric("emulated_oscillation", LOWER, "", "1 when the emulated accelerator's utilisation oscillates, else 0"),
@@ -115,9 +130,9 @@ _REGISTRY: dict[str, Metric] = {metric.name: metric for metric in _DECLARED}
 # Families: a benchmark names a same-run ratio or share after what it compares.
 _FAMILIES = {
     "_ratio": lambda name: Metric(name, HIGHER, RATIO_UNIT, "same-run speed ratio: A's samples/s over B's, per round",
-                                  same_run=True),
+                                  same_run=True, headline="ratio"),
     "_input_bound": lambda name: Metric(name, LOWER, "", "same-run input-bound share of one pipeline",
-                                        same_run=True, floor=0.02, percent=True),
+                                        same_run=True, floor=0.02, percent=True, headline="input-bound"),
 }
 
 
