@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perfsuite._tensorflow import tensorflow
-from perfsuite.measure import stats, timing
+from perfsuite.measure import timing
 
 tf = tensorflow()
 

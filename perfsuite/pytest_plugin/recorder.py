@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite._tensorflow import tensorflow
-from perfsuite.measure import timing
+from perfsuite.measure import stats, timing
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.speech import FrameCounter, speech_figures
 from perfsuite.pytest_plugin import benchmark_adapter
