@@ -17,6 +17,7 @@ import pytest
 from perfsuite.pytest_plugin import ab_worker
 from perfsuite.pytest_plugin.profiles import PROFILES
 from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
+from perfsuite.tools.ab import manager, present, results, runner
 from perfsuite.verdict import ab
 from perfsuite.verdict.ab import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, ABSettings, Paired
 
@@ -310,46 +311,38 @@ def test_a_revision_without_the_seam_gets_its_recorder_methods_wrapped(monkeypat
 
 
 def _report(verdicts, measured, **extra):
-    from perfsuite.tools import ab as tool
-
-    sides = (tool.Side("A", "HEAD~1", "a" * 40, Path("/tmp/a"), "base"),
-             tool.Side("B", "working tree", None, Path(".")))
-    fields = {"sides": sides, "settings": SETTINGS, "options": tool.Options(), "measured": tuple(measured),
-              "verdicts": tuple(verdicts), "not_compared": (tool.NotCompared("test_y.py::t", "only on side B"),),
+    sides = (manager.Side("A", "HEAD~1", "a" * 40, Path("/tmp/a"), "base"),
+             manager.Side("B", "working tree", None, Path(".")))
+    fields = {"sides": sides, "settings": SETTINGS, "options": results.Options(), "measured": tuple(measured),
+              "verdicts": tuple(verdicts), "not_compared": (results.NotCompared("test_y.py::t", "only on side B"),),
               "notes": (), "failure": None, "elapsed_s": 12.0, "load": {"before": 1.0, "after": 1.5, "cpus": 2}}
-    return tool.ABReport(**{**fields, **extra})
+    return results.ABReport(**{**fields, **extra})
 
 
 def _measured(paired):
-    from perfsuite.tools import ab as tool
-
     n = len(paired.a)
-    return tool.Measured(paired.name, f"benchmarks/{paired.name}", "samples_per_s", True, paired.a, paired.b,
+    return results.Measured(paired.name, f"benchmarks/{paired.name}", "samples_per_s", True, paired.a, paired.b,
                          tuple("AB" if i % 2 == 0 else "BA" for i in range(n)), (0.1,) * n, (0.1,) * n, 1.0)
 
 
 def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
-    from perfsuite.tools import ab as tool
-
     rng = np.random.default_rng(8)
     rounds = [_rounds(rng, 48, change=-0.10, name="test_x.py::slow"), _rounds(rng, 48, name="test_x.py::same")]
     report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
-    lines = tool.table(report)
+    lines = present.table(report)
     assert lines[0].split()[:2] == ["benchmark", "change"]
     assert "SLOWER" in lines[1] and "no change" in lines[2]
-    assert report.exit_status == tool.EXIT_SLOWER
-    tool.write_json(tmp_path / "ab.json", report.as_dict())
+    assert report.exit_status == results.EXIT_SLOWER
+    results.write_json(tmp_path / "ab.json", report.as_dict())
     data = json.loads((tmp_path / "ab.json").read_text())
     assert [b["verdict"] for b in data["benchmarks"]] == [SLOWER, NO_CHANGE]
     assert len(data["benchmarks"][0]["rounds_detail"]["a"]) == 48 and data["exit_status"] == 1
-    text = tool.markdown(report)
+    text = present.markdown(report)
     assert text.startswith("### perfsuite ab: A = HEAD~1") and "| test_x.py::slow |" in text
     assert "not compared: test_y.py::t: only on side B" in text
 
 
 def test_only_benchmarks_not_settled_over_their_passes_get_another_pass():
-    from perfsuite.tools import ab as tool
-
     rng = np.random.default_rng(10)
 
     def measured(name, passes):
@@ -359,29 +352,25 @@ def test_only_benchmarks_not_settled_over_their_passes_get_another_pass():
     decided = measured("test_x.py::decided", _passes(rng, change=-0.10, process_sd=0.01))
     undecided = measured("test_x.py::undecided", _passes(rng, change=0.0, process_sd=0.10))
     early = measured("test_x.py::early", _passes(rng, change=-0.10, process_sd=0.01, count=3))
-    assert tool._undecided([decided, undecided, early], SETTINGS) == {"benchmarks/test_x.py::undecided",
+    assert runner._undecided([decided, undecided, early], SETTINGS) == {"benchmarks/test_x.py::undecided",
                                                                        "benchmarks/test_x.py::early"}
-    assert tool._undecided([undecided], ABSettings(max_passes=6)) == set()  # at max_passes: no more
+    assert runner._undecided([undecided], ABSettings(max_passes=6)) == set()  # at max_passes: no more
 
 
 def test_the_plot_draws_every_benchmark(tmp_path):
     pytest.importorskip("matplotlib")
-    from perfsuite.tools import ab as tool
-
     rng = np.random.default_rng(9)
     rounds = [_rounds(rng, 24, name=f"b{i}") for i in range(2)]
     report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
-    [path] = tool.plot(report, tmp_path)
+    [path] = present.plot(report, tmp_path)
     assert path.stat().st_size > 1000
 
 
 def test_a_side_failure_gives_exit_status_3_unless_a_slowdown_was_found():
-    from perfsuite.tools import ab as tool
-
-    failure = tool.SideFailure("B", "the worker was killed by signal 9 while measuring round 3",
+    failure = manager.SideFailure("B", "the worker was killed by signal 9 while measuring round 3",
                                benchmark="test_x.py::t")
     assert str(failure) == "side B in test_x.py::t: the worker was killed by signal 9 while measuring round 3"
-    assert _report((), (), failure=failure).exit_status == tool.EXIT_SIDE_FAILED
+    assert _report((), (), failure=failure).exit_status == results.EXIT_SIDE_FAILED
 
 
 # ----------------------------------------------------------------------------------- end to end
