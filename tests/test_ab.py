@@ -334,7 +334,7 @@ def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
     assert "SLOWER" in lines[1] and "no change" in lines[2]
     assert report.exit_status == results.EXIT_SLOWER
     results.write_json(tmp_path / "ab.json", report.as_dict())
-    data = json.loads((tmp_path / "ab.json").read_text())
+    data = results.load_json(tmp_path / "ab.json")
     assert [b["verdict"] for b in data["benchmarks"]] == [SLOWER, NO_CHANGE]
     assert len(data["benchmarks"][0]["rounds_detail"]["a"]) == 48 and data["exit_status"] == 1
     text = present.markdown(report)
@@ -490,6 +490,33 @@ def test_a_crash_during_a_round_names_the_side_and_the_benchmark(repo):
     assert "FAILED: side B in test_tiny.py::test_changed: the worker exited with status 3 while measuring round" \
         in result.stdout
     assert _leftovers(repo) == (0, [])
+
+
+def test_a_benchmark_that_raises_on_one_side_fails_the_run_naming_side_benchmark_and_log(repo):
+    _commit(repo, "base", extra="\n\ndef test_raises(perfsuite):\n    _measure(perfsuite, 0.001)\n")
+    _commit(repo, "raises", extra="\n\ndef test_raises(perfsuite):\n    raise ValueError('broken on head')\n")
+    result = _ab(repo, "HEAD~1", "HEAD", "-k", "raises or same", "--budget", "10")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert ("FAILED: side B (head) in test_tiny.py::test_raises: the benchmark failed: call: ValueError: "
+            "broken on head (log: worker-B.log)") in result.stdout
+    assert "last lines of side B's log (worker-B.log)" in result.stderr
+    data = results.load_json(repo.parent / "ab.json")
+    [failure] = data["benchmark_failures"]
+    assert (failure["side"], failure["role"], failure["benchmark"]) == ("B", "head", "test_tiny.py::test_raises")
+    assert "broken on head" in failure["log_tail"] and data["exit_status"] == 3
+    assert [b["name"] for b in data["benchmarks"]] == ["test_tiny.py::test_same"]
+    assert _leftovers(repo) == (0, [])
+
+
+def test_the_json_loader_refuses_another_schema_version(tmp_path):
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"benchmarks": []}))
+    with pytest.raises(manager.ABError, match=f"ab.json: expected ab JSON schema_version "
+                                              f"{results.AB_SCHEMA_VERSION}, found 1"):
+        results.load_json(path)
+    path.write_text("{")
+    with pytest.raises(manager.ABError, match="expected an ab JSON file, found it unreadable"):
+        results.load_json(path)
 
 
 def test_a_hung_round_is_stopped_at_its_deadline(repo):

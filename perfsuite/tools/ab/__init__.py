@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from perfsuite.tools.ab.manager import repository_root
-from perfsuite.tools.ab.present import footnotes, markdown, plot, table
+from perfsuite.tools.ab.present import failures_with_logs, footnotes, markdown, plot, table
 from perfsuite.tools.ab.results import ABReport, Options, write_json
 from perfsuite.tools.ab.runner import compare_revisions
 from perfsuite.tools.options import check_outputs
@@ -153,8 +153,8 @@ def run(args, parser) -> int:
         print(line)
     for line in footnotes(report):
         print(f"note: {line}")
-    if report.failure is not None and report.failure.log_tail:
-        print(f"last lines of side {report.failure.side}'s log:\n{report.failure.log_tail}", file=sys.stderr)
+    for failure in failures_with_logs(report):
+        print(f"last lines of side {failure.side}'s log ({failure.log}):\n{failure.log_tail}", file=sys.stderr)
     _write_outputs(report, args)
     return report.exit_status
 

@@ -28,16 +28,27 @@ class ABError(PerfsuiteError, ValueError):
     """A revision, repository or option ``perfsuite ab`` cannot use."""
 
 
-class SideFailure(PerfsuiteError, RuntimeError):
-    """One side could not be measured: its worker failed to start, crashed or hung."""
+ROLES = {"A": "base", "B": "head"}
 
-    def __init__(self, side: str, problem: str, *, benchmark: str | None = None, log_tail: str = ""):
-        self.side, self.problem, self.benchmark, self.log_tail = side, problem, benchmark, log_tail
+
+class SideFailure(PerfsuiteError, RuntimeError):
+    """One side could not be measured: its worker failed to start, crashed or hung, or one benchmark
+    raised there. log: the worker log's file name (copied to --report DIR), log_tail: its last lines."""
+
+    def __init__(self, side: str, problem: str, *, benchmark: str | None = None, log_tail: str = "",
+                 log: str = ""):
+        self.side, self.problem, self.benchmark, self.log_tail, self.log = side, problem, benchmark, log_tail, log
         where = f" in {benchmark}" if benchmark else ""
         super().__init__(f"side {side}{where}: {problem}")
 
+    @property
+    def role(self) -> str:
+        """base (side A) or head (side B)."""
+        return ROLES.get(self.side, self.side)
+
     def as_dict(self) -> dict:
-        return {"side": self.side, "benchmark": self.benchmark, "problem": self.problem, "log_tail": self.log_tail}
+        return {"side": self.side, "role": self.role, "benchmark": self.benchmark, "problem": self.problem,
+                "log": self.log, "log_tail": self.log_tail}
 
 
 # ------------------------------------------------------------------------------ revisions, worktrees
@@ -150,7 +161,8 @@ class Worker:
         return self.process.pid
 
     def failure(self, problem: str, *, benchmark: str | None = None) -> SideFailure:
-        return SideFailure(self.side.name, problem, benchmark=benchmark, log_tail=_log_tail(self.log_path))
+        return SideFailure(self.side.name, problem, benchmark=benchmark, log_tail=_log_tail(self.log_path),
+                           log=self.log_path.name)
 
     def wait_frozen(self, *, timeout: float = 30.0, benchmark: str | None = None) -> None:
         """Wait until the worker has frozen itself, as it does after each ready and round event

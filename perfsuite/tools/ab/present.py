@@ -46,6 +46,8 @@ def footnotes(report: ABReport) -> list[str]:
     lines += list(report.notes)
     if report.failure is not None:
         lines.append(f"FAILED: {report.failure}")
+    lines += [f"FAILED: side {f.side} ({f.role}) in {f.benchmark}: {f.problem} (log: {f.log})"
+              for f in report.benchmark_failures]
     lines.append(f"took {report.elapsed_s:.0f} s; load average {report.load.get('before')} before, "
                  f"{report.load.get('after')} after, {report.load.get('cpus')} CPU(s)")
     return lines
@@ -57,9 +59,8 @@ def markdown(report: ABReport) -> str:
 
     text = [f"### {report.title()}", "", line(HEADER), line(["---"] * len(HEADER)), *map(line, rows(report)), ""]
     text += [f"- {note}" for note in footnotes(report)]
-    if report.failure is not None and report.failure.log_tail:
-        text += ["", f"Last lines of side {report.failure.side}'s log:", "", "```",
-                 report.failure.log_tail, "```"]
+    for failure in failures_with_logs(report):
+        text += ["", f"Last lines of side {failure.side}'s log ({failure.log}):", "", "```", failure.log_tail, "```"]
     return "\n".join(text) + "\n"
 PLOTS_PER_PAGE = 12
 
@@ -104,4 +105,8 @@ def _plot_one(ax, measured: Measured, verdict) -> None:
     ax.set_ylabel(f"B vs A, % ({measured.metric})", fontsize=8)
     ax.legend(fontsize=6, loc="best")
 
+
+def failures_with_logs(report: ABReport) -> list:
+    """The side failure and the benchmarks that raised, those with a log tail to show."""
+    return [f for f in (report.failure, *report.benchmark_failures) if f is not None and f.log_tail]
 

@@ -10,9 +10,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from perfsuite.tools.ab.manager import Side, SideFailure
+from perfsuite.tools.ab.manager import ABError, Side, SideFailure
 
 EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED = 0, 1, 2, 3
+AB_SCHEMA_VERSION = 2  # 1: the unversioned JSON before; 2: schema_version, benchmark_failures, CPU per sample
 
 
 @dataclass(frozen=True)
@@ -99,23 +100,26 @@ class ABReport:
     failure: SideFailure | None
     elapsed_s: float
     load: dict
+    benchmark_failures: tuple[SideFailure, ...] = ()  # benchmarks that raised on a side
 
     @property
     def exit_status(self) -> int:
+        """1 on a significant slowdown; else 3 when a side failed or a benchmark raised on a side."""
         if any(v.significant_slowdown for v in self.verdicts):
             return EXIT_SLOWER
-        return EXIT_SIDE_FAILED if self.failure is not None else EXIT_OK
+        return EXIT_SIDE_FAILED if self.failure is not None or self.benchmark_failures else EXIT_OK
 
     def title(self) -> str:
         a, b = self.sides
         return f"perfsuite ab: {a.describe()}  vs  {b.describe()}"
 
     def as_dict(self) -> dict:
-        return {"sides": [s.as_dict() for s in self.sides], "settings": self.settings.as_dict(),
+        return {"schema_version": AB_SCHEMA_VERSION, "sides": [s.as_dict() for s in self.sides], "settings": self.settings.as_dict(),
                 "options": self.options.as_dict(),
                 "benchmarks": [{**v.as_dict(), "rounds_detail": m.as_dict()} for m, v in zip(self.measured, self.verdicts)],
                 "not_compared": [n.as_dict() for n in self.not_compared], "notes": list(self.notes),
                 "failure": None if self.failure is None else self.failure.as_dict(),
+                "benchmark_failures": [f.as_dict() for f in self.benchmark_failures],
                 "elapsed_s": self.elapsed_s, "load": self.load, "exit_status": self.exit_status}
 
 
@@ -133,4 +137,15 @@ def write_json(path: Path, data: dict) -> None:
         os.unlink(temporary)
         raise
 
+
+def load_json(path: Path) -> dict:
+    """An ``ab --json`` file written by this version's schema; a clear ABError otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ABError(f"{path}: expected an ab JSON file, found it unreadable ({error})") from None
+    found = data.get("schema_version", 1) if isinstance(data, dict) else None
+    if found != AB_SCHEMA_VERSION:
+        raise ABError(f"{path}: expected ab JSON schema_version {AB_SCHEMA_VERSION}, found {found!r}")
+    return data
 

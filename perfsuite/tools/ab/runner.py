@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, checkouts, workers
+from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, _log_tail, checkouts, workers
 from perfsuite.tools.ab.results import ABReport, Measured, NotCompared, Options, joined
 @dataclass(frozen=True)
 class Collected:
@@ -52,6 +52,7 @@ class Controller:
         self.measured: list[Measured] = []
         self.not_compared: list[NotCompared] = []
         self.notes: list[str] = []
+        self.failures: list[SideFailure] = []  # benchmarks that raised on a side: the run fails (exit 3)
         self.spent_s = 0.0
 
     def run(self) -> None:
@@ -153,6 +154,9 @@ class Controller:
             return
         if len(bad) == 2 and all(e["outcome"] == "skipped" for e in bad.values()):
             self.not_compared.append(NotCompared(name, f"skipped: {bad['A']['message']}"))
+        elif any(e["outcome"] == "failed" for e in bad.values()):
+            self.failures += [self.pool[s].failure(f"the benchmark {e['outcome']}: {e['message']}", benchmark=name)
+                              for s, e in bad.items() if e["outcome"] == "failed"]
         elif bad:
             self.not_compared.append(NotCompared(name, "; ".join(
                 f"side {s} {e['outcome']}: {e['message']}" for s, e in bad.items())))
@@ -164,7 +168,7 @@ class Controller:
         """Rounds of one measurement, A B then B A and so on, until it is decided (at a look), its share
         of the budget is spent (after min_rounds), or max_rounds; then both sides are told to stop.
         A side whose benchmark fails during a round ends it there (returned: {side: its done event});
-        the other side is told to skip it, and the benchmark is not compared."""
+        the other side is told to skip it, and the benchmark is a failure of that side (exit status 3)."""
         from perfsuite.verdict.ab import Paired, estimate, settled
 
         nodeid, metric = a_ready["nodeid"], a_ready["metric"]
@@ -185,8 +189,11 @@ class Controller:
                     other = "B" if side == "A" else "A"
                     self.pool[other].send("skip", reason=f"side {side} failed during round {len(order) + 1}")
                     self.spent_s += time.monotonic() - start
-                    self.not_compared.append(NotCompared(name, f"side {side} {event['outcome']} during round "
-                                                               f"{len(order) + 1}: {event['message']}"))
+                    problem = f"the benchmark {event['outcome']} during round {len(order) + 1}: {event['message']}"
+                    if event["outcome"] == "failed":
+                        self.failures.append(worker.failure(problem, benchmark=name))
+                    else:
+                        self.not_compared.append(NotCompared(name, f"side {side}: {problem}"))
                     return {side: event}
                 if event.get("event") != "round":
                     raise worker.failure(f"expected round {len(order) + 1}'s figure, found {event}", benchmark=name)
@@ -257,6 +264,8 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not only:
                     break
     finally:
+        for raised in (f for c in controllers for f in c.failures):  # the log's tail once pytest has ended
+            raised.log_tail = _log_tail(scratch / raised.log) or raised.log_tail
         if logs_to is not None:
             logs_to.mkdir(parents=True, exist_ok=True)
             for log in scratch.glob("worker-*.log"):
@@ -268,6 +277,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                     verdicts=decide([_estimate(m, settings) for m in measured], settings),
                     not_compared=tuple(_unique(n for c in controllers for n in c.not_compared)),
                     notes=tuple(_unique(n for c in controllers for n in c.notes)), failure=failure,
+                    benchmark_failures=tuple(f for c in controllers for f in c.failures),
                     elapsed_s=time.monotonic() - started,
                     load={"before": load_before["average_1min"], "after": load_after["average_1min"],
                           "cpus": load_after["cpus"]})
