@@ -217,6 +217,62 @@ def test_adaptive_passes_stop_at_the_first_look_where_processes_differ_little():
     assert sum(ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict == SLOWER for r in slower) >= 95
 
 
+def _process(rng, *, work, load, rounds, hog):
+    """One worker process's rounds: wall samples/s and CPU seconds per sample. ``work``: 1.10 for 10 %
+    more work (wall down, CPU per sample up alike). load "light": the process falls, for its whole life
+    and with probability 0.3, into a slow state (wall about -33 %, CPU per sample about +45 %: waiting
+    busily). ``hog``: a competing CPU hog's per-round slowdown shared by both sides of a pair (wall only)."""
+    slow = load == "light" and rng.random() < 0.3
+    wall = 1900 / work * math.exp(rng.normal(0, 0.02)) * (0.67 if slow else 1.0)
+    cpu = 1e-3 * work * math.exp(rng.normal(0, 0.02)) * (1.45 if slow else 1.0)
+    walls = wall * hog * np.exp(rng.normal(0, 0.05, rounds))
+    cpus = cpu * np.exp(rng.normal(0.03 if load == "hog" else 0.0, 0.02, rounds))
+    return tuple(walls), tuple(cpus)
+
+
+def _busy_run(rng, *, load, work_b=1.0, rounds=12):
+    """Passes of fresh process pairs added as compare_revisions adds them; the verdict over them."""
+    passes, cpu = [], []
+    while not passes or not ab.passes_settled(passes, SETTINGS, benchmarks=1, cpu=cpu):
+        hog = rng.uniform(0.40, 0.65, rounds) if load == "hog" else np.ones(rounds)
+        (a, a_cpu), (b, b_cpu) = (_process(rng, work=w, load=load, rounds=rounds, hog=hog) for w in (1.0, work_b))
+        passes.append(Paired("bench", a, b))
+        cpu.append((a_cpu, b_cpu))
+    return ab.decide([ab.estimate_passes(passes, SETTINGS, cpu)], SETTINGS)[0]
+
+
+def test_the_slow_state_is_counted_per_side_and_a_change_of_the_code_is_not():
+    rng = np.random.default_rng(30)
+    lean, waiting = (tuple(rng.normal(1e-3, 1e-5, 12)), tuple(rng.normal(1.45e-3, 1e-5, 12)))
+    more_work = tuple(1.1 * np.array(lean))
+    assert ab.slow_processes([(lean, more_work)] * 6, SETTINGS) == (0, 0)
+    assert ab.cpu_change([(lean, more_work)] * 6) == pytest.approx(0.10, abs=0.01)
+    assert ab.slow_processes([(lean, lean)] * 4 + [(waiting, lean), (lean, waiting)], SETTINGS) == (1, 1)
+    assert ab.machine_busy((1, 1)) and not ab.machine_busy((2, 0))
+    assert ab.slow_processes([(lean, lean)], SETTINGS) == (0, 0)  # one pass: nothing to compare within a side
+    assert ab.cpu_change([(lean, ())]) is None
+
+
+@pytest.mark.parametrize("load", ["quiet", "light", "hog"])
+def test_under_load_false_alarms_stay_within_one_percent_and_a_planted_ten_percent_is_found(load):
+    # Simulated noise of the kinds docs/ab.md describes: quiet, a light load putting some processes in
+    # a slow state (CPU per sample up with wall time down), a full hog (wall down, CPU per sample flat).
+    rng = np.random.default_rng({"quiet": 31, "light": 32, "hog": 33}[load])
+    same = [_busy_run(rng, load=load) for _ in range(200)]
+    planted = [_busy_run(rng, load=load, work_b=1.10) for _ in range(100)]
+    assert sum(v.verdict in (SLOWER, FASTER) for v in same) <= 2  # 1 % of 200 verdicts
+    assert all(v.verdict != FASTER for v in planted)
+    if load == "light":  # slowed, or said to be busy: never "no change"
+        assert all(v.verdict == SLOWER or v.estimate.busy for v in planted)
+        assert sum(v.estimate.busy for v in same) >= 100  # the disturbance is seen, not decided through
+        assert all("machine busy" in v.label() for v in same if v.estimate.busy and v.verdict == INCONCLUSIVE)
+    else:
+        assert sum(v.verdict == SLOWER for v in planted) >= 95
+        assert not any(v.estimate.busy for v in same + planted)
+    assert all(v.estimate.cpu_change is not None for v in planted)
+    assert np.median([v.estimate.cpu_change for v in planted if not v.estimate.busy]) == pytest.approx(0.10, abs=0.02)
+
+
 # ------------------------------------------------------------------------------- worker round driver
 
 
