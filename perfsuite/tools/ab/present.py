@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from perfsuite.tools.ab.results import ABReport, Measured
-HEADER = ("benchmark", "change of B vs A [interval]", "p", "rounds", "verdict")
+HEADER = ("benchmark", "change of B vs A [interval]", "p", "CPU/sample B vs A", "rounds", "verdict")
 
 
 def rows(report: ABReport) -> list[tuple[str, ...]]:
@@ -17,7 +17,8 @@ def rows(report: ABReport) -> list[tuple[str, ...]]:
         change = f"{e.change:+.1%} [{e.low:+.1%}, {e.high:+.1%}]"
         verdict_text = verdict.label().upper() if verdict.significant_slowdown else verdict.label()
         rounds = str(e.rounds) if e.passes == 1 else f"{e.rounds} in {e.passes} passes"
-        lines.append((verdict.name, change, f"{verdict.p:.2g}", rounds, verdict_text))
+        cpu = "-" if e.cpu_change is None else f"{e.cpu_change:+.1%}"
+        lines.append((verdict.name, change, f"{verdict.p:.2g}", cpu, rounds, verdict_text))
     return lines
 
 
@@ -42,6 +43,12 @@ def footnotes(report: ABReport) -> list[str]:
               f"{rule} over {len(report.verdicts)} benchmark(s); slower/faster: p < {s.alpha:g} and beyond "
               f"max({s.min_effect:.0%}, {s.noise_multiple:g} SE); no change: interval within "
               f"±{s.no_change_within:.0%}")]
+    lines.append(f"CPU/sample: the worker process's CPU time per sample (all threads), B against A: a second signal "
+                 f"(more work raises it with the wall time; waiting for a core does not); 'machine busy': "
+                 f"processes of both sides spent over {s.busy_cpu_excess:.0%} more CPU per sample than the leanest "
+                 "of their side (a slow state of waiting), so no slower/faster is claimed")
+    lines += [f"ratio {d.name}: {d.change:+.1%} [{d.low:+.1%}, {d.high:+.1%}], derived from its [numerator] and "
+              "[denominator] above (decided on their own)" for d in report.derived]
     lines += [f"not compared: {n.name}: {n.reason}" for n in report.not_compared]
     lines += list(report.notes)
     if report.failure is not None:

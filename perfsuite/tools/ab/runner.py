@@ -16,7 +16,8 @@ from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
 from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, _log_tail, checkouts, workers
-from perfsuite.tools.ab.results import ABReport, Measured, NotCompared, Options, joined
+from perfsuite.tools.ab.results import (ABReport, Measured, NotCompared, Options, decided, derived_ratios,
+                                        joined)
 @dataclass(frozen=True)
 class Collected:
     """What the workers collected and said before the rounds."""
@@ -169,14 +170,13 @@ class Controller:
         of the budget is spent (after min_rounds), or max_rounds; then both sides are told to stop.
         A side whose benchmark fails during a round ends it there (returned: {side: its done event});
         the other side is told to skip it, and the benchmark is a failure of that side (exit status 3)."""
-        from perfsuite.verdict.ab import Paired, estimate, settled
+        from perfsuite.verdict.ab import estimate, settled
 
         nodeid, metric = a_ready["nodeid"], a_ready["metric"]
         name = display_name(nodeid, a_ready["index"])
         higher = _higher_is_better(metric)
         allotted = max(0.0, self.options.budget_s - self.spent_s) / max(remaining, 1)
-        values = {s: [] for s in SIDES}
-        seconds = {s: [] for s in SIDES}
+        values, seconds, cpu, parts = ({s: [] for s in SIDES} for _ in range(4))
         order, start = [], time.monotonic()
         while True:
             sides = SIDES if len(order) % 2 == 0 else SIDES[::-1]
@@ -200,19 +200,24 @@ class Controller:
                 worker.wait_frozen(benchmark=name)
                 values[side].append(event["value"])
                 seconds[side].append(event["seconds"])
+                for store, key in ((cpu, "cpu_per_unit"), (parts, "parts")):
+                    if event.get(key) is not None:
+                        store[side].append(tuple(event[key]) if key == "parts" else event[key])
             order.append("".join(sides))
             n, elapsed = len(order), time.monotonic() - start
-            paired = Paired(name, tuple(values["A"]), tuple(values["B"]), higher)
+            measured = Measured(name, nodeid, metric, higher, tuple(values["A"]), tuple(values["B"]), tuple(order),
+                                tuple(seconds["A"]), tuple(seconds["B"]), elapsed, a_cpu=tuple(cpu["A"]),
+                                b_cpu=tuple(cpu["B"]), a_parts=tuple(parts["A"]), b_parts=tuple(parts["B"]))
+            judged = [m.passes()[0] for m in decided([measured])]  # a ratio: both its sides settled
             if n >= self.settings.max_rounds or (n >= self.settings.min_rounds and n % 2 == 0 and (
-                    settled(paired, self.settings, benchmarks=count) or elapsed >= allotted)):
+                    all(settled(p, self.settings, benchmarks=count) for p in judged) or elapsed >= allotted)):
                 break
         for worker in self.pool.values():
             worker.send("stop")
         self.spent_s += time.monotonic() - start
-        self.measured.append(Measured(name, nodeid, metric, higher, paired.a, paired.b, tuple(order),
-                                      tuple(seconds["A"]), tuple(seconds["B"]), time.monotonic() - start))
-        self.progress(f"    {n} rounds in {time.monotonic() - start:.1f} s, median change "
-                      f"{estimate(paired, self.settings).change:+.1%}")
+        self.measured.append(replace(measured, elapsed_s=time.monotonic() - start))
+        changes = ", ".join(f"{estimate(p, self.settings).change:+.1%}" for p in judged)
+        self.progress(f"    {n} rounds in {time.monotonic() - start:.1f} s, median change {changes}")
         return {}
 
 
@@ -260,7 +265,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                     break
                 if per_benchmark_s is None:
                     per_benchmark_s = options.budget_s / settings.passes / max(len(controllers[0].scheduled), 1)
-                only = _undecided(joined([c.measured for c in controllers]), settings)
+                only = _undecided(decided(joined([c.measured for c in controllers])), settings)
                 if not only:
                     break
     finally:
@@ -271,10 +276,12 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
             for log in scratch.glob("worker-*.log"):
                 shutil.copy(log, logs_to / log.name)
         shutil.rmtree(scratch, ignore_errors=True)
-    measured = tuple(joined([c.measured for c in controllers]))
+    whole = joined([c.measured for c in controllers])
+    measured = tuple(decided(whole))
+    verdicts = decide([_estimate(m, settings) for m in measured], settings)
     load_after = _load()
     return ABReport(sides=sides, settings=settings, options=options, measured=measured,
-                    verdicts=decide([_estimate(m, settings) for m in measured], settings),
+                    verdicts=verdicts, derived=tuple(derived_ratios(whole, verdicts)),
                     not_compared=tuple(_unique(n for c in controllers for n in c.not_compared)),
                     notes=tuple(_unique(n for c in controllers for n in c.notes)), failure=failure,
                     benchmark_failures=tuple(f for c in controllers for f in c.failures),
@@ -284,19 +291,21 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
 
 
 def _undecided(measured: list[Measured], settings) -> set[str]:
-    """The tests (node ids) that need another pass: one of their measurements is not settled over its
-    passes (perfsuite.verdict.ab.passes_settled; a test measuring several things runs them all again)."""
+    """The tests (node ids) that need another pass: one of their measurements (``decided``: a ratio's
+    sides) is not settled over its passes (perfsuite.verdict.ab.passes_settled; a test measuring several
+    things runs them all again)."""
     from perfsuite.verdict.ab import passes_settled
 
-    return {m.nodeid for m in measured if not passes_settled(m.passes(), settings, benchmarks=len(measured))}
+    return {m.nodeid for m in measured
+            if not passes_settled(m.passes(), settings, benchmarks=len(measured), cpu=m.cpu())}
 
 
 def _estimate(measured: Measured, settings):
     """Over the passes where it ran in two or more, else over its rounds."""
     from perfsuite.verdict.ab import estimate, estimate_passes
 
-    passes = measured.passes()
-    return estimate_passes(passes, settings) if len(passes) > 1 else estimate(passes[0], settings)
+    passes, cpu = measured.passes(), measured.cpu()
+    return estimate_passes(passes, settings, cpu) if len(passes) > 1 else estimate(passes[0], settings, cpu[:1])
 
 
 def _unique(items) -> list:
