@@ -273,6 +273,48 @@ def test_under_load_false_alarms_stay_within_one_percent_and_a_planted_ten_perce
     assert np.median([v.estimate.cpu_change for v in planted if not v.estimate.busy]) == pytest.approx(0.10, abs=0.02)
 
 
+def _ratio_pass(rng, *, numerator_change=0.0, offset_sd=0.033, rounds=24, noise=0.05):
+    """One pass of a ratio benchmark: per side, the numerator's and denominator's speeds per round, each
+    pipeline with a process offset of its own (normal, SD offset_sd) lasting the pass."""
+    sides = []
+    for change in (0.0, numerator_change):
+        n, d = (np.exp(rng.normal(0, offset_sd) + rng.normal(0, noise / np.sqrt(2), rounds)) for _ in range(2))
+        sides.append(tuple(zip(100 * (1 + change) * n, 50 * d)))
+    return sides
+
+
+def _ratio_run(rng, *, by_sides, numerator_change=0.0):
+    """Passes added as compare_revisions adds them, the ratio judged whole or by its sides."""
+    a_parts, b_parts, pass_rounds = (), (), ()
+    while True:
+        a, b = _ratio_pass(rng, numerator_change=numerator_change)
+        a_parts, b_parts, pass_rounds = a_parts + a, b_parts + b, pass_rounds + (len(a),)
+        whole = results.Measured("r", "benchmarks/r", "x_ratio", True, tuple(n / d for n, d in a_parts),
+                                 tuple(n / d for n, d in b_parts), ("AB",) * len(a_parts), (), (), 0.0, pass_rounds,
+                                 a_parts=a_parts, b_parts=b_parts)
+        judged = results.decided([whole]) if by_sides else [dataclasses.replace(whole, a_parts=(), b_parts=())]
+        if not runner._undecided(judged, SETTINGS):
+            verdicts = ab.decide([runner._estimate(m, SETTINGS) for m in judged], SETTINGS)
+            return len(pass_rounds), verdicts, results.derived_ratios([whole], verdicts) if by_sides else []
+
+
+def test_a_ratio_decided_by_its_sides_takes_fewer_passes_without_more_false_alarms():
+    # Each pipeline of the ratio has process offsets of its own: a pass's ratio carries both (its
+    # spread is the sides' combined), while each side carries one.
+    rng = np.random.default_rng(40)
+    whole = [_ratio_run(rng, by_sides=False) for _ in range(100)]
+    sides = [_ratio_run(rng, by_sides=True) for _ in range(100)]
+    assert sum(n for n, _, _ in sides) < 0.9 * sum(n for n, _, _ in whole)
+    assert sum(any(v.verdict in (SLOWER, FASTER) for v in verdicts) for _, verdicts, _ in sides) <= 2
+    assert all([v.name for v in verdicts] == ["r [numerator]", "r [denominator]"] for _, verdicts, _ in sides)
+    planted = [_ratio_run(rng, by_sides=True, numerator_change=-0.10) for _ in range(50)]
+    assert sum(verdicts[0].verdict == SLOWER for _, verdicts, _ in planted) >= 48
+    for _, verdicts, [derived] in planted:
+        n, d = (v.estimate for v in verdicts)
+        assert derived.change == pytest.approx((1 + n.change) / (1 + d.change) - 1)
+        assert derived.low <= derived.change <= derived.high
+
+
 # ------------------------------------------------------------------------------- worker round driver
 
 
@@ -326,6 +368,8 @@ def test_the_recorder_runs_the_rounds_its_driver_asks_for_and_reports_each_figur
     assert channel.events[0] == {"event": "ready", "nodeid": "benchmarks/test_x.py::t", "index": 0,
                                  "kind": "rounds", "metric": "samples_per_s"}
     assert recorder.rounds["samples_per_s"] == tuple(e["value"] for e in channel.events[1:])
+    assert all(e["cpu_s"] >= 0 and e["cpu_per_unit"] == pytest.approx(e["cpu_s"] / (e["value"] * e["seconds"]))
+               for e in channel.events[1:])
 
 
 def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio():
@@ -340,6 +384,7 @@ def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio(
     assert calls[:4] == ["a", "b", "b", "a"]  # warm-up pair, both orders
     assert list(result.order) == ["AB", "BA", "AB", "BA"] and calls[4:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert [e["value"] for e in channel.events if e["event"] == "round"] == [2.0] * 4  # A twice as fast as B
+    assert [e["parts"] for e in channel.events if e["event"] == "round"] == [[1.0, 0.5]] * 4  # 1 / seconds
     assert channel.events[0]["metric"] == "cache_over_wav_ratio"
 
 
