@@ -15,15 +15,23 @@ Both revisions run on the same machine in the same job, one round of A and one o
   where noise is the robust SD (1.4826 * MAD) of the log ratios, i.e. the A/A noise of the pair: a
   shift of every ratio leaves it unchanged. A change must exceed it to count.
 
-Passes. The rounds of one pair of worker processes are not independent of that pair: on the 2-core
-VM the same revision on both sides differed by up to 13 % on a fast benchmark (the TF-native cache
-loader) for a whole run, drifting within it, while a slower one stayed within 2 %; the round-level
-sign test then flagged 4 of 9 A/A runs. So the comparison runs in ``passes`` (fresh workers each), and
+Passes. The rounds of one pair of worker processes are not independent of that pair: two processes
+of the same revision can differ for their whole life, drifting within it, by more on some benchmarks
+than on others (docs/ab.md has the measurements); a round-level test reads such a difference as a
+change. So the comparison runs in ``passes`` (fresh workers each), and
 with two or more the pass is the unit (``estimate_passes``): each pass's median log ratio, their mean
 with a Student-t interval and a two-sided t-test over the passes, min_effect from their standard error.
 One pass keeps the round-level rule above, which holds only where process effects are negligible.
 A benchmark still undecided after ``passes`` gets more (``pass_looks``: doubling up to ``max_passes``);
 that sequential rule is paid for as the rounds' looks are: Bonferroni over the pass looks.
+
+Second signal. Where the worker reports it, each round's process CPU time per sample: "more work"
+raises it on one side, in every process of that side alike; a process waiting busily for a core (a
+slow state under competing load) raises it in that process only, whichever side it is. So processes
+of the same side that stand out from their leanest one (``slow_processes``) on BOTH sides mean a
+busy machine (``machine_busy``): no slower / faster is claimed there ("inconclusive: machine busy"),
+and no more passes are spent. A competing hog slows the wall time of both sides of a pair (cancelled
+by the pairing) and leaves CPU per sample nearly flat, so it does not count as busy.
 
 Verdicts: "slower" / "faster": significant (Holm-adjusted p < alpha) and beyond min_effect;
 "no change": the interval lies within +-no_change_within (an equivalence claim: no change that

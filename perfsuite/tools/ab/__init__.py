@@ -1,20 +1,20 @@
 """``perfsuite ab BASE [HEAD]``: two revisions' benchmarks measured side by side on this machine, round by round.
 
-A stored earlier run only shows changes larger than the machine's run-to-run noise (17-37 % between
-two runs minutes apart on a 2-core VM). Here both revisions run in the same job: each side is checked
-out into its own git worktree (HEAD defaults to the working tree itself) and runs pytest in its own
-long-lived worker process (perfsuite.pytest_plugin.ab_worker; same interpreter and environment, the
-side's tree first on the import path). The controller collects the same benchmarks on both sides,
-then drives every measurement round: A's round, then B's, the order reversed every round, each
-worker's warm-up and compile apart; the side not measuring is frozen (SIGSTOP), so it neither takes
-CPU from the other's round nor works ahead between its own. Each round's figure comes back here. The
-whole comparison runs in passes (ABSettings.passes), each with fresh workers on both sides, because
-two processes of the same code can differ for their whole life (docs/ab.md); perfsuite.verdict.ab
-decides over the passes. No process or worktree outlives the command.
+A stored earlier run only shows changes larger than the machine's run-to-run noise (docs/ab.md).
+Here both revisions run in the same job, each side in its own git worktree (HEAD defaults to the
+working tree itself) and its own long-lived worker process; the controller drives every measurement
+round, A then B, the order reversed every round, in passes of fresh workers, and decides over them.
+
+The package is split as pyperf's is: ``manager`` (worktrees and worker processes), ``runner`` (the
+controller's loop over passes and benchmarks), ``results`` (what was measured and decided, JSON),
+``present`` (table, Markdown, plots); the worker's own loop is perfsuite.pytest_plugin.ab_worker and
+the decision perfsuite.verdict.ab. This module is the command line. No process or worktree outlives
+the command.
 
 Exit status: 0 no significant slowdown; 1 a significant slowdown beyond the minimum effect; 2 a usage
 error (a bad revision, option or path); 3 a side could not be measured (it failed to start, crashed or
-hung: the message names the side and the benchmark); 130 interrupted.
+hung) or a benchmark raised on one side: the message names the side (base/head), the benchmark and the
+worker's log; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from perfsuite.tools.ab.present import failures_with_logs, footnotes, markdown, 
 from perfsuite.tools.ab.results import ABReport, Options, write_json
 from perfsuite.tools.ab.runner import compare_revisions
 from perfsuite.tools.options import check_outputs
+
 # --------------------------------------------------------------------------------------------- run
 
 
