@@ -127,7 +127,7 @@ def checkouts(repo: Path, base: str, head: str | None, scratch: Path) -> Iterato
 # ------------------------------------------------------------------------------------------ workers
 
 
-def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -161,7 +161,7 @@ class Worker:
         return self.process.pid
 
     def failure(self, problem: str, *, benchmark: str | None = None) -> SideFailure:
-        return SideFailure(self.side.name, problem, benchmark=benchmark, log_tail=_log_tail(self.log_path),
+        return SideFailure(self.side.name, problem, benchmark=benchmark, log_tail=log_tail(self.log_path),
                            log=self.log_path.name)
 
     def wait_frozen(self, *, timeout: float = 30.0, benchmark: str | None = None) -> None:

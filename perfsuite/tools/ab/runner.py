@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, _log_tail, checkouts, workers
+from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, log_tail, checkouts, workers
 from perfsuite.tools.ab.results import (ABReport, Measured, NotCompared, Options, decided, derived_ratios,
                                         joined)
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                     break
     finally:
         for raised in (f for c in controllers for f in c.failures):  # the log's tail once pytest has ended
-            raised.log_tail = _log_tail(scratch / raised.log) or raised.log_tail
+            raised.log_tail = log_tail(scratch / raised.log) or raised.log_tail
         if logs_to is not None:
             logs_to.mkdir(parents=True, exist_ok=True)
             for log in scratch.glob("worker-*.log"):
