@@ -17,6 +17,7 @@ import pytest
 from perfsuite.pytest_plugin import ab_worker
 from perfsuite.pytest_plugin.profiles import PROFILES
 from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
+from perfsuite.tools.ab import manager, present, results, runner
 from perfsuite.verdict import ab
 from perfsuite.verdict.ab import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, ABSettings, Paired
 
@@ -216,6 +217,104 @@ def test_adaptive_passes_stop_at_the_first_look_where_processes_differ_little():
     assert sum(ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict == SLOWER for r in slower) >= 95
 
 
+def _process(rng, *, work, load, rounds, hog):
+    """One worker process's rounds: wall samples/s and CPU seconds per sample. ``work``: 1.10 for 10 %
+    more work (wall down, CPU per sample up alike). load "light": the process falls, for its whole life
+    and with probability 0.3, into a slow state (wall about -33 %, CPU per sample about +45 %: waiting
+    busily). ``hog``: a competing CPU hog's per-round slowdown shared by both sides of a pair (wall only)."""
+    slow = load == "light" and rng.random() < 0.3
+    wall = 1900 / work * math.exp(rng.normal(0, 0.02)) * (0.67 if slow else 1.0)
+    cpu = 1e-3 * work * math.exp(rng.normal(0, 0.02)) * (1.45 if slow else 1.0)
+    walls = wall * hog * np.exp(rng.normal(0, 0.05, rounds))
+    cpus = cpu * np.exp(rng.normal(0.03 if load == "hog" else 0.0, 0.02, rounds))
+    return tuple(walls), tuple(cpus)
+
+
+def _busy_run(rng, *, load, work_b=1.0, rounds=12):
+    """Passes of fresh process pairs added as compare_revisions adds them; the verdict over them."""
+    passes, cpu = [], []
+    while not passes or not ab.passes_settled(passes, SETTINGS, benchmarks=1, cpu=cpu):
+        hog = rng.uniform(0.40, 0.65, rounds) if load == "hog" else np.ones(rounds)
+        (a, a_cpu), (b, b_cpu) = (_process(rng, work=w, load=load, rounds=rounds, hog=hog) for w in (1.0, work_b))
+        passes.append(Paired("bench", a, b))
+        cpu.append((a_cpu, b_cpu))
+    return ab.decide([ab.estimate_passes(passes, SETTINGS, cpu)], SETTINGS)[0]
+
+
+def test_the_slow_state_is_counted_per_side_and_a_change_of_the_code_is_not():
+    rng = np.random.default_rng(30)
+    lean, waiting = (tuple(rng.normal(1e-3, 1e-5, 12)), tuple(rng.normal(1.45e-3, 1e-5, 12)))
+    more_work = tuple(1.1 * np.array(lean))
+    assert ab.slow_processes([(lean, more_work)] * 6, SETTINGS) == (0, 0)
+    assert ab.cpu_change([(lean, more_work)] * 6) == pytest.approx(0.10, abs=0.01)
+    assert ab.slow_processes([(lean, lean)] * 4 + [(waiting, lean), (lean, waiting)], SETTINGS) == (1, 1)
+    assert ab.machine_busy((1, 1)) and not ab.machine_busy((2, 0))
+    assert ab.slow_processes([(lean, lean)], SETTINGS) == (0, 0)  # one pass: nothing to compare within a side
+    assert ab.cpu_change([(lean, ())]) is None
+
+
+@pytest.mark.parametrize("load", ["quiet", "light", "hog"])
+def test_under_load_false_alarms_stay_within_one_percent_and_a_planted_ten_percent_is_found(load):
+    # Simulated noise of the kinds docs/ab.md describes: quiet, a light load putting some processes in
+    # a slow state (CPU per sample up with wall time down), a full hog (wall down, CPU per sample flat).
+    rng = np.random.default_rng({"quiet": 31, "light": 32, "hog": 33}[load])
+    same = [_busy_run(rng, load=load) for _ in range(200)]
+    planted = [_busy_run(rng, load=load, work_b=1.10) for _ in range(100)]
+    assert sum(v.verdict in (SLOWER, FASTER) for v in same) <= 2  # 1 % of 200 verdicts
+    assert all(v.verdict != FASTER for v in planted)
+    if load == "light":  # slowed, or said to be busy: never "no change"
+        assert all(v.verdict == SLOWER or v.estimate.busy for v in planted)
+        assert sum(v.estimate.busy for v in same) >= 100  # the disturbance is seen, not decided through
+        assert all("machine busy" in v.label() for v in same if v.estimate.busy and v.verdict == INCONCLUSIVE)
+    else:
+        assert sum(v.verdict == SLOWER for v in planted) >= 95
+        assert not any(v.estimate.busy for v in same + planted)
+    assert all(v.estimate.cpu_change is not None for v in planted)
+    assert np.median([v.estimate.cpu_change for v in planted if not v.estimate.busy]) == pytest.approx(0.10, abs=0.02)
+
+
+def _ratio_pass(rng, *, numerator_change=0.0, offset_sd=0.033, rounds=24, noise=0.05):
+    """One pass of a ratio benchmark: per side, the numerator's and denominator's speeds per round, each
+    pipeline with a process offset of its own (normal, SD offset_sd) lasting the pass."""
+    sides = []
+    for change in (0.0, numerator_change):
+        n, d = (np.exp(rng.normal(0, offset_sd) + rng.normal(0, noise / np.sqrt(2), rounds)) for _ in range(2))
+        sides.append(tuple(zip(100 * (1 + change) * n, 50 * d)))
+    return sides
+
+
+def _ratio_run(rng, *, by_sides, numerator_change=0.0):
+    """Passes added as compare_revisions adds them, the ratio judged whole or by its sides."""
+    a_parts, b_parts, pass_rounds = (), (), ()
+    while True:
+        a, b = _ratio_pass(rng, numerator_change=numerator_change)
+        a_parts, b_parts, pass_rounds = a_parts + a, b_parts + b, pass_rounds + (len(a),)
+        whole = results.Measured("r", "benchmarks/r", "x_ratio", True, tuple(n / d for n, d in a_parts),
+                                 tuple(n / d for n, d in b_parts), ("AB",) * len(a_parts), (), (), 0.0, pass_rounds,
+                                 a_parts=a_parts, b_parts=b_parts)
+        judged = results.decided([whole]) if by_sides else [dataclasses.replace(whole, a_parts=(), b_parts=())]
+        if not runner._undecided(judged, SETTINGS):
+            verdicts = ab.decide([runner._estimate(m, SETTINGS) for m in judged], SETTINGS)
+            return len(pass_rounds), verdicts, results.derived_ratios([whole], verdicts) if by_sides else []
+
+
+def test_a_ratio_decided_by_its_sides_takes_fewer_passes_without_more_false_alarms():
+    # Each pipeline of the ratio has process offsets of its own: a pass's ratio carries both (its
+    # spread is the sides' combined), while each side carries one.
+    rng = np.random.default_rng(40)
+    whole = [_ratio_run(rng, by_sides=False) for _ in range(100)]
+    sides = [_ratio_run(rng, by_sides=True) for _ in range(100)]
+    assert sum(n for n, _, _ in sides) < 0.9 * sum(n for n, _, _ in whole)
+    assert sum(any(v.verdict in (SLOWER, FASTER) for v in verdicts) for _, verdicts, _ in sides) <= 2
+    assert all([v.name for v in verdicts] == ["r [numerator]", "r [denominator]"] for _, verdicts, _ in sides)
+    planted = [_ratio_run(rng, by_sides=True, numerator_change=-0.10) for _ in range(50)]
+    assert sum(verdicts[0].verdict == SLOWER for _, verdicts, _ in planted) >= 48
+    for _, verdicts, [derived] in planted:
+        n, d = (v.estimate for v in verdicts)
+        assert derived.change == pytest.approx((1 + n.change) / (1 + d.change) - 1)
+        assert derived.low <= derived.change <= derived.high
+
+
 # ------------------------------------------------------------------------------- worker round driver
 
 
@@ -269,6 +368,8 @@ def test_the_recorder_runs_the_rounds_its_driver_asks_for_and_reports_each_figur
     assert channel.events[0] == {"event": "ready", "nodeid": "benchmarks/test_x.py::t", "index": 0,
                                  "kind": "rounds", "metric": "samples_per_s"}
     assert recorder.rounds["samples_per_s"] == tuple(e["value"] for e in channel.events[1:])
+    assert all(e["cpu_s"] >= 0 and e["cpu_per_unit"] == pytest.approx(e["cpu_s"] / (e["value"] * e["seconds"]))
+               for e in channel.events[1:])
 
 
 def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio():
@@ -283,6 +384,7 @@ def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio(
     assert calls[:4] == ["a", "b", "b", "a"]  # warm-up pair, both orders
     assert list(result.order) == ["AB", "BA", "AB", "BA"] and calls[4:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert [e["value"] for e in channel.events if e["event"] == "round"] == [2.0] * 4  # A twice as fast as B
+    assert [e["parts"] for e in channel.events if e["event"] == "round"] == [[1.0, 0.5]] * 4  # 1 / seconds
     assert channel.events[0]["metric"] == "cache_over_wav_ratio"
 
 
@@ -310,46 +412,38 @@ def test_a_revision_without_the_seam_gets_its_recorder_methods_wrapped(monkeypat
 
 
 def _report(verdicts, measured, **extra):
-    from perfsuite.tools import ab as tool
-
-    sides = (tool.Side("A", "HEAD~1", "a" * 40, Path("/tmp/a"), "base"),
-             tool.Side("B", "working tree", None, Path(".")))
-    fields = {"sides": sides, "settings": SETTINGS, "options": tool.Options(), "measured": tuple(measured),
-              "verdicts": tuple(verdicts), "not_compared": (tool.NotCompared("test_y.py::t", "only on side B"),),
+    sides = (manager.Side("A", "HEAD~1", "a" * 40, Path("/tmp/a"), "base"),
+             manager.Side("B", "working tree", None, Path(".")))
+    fields = {"sides": sides, "settings": SETTINGS, "options": results.Options(), "measured": tuple(measured),
+              "verdicts": tuple(verdicts), "not_compared": (results.NotCompared("test_y.py::t", "only on side B"),),
               "notes": (), "failure": None, "elapsed_s": 12.0, "load": {"before": 1.0, "after": 1.5, "cpus": 2}}
-    return tool.ABReport(**{**fields, **extra})
+    return results.ABReport(**{**fields, **extra})
 
 
 def _measured(paired):
-    from perfsuite.tools import ab as tool
-
     n = len(paired.a)
-    return tool.Measured(paired.name, f"benchmarks/{paired.name}", "samples_per_s", True, paired.a, paired.b,
+    return results.Measured(paired.name, f"benchmarks/{paired.name}", "samples_per_s", True, paired.a, paired.b,
                          tuple("AB" if i % 2 == 0 else "BA" for i in range(n)), (0.1,) * n, (0.1,) * n, 1.0)
 
 
 def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
-    from perfsuite.tools import ab as tool
-
     rng = np.random.default_rng(8)
     rounds = [_rounds(rng, 48, change=-0.10, name="test_x.py::slow"), _rounds(rng, 48, name="test_x.py::same")]
     report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
-    lines = tool.table(report)
+    lines = present.table(report)
     assert lines[0].split()[:2] == ["benchmark", "change"]
     assert "SLOWER" in lines[1] and "no change" in lines[2]
-    assert report.exit_status == tool.EXIT_SLOWER
-    tool.write_json(tmp_path / "ab.json", report.as_dict())
-    data = json.loads((tmp_path / "ab.json").read_text())
+    assert report.exit_status == results.EXIT_SLOWER
+    results.write_json(tmp_path / "ab.json", report.as_dict())
+    data = results.load_json(tmp_path / "ab.json")
     assert [b["verdict"] for b in data["benchmarks"]] == [SLOWER, NO_CHANGE]
     assert len(data["benchmarks"][0]["rounds_detail"]["a"]) == 48 and data["exit_status"] == 1
-    text = tool.markdown(report)
+    text = present.markdown(report)
     assert text.startswith("### perfsuite ab: A = HEAD~1") and "| test_x.py::slow |" in text
     assert "not compared: test_y.py::t: only on side B" in text
 
 
 def test_only_benchmarks_not_settled_over_their_passes_get_another_pass():
-    from perfsuite.tools import ab as tool
-
     rng = np.random.default_rng(10)
 
     def measured(name, passes):
@@ -359,29 +453,25 @@ def test_only_benchmarks_not_settled_over_their_passes_get_another_pass():
     decided = measured("test_x.py::decided", _passes(rng, change=-0.10, process_sd=0.01))
     undecided = measured("test_x.py::undecided", _passes(rng, change=0.0, process_sd=0.10))
     early = measured("test_x.py::early", _passes(rng, change=-0.10, process_sd=0.01, count=3))
-    assert tool._undecided([decided, undecided, early], SETTINGS) == {"benchmarks/test_x.py::undecided",
+    assert runner._undecided([decided, undecided, early], SETTINGS) == {"benchmarks/test_x.py::undecided",
                                                                        "benchmarks/test_x.py::early"}
-    assert tool._undecided([undecided], ABSettings(max_passes=6)) == set()  # at max_passes: no more
+    assert runner._undecided([undecided], ABSettings(max_passes=6)) == set()  # at max_passes: no more
 
 
 def test_the_plot_draws_every_benchmark(tmp_path):
     pytest.importorskip("matplotlib")
-    from perfsuite.tools import ab as tool
-
     rng = np.random.default_rng(9)
     rounds = [_rounds(rng, 24, name=f"b{i}") for i in range(2)]
     report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
-    [path] = tool.plot(report, tmp_path)
+    [path] = present.plot(report, tmp_path)
     assert path.stat().st_size > 1000
 
 
 def test_a_side_failure_gives_exit_status_3_unless_a_slowdown_was_found():
-    from perfsuite.tools import ab as tool
-
-    failure = tool.SideFailure("B", "the worker was killed by signal 9 while measuring round 3",
+    failure = manager.SideFailure("B", "the worker was killed by signal 9 while measuring round 3",
                                benchmark="test_x.py::t")
     assert str(failure) == "side B in test_x.py::t: the worker was killed by signal 9 while measuring round 3"
-    assert _report((), (), failure=failure).exit_status == tool.EXIT_SIDE_FAILED
+    assert _report((), (), failure=failure).exit_status == results.EXIT_SIDE_FAILED
 
 
 # ----------------------------------------------------------------------------------- end to end
@@ -501,6 +591,33 @@ def test_a_crash_during_a_round_names_the_side_and_the_benchmark(repo):
     assert "FAILED: side B in test_tiny.py::test_changed: the worker exited with status 3 while measuring round" \
         in result.stdout
     assert _leftovers(repo) == (0, [])
+
+
+def test_a_benchmark_that_raises_on_one_side_fails_the_run_naming_side_benchmark_and_log(repo):
+    _commit(repo, "base", extra="\n\ndef test_raises(perfsuite):\n    _measure(perfsuite, 0.001)\n")
+    _commit(repo, "raises", extra="\n\ndef test_raises(perfsuite):\n    raise ValueError('broken on head')\n")
+    result = _ab(repo, "HEAD~1", "HEAD", "-k", "raises or same", "--budget", "10")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert ("FAILED: side B (head) in test_tiny.py::test_raises: the benchmark failed: call: ValueError: "
+            "broken on head (log: worker-B.log)") in result.stdout
+    assert "last lines of side B's log (worker-B.log)" in result.stderr
+    data = results.load_json(repo.parent / "ab.json")
+    [failure] = data["benchmark_failures"]
+    assert (failure["side"], failure["role"], failure["benchmark"]) == ("B", "head", "test_tiny.py::test_raises")
+    assert "broken on head" in failure["log_tail"] and data["exit_status"] == 3
+    assert [b["name"] for b in data["benchmarks"]] == ["test_tiny.py::test_same"]
+    assert _leftovers(repo) == (0, [])
+
+
+def test_the_json_loader_refuses_another_schema_version(tmp_path):
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"benchmarks": []}))
+    with pytest.raises(manager.ABError, match=f"ab.json: expected ab JSON schema_version "
+                                              f"{results.AB_SCHEMA_VERSION}, found 1"):
+        results.load_json(path)
+    path.write_text("{")
+    with pytest.raises(manager.ABError, match="expected an ab JSON file, found it unreadable"):
+        results.load_json(path)
 
 
 def test_a_hung_round_is_stopped_at_its_deadline(repo):

@@ -9,7 +9,8 @@ drives a revision older than this feature: the side's Recorder gets the round dr
 ``Recorder._interleaved`` (the same two places) where it predates that seam.
 
 Protocol: one JSON object per line. Events (worker -> controller): started, collect_error, collected,
-ready (a benchmark's warm-up is done; it waits), round (one round's figure), done (a benchmark's
+ready (a benchmark's warm-up is done; it waits), round (one round's figure; with the process CPU
+seconds of the round and per unit of work, and for a compare its two sides' speeds), done (a benchmark's
 outcome), finished, fatal. Commands (controller -> worker): run (the benchmarks to run, in order),
 go (one round), stop (no more rounds for this measurement), skip (skip this benchmark). A worker whose
 controller has gone (end of file on its commands) exits at once.
@@ -63,8 +64,10 @@ class Channel:
 class RoundDriver:
     """The Recorder's round_driver: each round runs when the controller says "go", and its figure goes
     back to the controller. rounds(): samples/s of each round of measure_dataset / measure_step (after
-    the Recorder's own calibration round); pairs(): the per-round ratio of a compare benchmark (one
-    warm-up pair first, then one pair per round, A first and B first in turn)."""
+    the Recorder's own calibration round) and the process CPU time it took per sample (all threads:
+    "more work" raises it, waiting for a core does not, busy waiting does); pairs(): the per-round
+    ratio of a compare benchmark and its two sides' speeds (one warm-up pair first, then one pair per
+    round, A first and B first in turn)."""
 
     def __init__(self, channel: Channel):
         self.channel = channel
@@ -78,10 +81,12 @@ class RoundDriver:
         results = []
         self._ready("rounds", "samples_per_s")
         while self._go():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             results.append(one_round())
-            self.channel.send_and_freeze("round", value=float(results[-1].samples_per_s),
-                                         seconds=time.perf_counter() - start)
+            seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+            value = float(results[-1].samples_per_s)
+            self.channel.send_and_freeze("round", value=value, seconds=seconds, cpu_s=cpu_s,
+                                         cpu_per_unit=cpu_s / (value * seconds) if value * seconds > 0 else None)
         if not results:
             pytest.skip("perfsuite ab: stopped before any round")
         return results
@@ -96,7 +101,8 @@ class RoundDriver:
             start = time.perf_counter()
             pair = _pair(stats, timing, a, b, a_first=result is None or len(result.ratios) % 2 == 0)
             result = pair if result is None else timing.join_rounds(result, pair)
-            self.channel.send_and_freeze("round", value=float(pair.ratios[0]), seconds=time.perf_counter() - start)
+            self.channel.send_and_freeze("round", value=float(pair.ratios[0]), seconds=time.perf_counter() - start,
+                                         parts=_speeds(pair))
         if result is None:
             pytest.skip("perfsuite ab: stopped before any round")
         return result
@@ -110,6 +116,12 @@ class RoundDriver:
         if command.get("cmd") == "skip":
             pytest.skip(f"perfsuite ab: {command.get('reason', 'skipped by the controller')}")
         return command.get("cmd") == "go"
+
+
+def _speeds(pair) -> list[float]:
+    """The pair's two sides as speeds (samples/s, or 1 / seconds of their fixed work): the ratio's
+    numerator (compare's a) and denominator (b), so the controller can compare each across revisions."""
+    return [float(1 / v if pair.unit == "s" else v) for v in (pair.a_values[0], pair.b_values[0])]
 
 
 def _pair(stats, timing, a, b, *, a_first: bool):

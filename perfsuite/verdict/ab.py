@@ -15,15 +15,23 @@ Both revisions run on the same machine in the same job, one round of A and one o
   where noise is the robust SD (1.4826 * MAD) of the log ratios, i.e. the A/A noise of the pair: a
   shift of every ratio leaves it unchanged. A change must exceed it to count.
 
-Passes. The rounds of one pair of worker processes are not independent of that pair: on the 2-core
-VM the same revision on both sides differed by up to 13 % on a fast benchmark (the TF-native cache
-loader) for a whole run, drifting within it, while a slower one stayed within 2 %; the round-level
-sign test then flagged 4 of 9 A/A runs. So the comparison runs in ``passes`` (fresh workers each), and
+Passes. The rounds of one pair of worker processes are not independent of that pair: two processes
+of the same revision can differ for their whole life, drifting within it, by more on some benchmarks
+than on others (docs/ab.md has the measurements); a round-level test reads such a difference as a
+change. So the comparison runs in ``passes`` (fresh workers each), and
 with two or more the pass is the unit (``estimate_passes``): each pass's median log ratio, their mean
 with a Student-t interval and a two-sided t-test over the passes, min_effect from their standard error.
 One pass keeps the round-level rule above, which holds only where process effects are negligible.
 A benchmark still undecided after ``passes`` gets more (``pass_looks``: doubling up to ``max_passes``);
 that sequential rule is paid for as the rounds' looks are: Bonferroni over the pass looks.
+
+Second signal. Where the worker reports it, each round's process CPU time per sample: "more work"
+raises it on one side, in every process of that side alike; a process waiting busily for a core (a
+slow state under competing load) raises it in that process only, whichever side it is. So processes
+of the same side that stand out from their leanest one (``slow_processes``) on BOTH sides mean a
+busy machine (``machine_busy``): no slower / faster is claimed there ("inconclusive: machine busy"),
+and no more passes are spent. A competing hog slows the wall time of both sides of a pair (cancelled
+by the pairing) and leaves CPU per sample nearly flat, so it does not count as busy.
 
 Verdicts: "slower" / "faster": significant (Holm-adjusted p < alpha) and beyond min_effect;
 "no change": the interval lies within +-no_change_within (an equivalence claim: no change that
@@ -36,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -63,6 +71,8 @@ class ABSettings:
     doubling, at max_rounds and once more when the budget stops a benchmark. passes: fresh pairs of
     workers every benchmark gets; max_passes: at most, for a benchmark still undecided (looked at after
     passes, then at every doubling and at max_passes). With one pass there are no more.
+    busy_cpu_excess: how far a process's CPU time per sample may lie above the leanest process of the
+    same side before it counts as one in a slow state (``slow_processes``).
     """
 
     alpha: float = 0.01
@@ -74,9 +84,10 @@ class ABSettings:
     max_rounds: int = 96
     passes: int = 6
     max_passes: int = 24
+    busy_cpu_excess: float = 0.20
 
     def __post_init__(self):
-        for name in ("alpha", "equivalence_alpha", "min_effect", "no_change_within"):
+        for name in ("alpha", "equivalence_alpha", "min_effect", "no_change_within", "busy_cpu_excess"):
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ValueError(f"{name}: expected a number between 0 and 1, found {value}")
@@ -184,9 +195,16 @@ class Estimate:
     worse_rounds: int
     better_rounds: int
     passes: int = 1
+    cpu_change: float | None = None  # CPU time per sample, B against A (positive: B spends more); None: not reported
+    slow_processes: tuple[int, int] = (0, 0)  # processes of side A, side B in a slow state (machine_busy)
+
+    @property
+    def busy(self) -> bool:
+        """The machine was busy: processes in a slow state on both sides (see ``machine_busy``)."""
+        return machine_busy(self.slow_processes)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "slow_processes": list(self.slow_processes), "busy": self.busy}
 
 
 def sign_test(successes: int, trials: int) -> float:
@@ -196,8 +214,42 @@ def sign_test(successes: int, trials: int) -> float:
     return float(sps.binom.sf(successes - 1, trials, 0.5))
 
 
-def estimate(paired: Paired, settings: ABSettings) -> Estimate:
-    """The change, its interval, the noise, the minimum effect and the look-corrected p-values."""
+Cpu = Sequence[tuple[Sequence[float], Sequence[float]]]  # per pass: A's and B's CPU seconds per sample per round
+
+
+def cpu_change(cpu: Cpu) -> float | None:
+    """B's CPU time per sample against A's: the mean over the passes of log(median B / median A), exp - 1
+    (positive: B spends more CPU per sample); None when a pass lacks the figures."""
+    if not cpu or any(not a or not b for a, b in cpu):
+        return None
+    return math.expm1(float(np.mean([math.log(np.median(b) / np.median(a)) for a, b in cpu])))
+
+
+def slow_processes(cpu: Cpu, settings: ABSettings) -> tuple[int, int]:
+    """Per side, the processes (passes) whose median CPU time per sample lies more than busy_cpu_excess
+    above the leanest process of the same side: processes of the same code doing the same work, of which
+    some spend much more CPU per sample, are waiting busily (a slow state under competing load), not
+    working more. A change of the code moves every process of its side alike, so it is not counted."""
+    if len(cpu) < 2 or cpu_change(cpu) is None:
+        return (0, 0)
+    counts = []
+    for side in (0, 1):
+        medians = np.array([float(np.median(pass_[side])) for pass_ in cpu])
+        counts.append(int(np.sum(medians > (1 + settings.busy_cpu_excess) * medians.min())))
+    return counts[0], counts[1]
+
+
+def machine_busy(slow: tuple[int, int]) -> bool:
+    """The rule of "inconclusive: machine busy": slow-state processes on BOTH sides. A real "more work"
+    change raises CPU per sample on one side only, in all its processes alike (so none stands out
+    within its side); waiting raises it in some processes of either side whatever the code. A slow
+    process on one side only is left to the test over the passes, which one outlying pass cannot sway."""
+    return slow[0] > 0 and slow[1] > 0
+
+
+def estimate(paired: Paired, settings: ABSettings, cpu: Cpu = ()) -> Estimate:
+    """The change, its interval, the noise, the minimum effect and the look-corrected p-values; with
+    ``cpu`` (one pass's CPU time per sample of A and B), its change as a second signal."""
     logs = paired.log_changes()
     if logs.size < 2:
         raise ValueError(f"{paired.name}: expected at least 2 rounds, found {logs.size}")
@@ -212,15 +264,16 @@ def estimate(paired: Paired, settings: ABSettings) -> Estimate:
         min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
         p_slower=min(1.0, looks * sign_test(worse, worse + better)),
         p_faster=min(1.0, looks * sign_test(better, worse + better)),
-        worse_rounds=worse, better_rounds=better)
+        worse_rounds=worse, better_rounds=better, cpu_change=cpu_change(cpu))
 
 
-def estimate_passes(passes: Sequence[Paired], settings: ABSettings) -> Estimate:
+def estimate_passes(passes: Sequence[Paired], settings: ABSettings, cpu: Cpu = ()) -> Estimate:
     """The change over independent passes (fresh processes each): the mean of the passes' median log
     ratios, its Student-t interval at settings.confidence(passes) and t-tests (passes - 1 degrees of freedom),
     each direction at alpha / 2 (its one-sided p doubled, then multiplied by the pass looks), so that
     slower and faster together stay within alpha. The standard error is the passes' spread, and never
-    less than what the rounds within the passes allow (a few passes can agree by chance)."""
+    less than what the rounds within the passes allow (a few passes can agree by chance). With ``cpu``
+    (per pass), the CPU change and each side's slow-state processes (``slow_processes``)."""
     if len(passes) < 2:
         raise ValueError(f"expected at least 2 passes, found {len(passes)}")
     per_pass = [estimate(paired, settings) for paired in passes]
@@ -240,11 +293,16 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings) -> Estimate:
         noise=between, min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
         p_slower=min(1.0, tails * float(sps.t.cdf(t, df))), p_faster=min(1.0, tails * float(sps.t.sf(t, df))),
         worse_rounds=sum(e.worse_rounds for e in per_pass), better_rounds=sum(e.better_rounds for e in per_pass),
-        passes=count)
+        passes=count, cpu_change=cpu_change(cpu), slow_processes=slow_processes(cpu, settings))
 
 
 def verdict_of(e: Estimate, *, p_slower: float, p_faster: float, settings: ABSettings) -> str:
-    """slower / faster / no change / inconclusive from an estimate and its family-adjusted p-values."""
+    """slower / faster / no change / inconclusive from an estimate and its family-adjusted p-values; on a
+    busy machine (``machine_busy``) never slower or faster: which side's processes happened to wait
+    decides the change there, not the code."""
+    if e.busy:
+        return NO_CHANGE if verdict_of(replace(e, slow_processes=(0, 0)), p_slower=p_slower, p_faster=p_faster,
+                                       settings=settings) == NO_CHANGE else INCONCLUSIVE
     if p_slower < settings.alpha and e.change <= -e.min_effect:
         return SLOWER
     if p_faster < settings.alpha and e.change >= e.min_effect:
@@ -305,6 +363,9 @@ class ABVerdict:
     def label(self) -> str:
         if self.verdict != INCONCLUSIVE:
             return self.verdict
+        if self.estimate.busy:
+            a, b = self.estimate.slow_processes
+            return f"inconclusive: machine busy (slow state in {a} process(es) of A, {b} of B)"
         if self.estimate.passes > 1:
             return f"inconclusive (over {self.estimate.passes} passes; more passes would narrow it)"
         if self.more_rounds is None:
@@ -340,13 +401,16 @@ def settled(paired: Paired, settings: ABSettings, *, benchmarks: int) -> bool:
     return len(paired.a) in settings.looks and _decided_alone(estimate(paired, settings), settings, benchmarks)
 
 
-def passes_settled(passes: Sequence[Paired], settings: ABSettings, *, benchmarks: int) -> bool:
+def passes_settled(passes: Sequence[Paired], settings: ABSettings, *, benchmarks: int, cpu: Cpu = ()) -> bool:
     """Whether a benchmark needs no more passes: at max_passes, or at one of its pass looks and decided
-    on its own (as ``settled`` for rounds). One pass is settled."""
+    on its own (as ``settled`` for rounds) or judged busy. One pass is settled."""
     n = len(passes)
     if n >= settings.max_passes or settings.passes == 1:
         return True
-    return n in settings.pass_looks and _decided_alone(estimate_passes(passes, settings), settings, benchmarks)
+    if n not in settings.pass_looks:
+        return False
+    e = estimate_passes(passes, settings, cpu)
+    return e.busy or _decided_alone(e, settings, benchmarks)  # busy: more passes meet more waiting
 
 
 def _decided_alone(e: Estimate, settings: ABSettings, benchmarks: int) -> bool:

@@ -1,0 +1,175 @@
+"""``perfsuite ab BASE [HEAD]``: two revisions' benchmarks measured side by side on this machine, round by round.
+
+A stored earlier run only shows changes larger than the machine's run-to-run noise (docs/ab.md).
+Here both revisions run in the same job, each side in its own git worktree (HEAD defaults to the
+working tree itself) and its own long-lived worker process; the controller drives every measurement
+round, A then B, the order reversed every round, in passes of fresh workers, and decides over them.
+
+The package is split as pyperf's is: ``manager`` (worktrees and worker processes), ``runner`` (the
+controller's loop over passes and benchmarks), ``results`` (what was measured and decided, JSON),
+``present`` (table, Markdown, plots); the worker's own loop is perfsuite.pytest_plugin.ab_worker and
+the decision perfsuite.verdict.ab. This module is the command line. No process or worktree outlives
+the command.
+
+Exit status: 0 no significant slowdown; 1 a significant slowdown beyond the minimum effect; 2 a usage
+error (a bad revision, option or path); 3 a side could not be measured (it failed to start, crashed or
+hung) or a benchmark raised on one side: the message names the side (base/head), the benchmark and the
+worker's log; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from perfsuite.tools.ab.manager import repository_root
+from perfsuite.tools.ab.present import failures_with_logs, footnotes, markdown, plot, table
+from perfsuite.tools.ab.results import ABReport, Options, write_json
+from perfsuite.tools.ab.runner import compare_revisions
+from perfsuite.tools.options import check_outputs
+
+# --------------------------------------------------------------------------------------------- run
+
+
+def pytest_args(args) -> list[str]:
+    """The worker's pytest command line: the benchmarks, the selection and the profile passed through;
+    pytest-benchmark's own timing off (the rounds are the controller's), gates reported only, the
+    session's order kept, nothing cached in the trees."""
+    command = [args.benchmarks, f"--perfsuite-profile={args.profile}", "--perfsuite-gates=report",
+               "--benchmark-disable", "-p", "no:cacheprovider", "-p", "no:randomly",
+               "--continue-on-collection-errors", "-q"]
+    if args.keyword:
+        command += ["-k", args.keyword]
+    if args.markexpr:
+        command += ["-m", args.markexpr]
+    if args.data_dir is not None:
+        command += [f"--perfsuite-data-dir={args.data_dir.resolve()}"]
+    return command
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def _fraction(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, found {text!r}")
+    return value
+
+
+def _positive(kind):
+    import argparse
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, found {text!r}")
+        return value
+
+    return parse
+
+
+def add_arguments(parser) -> None:
+    """The ``perfsuite ab`` options (cli.py's _add_ab registers the command)."""
+    from perfsuite.pytest_plugin.profiles import PROFILES
+    from perfsuite.verdict.ab import ABSettings
+
+    parser.add_argument("base", metavar="BASE", help="git revision of side A (e.g. HEAD~1, origin/main, a merge base)")
+    parser.add_argument("head", metavar="HEAD", nargs="?", default=None,
+                        help="git revision of side B (default: the working tree, uncommitted changes included)")
+    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k selection, on both sides")
+    parser.add_argument("-m", dest="markexpr", metavar="EXPR", help="pytest -m selection, on both sides")
+    parser.add_argument("--benchmarks", default="benchmarks", metavar="PATH",
+                        help="benchmark path inside each revision (default: %(default)s)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick",
+                        help="run profile of both sides: corpus and round length (default: %(default)s)")
+    parser.add_argument("--budget", type=_positive(float), default=600.0, metavar="SECONDS",
+                        help="measuring time over all benchmarks; each gets its share (at least --min-rounds), "
+                             "and stops early once decided (default: %(default)g)")
+    parser.add_argument("--alpha", type=_fraction, default=0.01, metavar="P",
+                        help="false-alarm rate over all benchmarks compared (default: %(default)g)")
+    parser.add_argument("--min-effect", type=_fraction, default=0.02, metavar="FRACTION",
+                        help="least change that counts; it grows with the noise to 3 standard errors "
+                             "(default: %(default)g)")
+    parser.add_argument("--no-change-within", type=_fraction, default=0.05, metavar="FRACTION",
+                        help="'no change' when the change's interval lies within ± this (default: %(default)g)")
+    parser.add_argument("--min-rounds", type=_positive(int), default=12, metavar="N",
+                        help="rounds per benchmark at least, even (default: %(default)s)")
+    parser.add_argument("--max-rounds", type=_positive(int), default=96, metavar="N",
+                        help="rounds per benchmark at most, even (default: %(default)s)")
+    parser.add_argument("--passes", type=_positive(int), default=ABSettings().passes, metavar="N",
+                        help="times the comparison runs with fresh workers on both sides; with 2 or more the pass "
+                             "is the unit of the decision (a difference between two processes of the same code "
+                             "is no change of the code); 1 is quicker but trusts one pair of processes "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-passes", type=_positive(int), metavar="N",
+                        help="passes at most for a benchmark still undecided after --passes (looked at every "
+                             "doubling; each costs what one of the first passes did for it; equal to --passes "
+                             f"to keep within the budget) (default: {ABSettings().max_passes}, or --passes if more)")
+    parser.add_argument("--round-timeout", type=_positive(float), default=300.0, metavar="SECONDS",
+                        help="a round taking longer is a hung side (default: %(default)g)")
+    parser.add_argument("--setup-timeout", type=_positive(float), default=1800.0, metavar="SECONDS",
+                        help="the longest a side may take outside its rounds between two steps: start-up, "
+                             "collection, fixtures, warm-up (default: %(default)g)")
+    parser.add_argument("--data-dir", type=Path, metavar="DIR", help="where both sides build and reuse corpora")
+    parser.add_argument("--repo", type=Path, default=Path("."), metavar="DIR",
+                        help="the git repository (default: the one holding the current directory)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every round and verdict as JSON to FILE")
+    parser.add_argument("--report", type=Path, metavar="DIR",
+                        help="write summary.md, per-round plots and both workers' logs to DIR (needs matplotlib)")
+
+
+def run(args, parser) -> int:
+    """``perfsuite ab``: options checked first, then the comparison, the table and the files."""
+    from perfsuite.verdict.ab import ABSettings
+
+    check_outputs(parser, json_file=args.json, directories={"--report": args.report, "--data-dir": args.data_dir})
+    try:
+        settings = ABSettings(alpha=args.alpha, min_effect=args.min_effect, no_change_within=args.no_change_within,
+                              min_rounds=args.min_rounds, max_rounds=args.max_rounds, passes=args.passes,
+                              max_passes=args.max_passes or max(ABSettings().max_passes, args.passes))
+    except ValueError as error:  # "min_rounds: expected ..." said of the option that set it
+        name, _, problem = str(error).partition(": ")
+        parser.error(f"--{name.replace('_', '-')}: {problem}")
+    options = Options(budget_s=args.budget, round_timeout_s=args.round_timeout, setup_timeout_s=args.setup_timeout)
+    start = time.monotonic()
+
+    def progress(message: str) -> None:
+        print(f"perfsuite ab [{time.monotonic() - start:5.0f} s] {message}", file=sys.stderr, flush=True)
+
+    report = compare_revisions(repo=repository_root(args.repo), base=args.base, head=args.head,
+                               pytest_arguments=pytest_args(args), settings=settings, options=options,
+                               progress=progress, logs_to=args.report)
+    print(report.title())
+    for line in table(report):
+        print(line)
+    for line in footnotes(report):
+        print(f"note: {line}")
+    for failure in failures_with_logs(report):
+        print(f"last lines of side {failure.side}'s log ({failure.log}):\n{failure.log_tail}", file=sys.stderr)
+    _write_outputs(report, args)
+    return report.exit_status
+
+
+def _write_outputs(report: ABReport, args) -> None:
+    if args.json is not None:
+        write_json(args.json, report.as_dict())
+        print(f"json: {args.json}")
+    if args.report is not None:
+        args.report.mkdir(parents=True, exist_ok=True)
+        (args.report / "summary.md").write_text(markdown(report), encoding="utf-8")
+        for path in plot(report, args.report):
+            print(f"plot: {path}")
+        print(f"report: {args.report / 'summary.md'}")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as stream:
+            stream.write(markdown(report))

@@ -1,0 +1,267 @@
+"""Worktrees and worker processes of ``perfsuite ab`` (pyperf's ``_manager``): each side's revision
+checked out into its own detached git worktree, and one long-lived worker process per side (its own
+process group, pipes to the controller, frozen between its rounds). Nothing here decides anything."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from perfsuite.errors import PerfsuiteError
+
+WORKER_FILE = Path(__file__).resolve().parents[2] / "pytest_plugin" / "ab_worker.py"
+BOOT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+SIDES = ("A", "B")
+LOG_TAIL_LINES = 12
+
+
+class ABError(PerfsuiteError, ValueError):
+    """A revision, repository or option ``perfsuite ab`` cannot use."""
+
+
+ROLES = {"A": "base", "B": "head"}
+
+
+class SideFailure(PerfsuiteError, RuntimeError):
+    """One side could not be measured: its worker failed to start, crashed or hung, or one benchmark
+    raised there. log: the worker log's file name (copied to --report DIR), log_tail: its last lines."""
+
+    def __init__(self, side: str, problem: str, *, benchmark: str | None = None, log_tail: str = "",
+                 log: str = ""):
+        self.side, self.problem, self.benchmark, self.log_tail, self.log = side, problem, benchmark, log_tail, log
+        where = f" in {benchmark}" if benchmark else ""
+        super().__init__(f"side {side}{where}: {problem}")
+
+    @property
+    def role(self) -> str:
+        """base (side A) or head (side B)."""
+        return ROLES.get(self.side, self.side)
+
+    def as_dict(self) -> dict:
+        return {"side": self.side, "role": self.role, "benchmark": self.benchmark, "problem": self.problem,
+                "log": self.log, "log_tail": self.log_tail}
+
+
+# ------------------------------------------------------------------------------ revisions, worktrees
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: what the user named, the commit (None: the working tree) and the
+    directory its worker runs in."""
+
+    name: str  # "A" or "B"
+    revision: str
+    commit: str | None
+    root: Path
+    subject: str = ""
+
+    def describe(self) -> str:
+        if self.commit is None:
+            return f"{self.name} = working tree of {self.root}"
+        return f"{self.name} = {self.revision} ({self.commit[:10]} {self.subject})".rstrip()
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "root": str(self.root)}
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+
+
+def repository_root(directory: Path) -> Path:
+    """The top of the git repository holding ``directory``."""
+    result = _git(directory, "rev-parse", "--show-toplevel")
+    if result.returncode != 0:
+        raise ABError(f"--repo: expected a directory inside a git repository, found {directory} "
+                      f"({result.stderr.strip() or 'git failed'})")
+    return Path(result.stdout.strip())
+
+
+def resolve(repo: Path, revision: str, *, what: str) -> tuple[str, str]:
+    """The commit a revision names and its subject line."""
+    result = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    if result.returncode != 0 or not result.stdout.strip():
+        raise ABError(f"{what}: expected a git revision of {repo} (a commit, branch or tag), found {revision!r}")
+    commit = result.stdout.strip()
+    return commit, _git(repo, "log", "-1", "--format=%s", commit).stdout.strip()
+
+
+@contextlib.contextmanager
+def checkouts(repo: Path, base: str, head: str | None, scratch: Path) -> Iterator[tuple[Side, Side]]:
+    """Side A at ``base`` and side B at ``head`` (None: the working tree), each revision in its own
+    detached worktree under ``scratch``; the worktrees are removed on the way out, whatever happens."""
+    resolved = {name: (revision, *resolve(repo, revision, what=name))
+                for name, revision in (("BASE", base), ("HEAD", head)) if revision is not None}
+    added: list[Path] = []
+    try:
+        sides = []
+        for name, option in zip(SIDES, ("BASE", "HEAD")):
+            if option not in resolved:
+                sides.append(Side(name, "working tree", None, repo))
+                continue
+            revision, commit, subject = resolved[option]
+            path = scratch / f"worktree-{name}"
+            result = _git(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
+            if result.returncode != 0:
+                raise ABError(f"{option}: could not check out {revision} into {path}: {result.stderr.strip()}")
+            added.append(path)
+            sides.append(Side(name, revision, commit, path, subject))
+        yield sides[0], sides[1]
+    finally:
+        for path in added:
+            _git(repo, "worktree", "remove", "--force", str(path))
+        if added:
+            _git(repo, "worktree", "prune")
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+class Worker:
+    """One side's worker process (its own process group) and the pipes to it."""
+
+    def __init__(self, side: Side, pytest_args: list[str], log_path: Path):
+        self.side = side
+        self.log_path = log_path
+        events_read, events_write = os.pipe()
+        commands_read, commands_write = os.pipe()
+        env = dict(os.environ, PERFSUITE_AB_SIDE=side.name,
+                   PYTHONPATH=os.pathsep.join(p for p in (str(side.root), os.environ.get("PYTHONPATH")) if p))
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", BOOT, str(WORKER_FILE), str(events_write), str(commands_read), *pytest_args],
+                cwd=side.root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(events_write, commands_read), start_new_session=True)
+        os.close(events_write)
+        os.close(commands_read)
+        self._events, self._commands = events_read, commands_write
+        self._buffer = b""
+        self.paused = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def failure(self, problem: str, *, benchmark: str | None = None) -> SideFailure:
+        return SideFailure(self.side.name, problem, benchmark=benchmark, log_tail=log_tail(self.log_path),
+                           log=self.log_path.name)
+
+    def wait_frozen(self, *, timeout: float = 30.0, benchmark: str | None = None) -> None:
+        """Wait until the worker has frozen itself, as it does after each ready and round event
+        (ab_worker.Channel): while the other side measures, its background threads (tf.data refilling
+        its prefetch buffers, say) neither take CPU from that round nor work ahead, so its next round
+        starts where its last one ended, as back-to-back rounds do."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status = os.waitpid(self.pid, os.WUNTRACED | os.WNOHANG)
+            if pid and os.WIFSTOPPED(status):
+                self.paused = True
+                return
+            if pid:  # it exited instead
+                self.process.returncode = os.waitstatus_to_exitcode(status)
+                raise self._exited("freezing after its round", benchmark)
+            if time.monotonic() >= deadline:
+                raise self.failure(f"did not freeze within {timeout:g} s after its round", benchmark=benchmark)
+            time.sleep(0.0005)
+
+    def resume(self) -> None:
+        if self.paused:
+            self._signal(signal.SIGCONT)
+            self.paused = False
+
+    def _signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+    def send(self, command: str, **fields) -> None:
+        """A command to the worker, continued first if paused."""
+        self.resume()
+        try:
+            os.write(self._commands, (json.dumps({"cmd": command, **fields}) + "\n").encode())
+        except OSError:
+            raise self._exited(f"sending {command!r}", fields.get("benchmark")) from None
+
+    def receive(self, *, timeout: float, waiting_for: str, benchmark: str | None = None) -> dict:
+        """The worker's next event; a SideFailure when it exits or says nothing within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self.failure(f"no answer within {timeout:g} s while {waiting_for} (hung?)", benchmark=benchmark)
+            readable, _, _ = select.select([self._events], [], [], remaining)
+            if readable:
+                chunk = os.read(self._events, 1 << 16)
+                if not chunk:
+                    raise self._exited(waiting_for, benchmark)
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        event = json.loads(line)
+        if event.get("event") == "fatal":
+            raise self.failure(f"the worker stopped while {waiting_for}: {event.get('message')}", benchmark=benchmark)
+        return event
+
+    def _exited(self, waiting_for: str, benchmark: str | None) -> SideFailure:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        status = self.process.returncode
+        how = "is still running" if status is None else (
+            f"was killed by signal {-status}" if status < 0 else f"exited with status {status}")
+        return self.failure(f"the worker {how} while {waiting_for}", benchmark=benchmark)
+
+    def close(self) -> None:
+        """End the worker's whole process group (its own children too) and close the pipes."""
+        self.resume()  # a stopped process acts on SIGTERM only once continued
+        if self.process.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.process.pid, sig)
+                try:
+                    self.process.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # children left in the group
+            os.killpg(self.process.pid, signal.SIGKILL)
+        for fd in (self._events, self._commands):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+@contextlib.contextmanager
+def workers(sides: tuple[Side, Side], pytest_args: list[str], scratch: Path,
+            log_suffix: str = "") -> Iterator[dict[str, Worker]]:
+    """A worker per side; every worker's process group is ended on the way out."""
+    started: dict[str, Worker] = {}
+    previous = signal.signal(signal.SIGTERM, _terminate)  # a cancelled CI job still cleans up
+    try:
+        for side in sides:
+            started[side.name] = Worker(side, pytest_args, scratch / f"worker-{side.name}{log_suffix}.log")
+        yield started
+    finally:
+        for worker in started.values():
+            worker.close()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+

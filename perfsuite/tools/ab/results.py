@@ -1,0 +1,212 @@
+"""What one ``perfsuite ab`` run measured and decided, as data: its settings, each benchmark's rounds
+over its passes, the verdicts, what was not compared, a side's failure; JSON out and back in."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from perfsuite.tools.ab.manager import ABError, Side, SideFailure
+
+EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED = 0, 1, 2, 3
+AB_SCHEMA_VERSION = 2  # 1: the unversioned JSON before; 2: schema_version, benchmark_failures, CPU per sample
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the controller needs besides the decision settings."""
+
+    budget_s: float = 600.0  # measuring time over all benchmarks (their rounds)
+    round_timeout_s: float = 300.0
+    setup_timeout_s: float = 1800.0  # collection, fixtures, warm-up, the rest of a test
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One benchmark's rounds on both sides (the figure: samples/s, or a compare benchmark's ratio)."""
+
+    name: str
+    nodeid: str
+    metric: str
+    higher_is_better: bool
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    order: tuple[str, ...]  # "AB" or "BA" per round
+    a_round_s: tuple[float, ...]
+    b_round_s: tuple[float, ...]
+    elapsed_s: float
+    pass_rounds: tuple[int, ...] = ()  # rounds of each pass, in order (the rounds above are joined)
+    a_cpu: tuple[float, ...] = ()  # process CPU seconds per sample per round (empty: not reported)
+    b_cpu: tuple[float, ...] = ()
+    a_parts: tuple[tuple[float, float], ...] = ()  # a ratio's numerator and denominator speeds per round
+    b_parts: tuple[tuple[float, float], ...] = ()
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), **{k: [list(v) if isinstance(v, tuple) else v for v in getattr(self, k)]
+                                   for k in (*ROUND_KEYS, "pass_rounds")}}
+
+    def cpu(self) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+        """Per pass, A's and B's CPU seconds per sample per round ([] when not reported for every round)."""
+        if len(self.a_cpu) != len(self.a) or len(self.b_cpu) != len(self.b):
+            return []
+        return [(self.a_cpu[lo:hi], self.b_cpu[lo:hi]) for lo, hi in self._bounds()]
+
+    def _bounds(self) -> list[tuple[int, int]]:
+        return list(itertools.pairwise(itertools.accumulate(self.pass_rounds or (len(self.a),), initial=0)))
+
+    def passes(self) -> list:
+        """One perfsuite.verdict.ab.Paired per pass (the whole as one when it ran in one pass)."""
+        from perfsuite.verdict.ab import Paired
+
+        return [Paired(self.name, self.a[lo:hi], self.b[lo:hi], self.higher_is_better) for lo, hi in self._bounds()]
+
+    def sides_of_ratio(self) -> list[Measured]:
+        """A ratio measured with its two sides' speeds: the numerator and the denominator, each as a
+        benchmark of its own (samples/s, higher is better) to decide; [] otherwise."""
+        if not self.a_parts or len(self.a_parts) != len(self.a) or len(self.b_parts) != len(self.b):
+            return []
+        return [replace(self, name=f"{self.name} [{part}]", metric=f"{part} of {self.metric}", higher_is_better=True,
+                        a=tuple(p[i] for p in self.a_parts), b=tuple(p[i] for p in self.b_parts), a_parts=(),
+                        b_parts=()) for i, part in enumerate(RATIO_PARTS)]
+
+
+ROUND_KEYS = ("a", "b", "order", "a_round_s", "b_round_s", "a_cpu", "b_cpu", "a_parts", "b_parts")
+RATIO_PARTS = ("numerator", "denominator")
+
+
+def joined(per_pass: list[list[Measured]]) -> list[Measured]:
+    """One Measured per benchmark, its passes' rounds joined in pass order (first-seen order of names)."""
+    groups: dict[str, list[Measured]] = {}
+    for measured in per_pass:
+        for m in measured:
+            groups.setdefault(m.name, []).append(m)
+    out = []
+    for name, group in groups.items():
+        out.append(replace(group[0], **{key: tuple(v for m in group for v in getattr(m, key)) for key in ROUND_KEYS},
+                           elapsed_s=sum(m.elapsed_s for m in group), pass_rounds=tuple(len(m.a) for m in group)))
+    return out
+
+
+def decided(measured: list[Measured]) -> list[Measured]:
+    """What is decided: each benchmark, a ratio measured with its sides' speeds replaced by its sides."""
+    return [m for whole in measured for m in (whole.sides_of_ratio() or [whole])]
+
+
+@dataclass(frozen=True)
+class DerivedRatio:
+    """A ratio's change derived from its sides' decided changes: (1 + numerator) / (1 + denominator) - 1,
+    oriented like the ratio (worse is negative); the interval from the ends of the sides' intervals,
+    which holds when both sides' do (coverage at least 1 - the two sides' misses)."""
+
+    name: str
+    change: float
+    low: float
+    high: float
+    a: tuple[float, ...]  # the ratio's rounds, as measured
+    b: tuple[float, ...]
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "a": list(self.a), "b": list(self.b)}
+
+
+def derived_ratios(measured: list[Measured], verdicts) -> list[DerivedRatio]:
+    """Per ratio decided by its sides, its change from theirs (``verdicts`` keyed by name)."""
+    by_name = {v.name: v.estimate for v in verdicts}
+    out = []
+    for m in measured:
+        sides = m.sides_of_ratio()
+        if not sides:
+            continue
+        n, d = (by_name[s.name] for s in sides)
+        ends = [(1 + n.change) / (1 + d.change), (1 + n.low) / (1 + d.high), (1 + n.high) / (1 + d.low)]
+        if not m.higher_is_better:
+            ends = [1 / e for e in ends]
+        out.append(DerivedRatio(m.name, ends[0] - 1, min(ends[1:]) - 1, max(ends[1:]) - 1, m.a, m.b))
+    return out
+
+
+@dataclass(frozen=True)
+class NotCompared:
+    name: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class ABReport:
+    """Everything one ``perfsuite ab`` run found: the sides, the settings, each benchmark's rounds and
+    verdict, what was not compared, a side's failure, and the machine's load around the run."""
+
+    sides: tuple[Side, Side]
+    settings: object  # perfsuite.verdict.ab.ABSettings
+    options: Options
+    measured: tuple[Measured, ...]
+    verdicts: tuple  # perfsuite.verdict.ab.ABVerdict, one per measured benchmark
+    not_compared: tuple[NotCompared, ...]
+    notes: tuple[str, ...]
+    failure: SideFailure | None
+    elapsed_s: float
+    load: dict
+    benchmark_failures: tuple[SideFailure, ...] = ()  # benchmarks that raised on a side
+    derived: tuple[DerivedRatio, ...] = ()  # ratios decided by their sides
+
+    @property
+    def exit_status(self) -> int:
+        """1 on a significant slowdown; else 3 when a side failed or a benchmark raised on a side."""
+        if any(v.significant_slowdown for v in self.verdicts):
+            return EXIT_SLOWER
+        return EXIT_SIDE_FAILED if self.failure is not None or self.benchmark_failures else EXIT_OK
+
+    def title(self) -> str:
+        a, b = self.sides
+        return f"perfsuite ab: {a.describe()}  vs  {b.describe()}"
+
+    def as_dict(self) -> dict:
+        return {"schema_version": AB_SCHEMA_VERSION, "sides": [s.as_dict() for s in self.sides], "settings": self.settings.as_dict(),
+                "options": self.options.as_dict(),
+                "benchmarks": [{**v.as_dict(), "rounds_detail": m.as_dict()} for m, v in zip(self.measured, self.verdicts)],
+                "not_compared": [n.as_dict() for n in self.not_compared], "notes": list(self.notes),
+                "failure": None if self.failure is None else self.failure.as_dict(),
+                "benchmark_failures": [f.as_dict() for f in self.benchmark_failures],
+                "derived_ratios": [d.as_dict() for d in self.derived],
+                "elapsed_s": self.elapsed_s, "load": self.load, "exit_status": self.exit_status}
+
+
+
+
+def write_json(path: Path, data: dict) -> None:
+    """data as JSON at path, written to a temporary file and renamed over it (never half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, allow_nan=False)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def load_json(path: Path) -> dict:
+    """An ``ab --json`` file written by this version's schema; a clear ABError otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ABError(f"{path}: expected an ab JSON file, found it unreadable ({error})") from None
+    found = data.get("schema_version", 1) if isinstance(data, dict) else None
+    if found != AB_SCHEMA_VERSION:
+        raise ABError(f"{path}: expected ab JSON schema_version {AB_SCHEMA_VERSION}, found {found!r}")
+    return data
+
