@@ -18,13 +18,12 @@ demonstrably above TARGET_FALSE_ALARM_RATE or a detection rate demonstrably belo
 (the interval excludes the target), or when a control benchmark is flagged "slower" in a planted run.
 
 On demand only (marker selftest; minutes per trial): ``pytest benchmarks/test_ab_selftest.py -m "selftest and slow"
--s -p no:randomly``; about 3 minutes a run (6 passes of fresh workers, budget 100 s) on the
-2-core box, one run per arm a trial. Its size comes from
+-s -p no:randomly``; one run per arm a trial (its wall time per machine: docs/ab.md). Its size comes from
 the environment: PERFSUITE_AB_SELFTEST_TRIALS (default 5), _PROFILE (quick: the smoke profile's rounds
 of a few milliseconds measure the scheduler), _K (the benchmarks; default: the TF-native WAV loader and
 the TF-native cache loader as a control), _BUDGET (seconds per run, default 100), _FRACTIONS (default
 "0.10:0.06,0.25:0.16": target slowdown:map fraction, read off the line through what ab measured for
-fractions 0.045 and 0.18 in the quick profile: +7.6 % and +28 % time per sample),
+two probe fractions in the quick profile; docs/ab.md has the probe),
 _OUT (a JSON file for every run's verdicts).
 """
 

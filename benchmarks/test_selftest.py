@@ -27,7 +27,7 @@ pytestmark = pytest.mark.selftest
 # Short utterances (1-2 s) keep the checks of the other mutants cheap.
 SELFTEST_CORPUS = CorpusSpec(num_utterances=32, min_seconds=1.0, max_seconds=2.0, seed=7)
 
-# The rates test: one epoch of a few long utterances per round (~22 ms on the 2-core box). Long
+# The rates test: one epoch of a few long utterances per round (tens of milliseconds). Long
 # utterances make the planted slowdown's fixed per-element cost small next to the mel itself, so a 10 %
 # slowdown is reachable. One map worker, no prefetch, a one-thread private pool and intra-op
 # parallelism 1 keep the pipeline to one thread at a time, nothing runs ahead between rounds but one
@@ -38,12 +38,11 @@ RATES_BASE = LoaderConfig(kind="tf_native", source="wav", batch_size=4, num_para
 RATE_ARMS = ("a", "a2", "slow10", "slow25")
 ORDER_CYCLE = 2 * len(RATE_ARMS)  # rotated_orders repeats every 2 x arms rounds
 WARMUP_ROUNDS = ORDER_CYCLE
-PROBE_FRACTIONS = (0.02, 0.24)  # bracket the 10 % and 25 % targets (measured ~6 % and ~30 %)
+PROBE_FRACTIONS = (0.02, 0.24)  # chosen to bracket the 10 % and 25 % targets (docs/selftest.md has the probe)
 TARGETS = (0.10, 0.25)
 CALIBRATION_ROUNDS = 8 * ORDER_CYCLE
 # 32 rounds a trial: the sign test at alpha 0.01 then flags a slowdown that shows in ≥ 24 of them, so up
-# to 8 rounds in which a burst of another process's load hit the base arm cannot hide it. 20 trials x
-# 32 rounds x 4 arms of ~23 ms: about 60 s.
+# to 8 rounds in which a burst of another process's load hit the base arm cannot hide it.
 ROUNDS_PER_TRIAL = 4 * ORDER_CYCLE
 TRIALS = 20
 SWAP_ROUND_S = 1.0
@@ -212,7 +211,7 @@ DEVICE_STEP_OVER_FETCH = 3
 
 def test_no_prefetch_flagged_by_input_bound_gate(perfsuite, selftest_corpus, tensorflow):
     """The shipped gate tf_native_cache_input_bound (≤ 5 %) on the TF-native cache loader with and without
-    prefetch, feeding a step that waits like an accelerator (the host is free meanwhile): on a 2-core CPU
+    prefetch, feeding a step that waits like an accelerator (the host is free meanwhile): on a CPU-only
     box a real CPU step competes with the pipeline for the same cores and prefetch can overlap nothing,
     and the compiled step of benchmarks/test_pipeline.py is so much longer than a cache batch that the
     shipped benchmark's share moves by about a batch's fetch over a step (see the report's findings)."""
@@ -227,7 +226,7 @@ def test_no_prefetch_flagged_by_input_bound_gate(perfsuite, selftest_corpus, ten
     without = build_loader(dataset_dir=dataset_dir, cache_dir=cache_dir,
                            config=selftest.mutant_loader_config(base, "no_prefetch")).dataset.repeat()
     # LoaderConfig(prefetch=0) leaves tf.data's own injected prefetch in place, which hides the mutant
-    # entirely (measured: 1.7 % input-bound); switch that off too so "no prefetch" means none.
+    # entirely (docs/selftest.md); switch that off too so "no prefetch" means none.
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     without = without.with_options(options)

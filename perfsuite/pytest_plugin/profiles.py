@@ -6,7 +6,8 @@ A slower machine takes fewer rounds of the same budget instead of paying proport
 say how many rounds were taken. Warm-up, trace and compile are outside the budget.
 
 smoke: CI's pass over every benchmark: they run and produce metrics, not how fast anything is.
-quick: the CI-sized measurement (``pytest benchmarks/ -m "not selftest"`` within 10 minutes on 2 cores).
+quick: the CI-sized measurement (``pytest benchmarks/ -m "not selftest"``; its wall time per machine is in
+       docs/measurement.md).
 full:  the nightly sweep (more batch sizes and workers, larger budgets).
 """
 

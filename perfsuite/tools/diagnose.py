@@ -66,7 +66,7 @@ VARIATION_BOUNDARIES = (UNSTABLE_VARIATION,)
 SWEEP_BOUNDARIES = (1 + SWEEP_MIN_GAIN,)
 
 # The budget (docs/diagnose.md, "The time budget").
-DEFAULT_BUDGET_S = 180.0  # chosen so a default run on a 2-core machine answers in about three minutes
+DEFAULT_BUDGET_S = 180.0  # a default run answers in about three minutes: the budget is wall time, not work
 MIN_ROUNDS = 3  # fewer rounds: "not enough time to decide"; the range of 3 rounds covers the median at 75 %
 TARGET_ROUNDS = 6  # rounds are sized so that this many fit a share: the range of 6 covers the median at 97 %
 MAX_ROUNDS = 30  # a stage whose figure sits on a boundary stops here even with time left

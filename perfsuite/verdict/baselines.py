@@ -17,7 +17,7 @@ Layout (``benchmarks/baselines/``):
         tensorflow: 2.21.0               # compared as major.minor; quote a bare major.minor ('2.21')
         ...
       margin: 0.25                       # how recorded thresholds were derived (see perfsuite.verdict.metrics)
-      recorded: '2026-11-22T08:00:00+00:00'
+      recorded: '<ISO 8601 time of the recording run>'
       benchmarks:
         loaders/test_loader[tf_native-wav-bs16-w2]:
           min_samples_per_s: 900.0
