@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from perfsuite.tools.ab.results import ABReport, Measured
+
 HEADER = ("benchmark", "change of B vs A [interval]", "p", "CPU/sample B vs A", "rounds", "verdict")
 
 

@@ -15,9 +15,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, log_tail, checkouts, workers
-from perfsuite.tools.ab.results import (ABReport, Measured, NotCompared, Options, decided, derived_ratios,
-                                        joined)
+from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, checkouts, log_tail, workers
+from perfsuite.tools.ab.results import (
+    ABReport,
+    Measured,
+    NotCompared,
+    Options,
+    decided,
+    derived_ratios,
+    joined,
+)
+
+
 @dataclass(frozen=True)
 class Collected:
     """What the workers collected and said before the rounds."""
