@@ -1,0 +1,248 @@
+"""The one record model: frozen dataclasses that go to and from JSON typed, with one validator and
+versioned files that older schemas reach through explicit migrations.
+
+A `Record` subclass is a frozen dataclass. `as_dict()` turns it into JSON-ready values, nesting records
+(never flattening them into dicts read back by key); `from_dict()` checks every field against its
+annotation and builds the nested records again. Supported annotations: Record subclasses, enums, str,
+int, float, bool, None, Optional/unions of those, tuple[T, ...], tuple[A, B], list[T] and dict[str, T].
+
+`dump(record, path)` writes `{"schema_version": N, ...}` atomically; `load(path, cls)` reads it, applies
+the migrations registered for `cls` (`migrate_N_to_M` functions, one schema step each) up to
+`cls.SCHEMA_VERSION`, and validates. Every error is a RecordError naming the file, the field path, what
+was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, ClassVar, TypeVar
+
+from perfsuite.errors import PerfsuiteError
+from perfsuite.files import write_atomic
+
+R = TypeVar("R", bound="Record")
+Migration = Callable[[dict], dict]
+
+
+class RecordError(PerfsuiteError, ValueError):
+    """A record (or its file) does not match its schema: names where, the field, the expectation and
+    what was found."""
+
+    def __init__(self, where: str, field: str, expected: str, found: str):
+        self.where = where
+        self.field = field
+        self.expected = expected
+        self.found = found
+        super().__init__(f"{where}: {field}: expected {expected}, found {found}")
+
+    def __reduce__(self):  # keeps the attributes across pickling (worker processes)
+        return (type(self), (self.where, self.field, self.expected, self.found))
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """Base of every record written to or read from disk. Subclasses are frozen dataclasses; a subclass
+    written to its own file sets SCHEMA_VERSION and registers its migrations with `migration`."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready values: nested records as dicts, enums as their values,
+        tuples as lists."""
+        return {field.name: _to_plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls: type[R], data: Any, where: str | None = None) -> R:
+        """Build the record from `data`, checking every field against its annotation; raises
+        RecordError naming `where` (default: the class name) and the field path."""
+        return _from_plain(cls, data, where or cls.__name__, cls.__name__)
+
+
+_MIGRATIONS: dict[type, dict[int, tuple[int, Migration]]] = {}
+
+
+def migration(cls: type[Record], old: int, new: int) -> Callable[[Migration], Migration]:
+    """Register `function(data) -> data` that turns schema `old` of `cls` into schema `new`."""
+    if new <= old:
+        raise ValueError(f"a migration goes forward: {old} → {new}")
+
+    def register(function: Migration) -> Migration:
+        _MIGRATIONS.setdefault(cls, {})[old] = (new, function)
+        return function
+    return register
+
+
+def migrate(cls: type[Record], data: Any, where: str) -> dict:
+    """`data` (a dict with schema_version) brought to cls.SCHEMA_VERSION through the registered
+    migrations; the result has no schema_version key."""
+    if not isinstance(data, dict):
+        raise RecordError(where, cls.__name__, "a JSON object", type(data).__name__)
+    version = data.get("schema_version")
+    if type(version) is not int:
+        raise RecordError(where, "schema_version", f"an integer (current: {cls.SCHEMA_VERSION})", repr(version))
+    data = {key: value for key, value in data.items() if key != "schema_version"}
+    steps = _MIGRATIONS.get(cls, {})
+    while version != cls.SCHEMA_VERSION:
+        if version not in steps:
+            known = sorted({*steps, cls.SCHEMA_VERSION})
+            raise RecordError(where, "schema_version", f"one of {known}", repr(version))
+        version, function = steps[version]
+        data = function(data)
+    return data
+
+
+def dumps(record: Record) -> str:
+    """The record as versioned JSON text."""
+    return json.dumps({"schema_version": type(record).SCHEMA_VERSION, **record.as_dict()}, indent=2) + "\n"
+
+
+def loads(text: str, cls: type[R], where: str) -> R:
+    """Read versioned JSON text (from `where`) as `cls`, through its migrations."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RecordError(where, "(file)", "JSON", f"{error.msg} at line {error.lineno}") from None
+    return cls.from_dict(migrate(cls, data, where), where)
+
+
+def dump(record: Record, path: Path | str) -> None:
+    """Write the record to `path` as versioned JSON, atomically."""
+    write_atomic(path, dumps(record))
+
+
+def load(path: Path | str, cls: type[R]) -> R:
+    """Read `path` as `cls`: a missing or unreadable file, bad JSON, an unknown schema version or a
+    field that does not match raises RecordError naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RecordError(str(path), "(file)", "a readable UTF-8 JSON file", str(error)) from None
+    return loads(text, cls, str(path))
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.as_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [_to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _to_plain(item) for key, item in value.items()}
+    return value
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _describe(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _found(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _from_plain(annotation: Any, value: Any, where: str, field: str) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if annotation is None or annotation is type(None):
+        if value is None:
+            return None
+        raise RecordError(where, field, "null", _found(value))
+    if origin in (typing.Union, types.UnionType):
+        return _from_union(annotation, args, value, where, field)
+    if origin in (tuple, list):
+        return _from_sequence(origin, args, value, where, field)
+    if origin is dict:
+        return _from_mapping(args, value, where, field)
+    if isinstance(annotation, type) and issubclass(annotation, Record):
+        return _from_record(annotation, value, where, field)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        try:
+            return annotation(value)
+        except ValueError:
+            choices = ", ".join(repr(member.value) for member in annotation)
+            raise RecordError(where, field, f"one of {choices}", _found(value)) from None
+    return _from_scalar(annotation, value, where, field)
+
+
+def _from_union(annotation, args, value, where, field):
+    if value is None and type(None) in args:
+        return None
+    for option in (arg for arg in args if arg is not type(None)):
+        try:
+            return _from_plain(option, value, where, field)
+        except RecordError:
+            continue
+    raise RecordError(where, field, _describe(annotation), _found(value))
+
+
+def _from_sequence(origin, args, value, where, field):
+    if not isinstance(value, (list, tuple)):
+        raise RecordError(where, field, f"a list ({_describe(origin)})", _found(value))
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(value) != len(args):
+            raise RecordError(where, field, f"a list of {len(args)} items", f"{len(value)} items")
+        items = [_from_plain(arg, item, where, f"{field}[{i}]") for i, (arg, item) in enumerate(zip(args, value))]
+    else:
+        item_type = args[0] if args else Any
+        items = [_from_plain(item_type, item, where, f"{field}[{i}]") for i, item in enumerate(value)]
+    return tuple(items) if origin is tuple else items
+
+
+def _from_mapping(args, value, where, field):
+    if not isinstance(value, dict):
+        raise RecordError(where, field, "an object", _found(value))
+    item_type = args[1] if len(args) == 2 else Any
+    for key in value:
+        if not isinstance(key, str):
+            raise RecordError(where, field, "string keys", _found(key))
+    return {key: _from_plain(item_type, item, where, f"{field}.{key}") for key, item in value.items()}
+
+
+def _from_record(cls, value, where, field):
+    if not isinstance(value, dict):
+        raise RecordError(where, field, f"an object ({cls.__name__})", _found(value))
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise RecordError(where, field, f"only the keys {sorted(fields)}", f"unknown key(s) {unknown}")
+    hints = _hints(cls)
+    arguments = {}
+    for name, spec in fields.items():
+        if name not in value:
+            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise RecordError(where, f"{field}.{name}", "a value (required key)", "nothing")
+            continue
+        arguments[name] = _from_plain(hints[name], value[name], where, f"{field}.{name}")
+    try:
+        return cls(**arguments)
+    except (TypeError, ValueError) as error:  # a record's own __post_init__ check
+        raise RecordError(where, field, f"a valid {cls.__name__}", str(error)) from None
+
+
+def _from_scalar(annotation, value, where, field):
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif annotation in (str, bool):
+        if type(value) is annotation:
+            return value
+    else:
+        raise TypeError(f"{where}: {field}: records cannot hold {_describe(annotation)}")
+    raise RecordError(where, field, _describe(annotation), _found(value))
