@@ -22,6 +22,7 @@ from perfsuite.tools.pipeline_inspect import (
     diagnose_pipeline,
     inspect_graph,
     load_callable,
+    load_step,
     pipeline_verdicts,
 )
 
@@ -102,6 +103,18 @@ def ragged_step(batch):
 
 def returns_nothing(batch):
     return None
+
+
+def make_step():
+    return step
+
+
+def make_nothing():
+    return 3
+
+
+def two_args(batch, labels):
+    return batch
 """
 
 
@@ -348,3 +361,42 @@ def test_option_mistakes_are_usage_errors(capfd, args, message):
     assert cli.main(["diagnose", *args]) == 2
     _, err = capfd.readouterr()
     assert message in err and "Traceback" not in err
+
+
+def test_the_step_itself_is_taken_as_it_is_and_said(module_file):
+    said = []
+    taken = load_step(f"{module_file}:returns_nothing", said.append)
+    assert taken.__name__ == "returns_nothing"
+    assert said == [f"--step {module_file}:returns_nothing: the step itself (it takes one argument, the batch)"]
+
+
+def test_a_zero_argument_factory_is_called_for_the_step_and_said(module_file):
+    said = []
+    taken = load_step(f"{module_file}:make_step", said.append)
+    assert taken.__name__ == "step"  # the module is imported afresh per load: compared by name
+    assert said == [f"--step {module_file}:make_step: a factory; called it for the step"]
+
+
+@pytest.mark.parametrize("name, found", [
+    ("two_args", "a callable with 2 required arguments"),
+    ("make_nothing", "int"),
+])
+def test_a_step_of_neither_shape_is_a_target_error(module_file, name, found):
+    with pytest.raises(TargetError, match=f"--step {module_file}:{name}: expected .*found {found}"):
+        load_step(f"{module_file}:{name}", lambda message: None)
+
+
+def test_a_wrong_signature_step_is_one_line_exit_2(module_file, capfd):
+    assert cli.main(["diagnose", "--pipeline", f"{module_file}:make", "--step", f"{module_file}:two_args",
+                     "--budget", "5"]) == 2
+    _, err = capfd.readouterr()
+    assert (f"error: --step {module_file}:two_args: expected step(batch) or a factory with no required arguments "
+            "returning it, found a callable with 2 required arguments") in err and "Traceback" not in err
+
+
+def test_diagnose_runs_with_a_step_factory_and_says_it_took_one(module_file, capfd):
+    assert cli.main(["diagnose", "--pipeline", f"{module_file}:make", "--step", f"{module_file}:make_step",
+                     "--budget", "5"]) == 0
+    out, err = capfd.readouterr()
+    assert f"--step {module_file}:make_step: a factory; called it for the step" in out + err
+    assert "Traceback" not in out + err

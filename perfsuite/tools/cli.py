@@ -182,7 +182,8 @@ def _add_diagnose(commands) -> None:
                                "tf.data.Dataset")
     diagnose.add_argument("--step", metavar="MODULE:FUNCTION",
                           help="with --pipeline: your training step, step(batch) returning a tensor such as the "
-                               "loss; without it only throughput is measured")
+                               "loss, or a zero-argument factory returning it (told apart by signature); "
+                               "without it only throughput is measured")
     diagnose.add_argument("--arg", type=_key_value, action="append", metavar="KEY=VALUE",
                           help="with --pipeline: a keyword argument for the factory, passed as a string; repeatable")
     diagnose.add_argument("--batch-size", type=_integer(1), metavar="N", help="batch size (default: 16)")

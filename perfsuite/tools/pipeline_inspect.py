@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import inspect
 import re
 import statistics
 import sys
@@ -130,6 +131,39 @@ def load_callable(spec: str, option: str) -> Callable:
     if not callable(found):
         raise TargetError(option, spec, f"{attribute!r} to be callable", type(found).__name__)
     return found
+
+
+def load_step(spec: str, tell: Callable[[str], None]) -> Callable:
+    """The training step named by --step: the step itself (one required parameter, the batch) or a
+    zero-argument factory that returns it (the usual shape of model code), told apart by signature; tell()
+    says which was taken. TargetError when neither shape fits."""
+    found = load_callable(spec, "--step")
+    if _required_parameters(found, spec) == 1:
+        tell(f"--step {spec}: the step itself (it takes one argument, the batch)")
+        return found
+    if _required_parameters(found, spec) != 0:
+        raise TargetError("--step", spec, "step(batch) or a factory with no required arguments returning it",
+                          f"a callable with {_required_parameters(found, spec)} required arguments")
+    try:
+        step = found()
+    except Exception as error:  # noqa: BLE001 -- the user's factory may raise anything: named in one line
+        raise TargetError("--step", spec, "the factory to return a step", _raised(error)) from None
+    if not callable(step) or _required_parameters(step, spec) != 1:
+        raise TargetError("--step", spec, "the factory to return step(batch), a callable of one argument",
+                          type(step).__name__ if not callable(step) else
+                          f"a callable with {_required_parameters(step, spec)} required arguments")
+    tell(f"--step {spec}: a factory; called it for the step")
+    return step
+
+
+def _required_parameters(function: Callable, spec: str) -> int:
+    """How many arguments `function` requires (positional, without defaults; *args counts none)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        raise TargetError("--step", spec, "a callable whose signature can be read", "none") from None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty)
 
 
 def _where(module) -> str:
@@ -501,7 +535,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
 
     tell(f"importing {target.pipeline}" + (f" and {target.step}" if target.step else ""))
     dataset = make_dataset(load_callable(target.pipeline, "--pipeline"), target.args, target.pipeline)
-    step = load_callable(target.step, "--step") if target.step else None
+    step = load_step(target.step, tell) if target.step else None
     graph = inspect_graph(dataset)
     tell(f"graph: {' -> '.join(graph.transformations)}; {len(graph.python_ops)} Python-function op(s)")
     stream = _Stream(dataset, target.pipeline)
