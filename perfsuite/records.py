@@ -4,7 +4,8 @@ versioned files that older schemas reach through explicit migrations.
 A `Record` subclass is a frozen dataclass. `as_dict()` turns it into JSON-ready values, nesting records
 (never flattening them into dicts read back by key); `from_dict()` checks every field against its
 annotation and builds the nested records again. Supported annotations: Record subclasses, enums, str,
-int, float, bool, None, Optional/unions of those, tuple[T, ...], tuple[A, B], list[T] and dict[str, T].
+int, float, bool, None, Optional/unions of those, tuple[T, ...], tuple[A, B], list[T], dict[str, T], and
+bare dict/list for free-form JSON.
 
 `dump(record, path)` writes `{"schema_version": N, ...}` atomically; `load(path, cls)` reads it, applies
 the migrations registered for `cls` (`migrate_N_to_M` functions, one schema step each) up to
@@ -60,7 +61,7 @@ class Record:
     def from_dict(cls: type[R], data: Any, where: str | None = None) -> R:
         """Build the record from `data`, checking every field against its annotation; raises
         RecordError naming `where` (default: the class name) and the field path."""
-        return _from_plain(cls, data, where or cls.__name__, cls.__name__)
+        return _from_plain(cls, data, where or cls.__name__, "")
 
 
 _MIGRATIONS: dict[type, dict[int, tuple[int, Migration]]] = {}
@@ -147,6 +148,10 @@ def _describe(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def _join(field: str, name: str) -> str:
+    return f"{field}.{name}" if field else name
+
+
 def _found(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
@@ -157,6 +162,10 @@ def _from_plain(annotation: Any, value: Any, where: str, field: str) -> Any:
     args = typing.get_args(annotation)
     if annotation is Any:
         return value
+    if annotation in (dict, list):  # free-form JSON (e.g. a machine fingerprint): checked for its type only
+        if isinstance(value, annotation):
+            return value
+        raise RecordError(where, field, "an object" if annotation is dict else "a list", _found(value))
     if annotation is None or annotation is type(None):
         if value is None:
             return None
@@ -181,6 +190,9 @@ def _from_plain(annotation: Any, value: Any, where: str, field: str) -> Any:
 def _from_union(annotation, args, value, where, field):
     if value is None and type(None) in args:
         return None
+    options = [arg for arg in args if arg is not type(None)]
+    if len(options) == 1:  # Optional[T]: T's own error, which names the nested field
+        return _from_plain(options[0], value, where, field)
     for option in (arg for arg in args if arg is not type(None)):
         try:
             return _from_plain(option, value, where, field)
@@ -209,28 +221,28 @@ def _from_mapping(args, value, where, field):
     for key in value:
         if not isinstance(key, str):
             raise RecordError(where, field, "string keys", _found(key))
-    return {key: _from_plain(item_type, item, where, f"{field}.{key}") for key, item in value.items()}
+    return {key: _from_plain(item_type, item, where, _join(field, key)) for key, item in value.items()}
 
 
 def _from_record(cls, value, where, field):
     if not isinstance(value, dict):
-        raise RecordError(where, field, f"an object ({cls.__name__})", _found(value))
+        raise RecordError(where, field or cls.__name__, f"an object ({cls.__name__})", _found(value))
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(value) - set(fields))
     if unknown:
-        raise RecordError(where, field, f"only the keys {sorted(fields)}", f"unknown key(s) {unknown}")
+        raise RecordError(where, field or cls.__name__, f"only the keys {sorted(fields)}", f"unknown key(s) {unknown}")
     hints = _hints(cls)
     arguments = {}
     for name, spec in fields.items():
         if name not in value:
             if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                raise RecordError(where, f"{field}.{name}", "a value (required key)", "nothing")
+                raise RecordError(where, _join(field, name), "a value (required key)", "no such key")
             continue
-        arguments[name] = _from_plain(hints[name], value[name], where, f"{field}.{name}")
+        arguments[name] = _from_plain(hints[name], value[name], where, _join(field, name))
     try:
         return cls(**arguments)
     except (TypeError, ValueError) as error:  # a record's own __post_init__ check
-        raise RecordError(where, field, f"a valid {cls.__name__}", str(error)) from None
+        raise RecordError(where, field or cls.__name__, f"a valid {cls.__name__}", str(error)) from None
 
 
 def _from_scalar(annotation, value, where, field):

@@ -22,6 +22,7 @@ import pytest
 
 from perfsuite.errors import PerfsuiteError
 from perfsuite.measure.stats import classify_input_bound
+from perfsuite.records import RecordError
 from perfsuite.tools import cli
 from perfsuite.tools import diagnose as diagnose_module
 from perfsuite.tools.diagnose import (
@@ -38,7 +39,6 @@ from perfsuite.tools.diagnose import (
     UNDECIDED,
     DiagnoseSettings,
     Diagnosis,
-    DiagnosisFormatError,
     Estimate,
     Event,
     FeedFigures,
@@ -339,7 +339,7 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
     from perfsuite.measure.machine import machine_fingerprint
 
     result = run.result
-    assert result["schema_version"] == SCHEMA_VERSION == 4
+    assert result["schema_version"] == SCHEMA_VERSION == 5 and result["kind"] == "dataset"
     assert result["settings"]["batch_size"] == 4 and result["settings"]["model"] == "tiny"
     assert result["settings"]["batches"] == 4 and result["settings"]["budget_s"] == BUDGET_S
     assert set(result["fingerprint"]) == set(machine_fingerprint().as_dict())
@@ -402,24 +402,28 @@ def test_json_round_trips_through_diagnosis_from_dict(run):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: d.update(schema_version=3), "schema_version: expected 4, found 3"),
-    (lambda d: d.pop("schema_version"), "diagnosis.schema_version: expected a value, found no such key"),
-    (lambda d: d.pop("complete"), "diagnosis.complete: expected a value, found no such key"),
-    (lambda d: d["step"]["modes"].pop("xla"), "step.modes.xla: expected a value, found no such key"),
-    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"),
-     "pipelines[1].loader.samples_per_s: expected a value, found no such key"),
-    (lambda d: d["input_bound"][0]["share"].pop("rounds"), ("input_bound[0].share.rounds: expected a value, "
-                                                          "found no such key")),
-    (lambda d: d["stages"][0].pop("status"), "stages[0].status: expected a value, found no such key"),
-    (lambda d: d.update(verdicts={}), "verdicts: expected a list, found dict"),
-], ids=["old-version", "no-version", "no-complete", "step-mode", "loader-figure", "share-rounds", "stage-status",
-        "verdicts-type"])
+    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5], found 3"),
+    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 5), found None"),
+    (lambda d: d.update(kind="pipeline"), "kind: expected 'dataset', found 'pipeline'"),
+    (lambda d: d.pop("complete"), "complete: expected a value (required key), found no such key"),
+    (lambda d: d["step"]["modes"].pop("xla"),
+     "step: expected a valid StepFigures, found modes: expected eager, graph, xla, found eager, graph"),
+    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"), "pipelines[1]: expected a valid PipelineFigures, "
+     "found loader: expected the keys samples_per_s, batches, cycle_significant, cycle_period, "
+     "found no samples_per_s"),
+    (lambda d: d["input_bound"][0]["share"].pop("rounds"),
+     "input_bound[0].share.rounds: expected a value (required key), found no such key"),
+    (lambda d: d["stages"][0].pop("status"), "stages[0].status: expected a value (required key), found no such key"),
+    (lambda d: d.update(verdicts={}), "verdicts: expected a list (tuple), found dict {}"),
+    (lambda d: d["stages"][0].update(rounds="3"), "stages[0].rounds: expected int, found str '3'"),
+], ids=["old-version", "no-version", "wrong-kind", "no-complete", "step-mode", "loader-figure", "share-rounds",
+        "stage-status", "verdicts-type", "rounds-type"])
 def test_a_wrong_schema_version_or_missing_key_is_refused_by_name(run, damage, message):
     result = copy.deepcopy(run.result)
     damage(result)
-    with pytest.raises(DiagnosisFormatError) as raised:
+    with pytest.raises(RecordError) as raised:
         Diagnosis.from_dict(result)
-    assert str(raised.value) == message
+    assert str(raised.value) == f"diagnosis: {message}"
     assert isinstance(raised.value, PerfsuiteError)
 
 
@@ -859,3 +863,12 @@ def test_a_bad_step_time_is_refused_when_parsed(spec, capsys):
     assert "argument --step-time: step time: expected seconds > 0 or one of fastpitch-a100-tf32" in capsys.readouterr().err
     with pytest.raises(ValueError, match="step time: expected seconds > 0"):
         DiagnoseSettings(step_time=spec)
+
+
+def test_a_schema_4_file_of_yesterdays_diagnose_loads_through_its_migration():
+    stored = json.loads((Path(__file__).parent / "data" / "diagnose_schema4.json").read_text())
+    assert stored["schema_version"] == 4 and "kind" not in stored
+    loaded = Diagnosis.from_dict(stored)
+    assert loaded.as_dict()["schema_version"] == SCHEMA_VERSION == 5 and loaded.as_dict()["kind"] == "dataset"
+    assert loaded.as_dict() == {**stored, "schema_version": 5, "kind": "dataset"}
+    assert Diagnosis.from_dict(loaded.as_dict()) == loaded

@@ -104,14 +104,14 @@ GOOD = {"schema_version": 3, "name": "a", "kind": "slow", "count": 1, "rounds": 
     ([1, 2], "Run", "list"),
     ({**GOOD, "schema_version": 9}, "schema_version", "9"),
     ({**GOOD, "schema_version": "3"}, "schema_version", "'3'"),
-    ({**GOOD, "count": "1"}, "Run.count", "str"),
-    ({**GOOD, "count": True}, "Run.count", "bool"),
-    ({**GOOD, "kind": "medium"}, "Run.kind", "'medium'"),
-    ({**GOOD, "rounds": [{"rate": 1.0}]}, "Run.rounds[0].times", "nothing"),
-    ({**GOOD, "rounds": [{"rate": "x", "times": []}]}, "Run.rounds[0].rate", "str"),
-    ({**GOOD, "by_arm": {"a": 3}}, "Run.by_arm.a", "int"),
+    ({**GOOD, "count": "1"}, "count", "str"),
+    ({**GOOD, "count": True}, "count", "bool"),
+    ({**GOOD, "kind": "medium"}, "kind", "'medium'"),
+    ({**GOOD, "rounds": [{"rate": 1.0}]}, "rounds[0].times", "no such key"),
+    ({**GOOD, "rounds": [{"rate": "x", "times": []}]}, "rounds[0].rate", "str"),
+    ({**GOOD, "by_arm": {"a": 3}}, "by_arm.a", "int"),
     ({**GOOD, "extra": 1}, "Run", "extra"),
-    ({k: v for k, v in GOOD.items() if k != "name"}, "Run.name", "nothing"),
+    ({k: v for k, v in GOOD.items() if k != "name"}, "name", "no such key"),
 ])
 def test_a_bad_file_names_the_file_the_field_and_what_was_found(tmp_path, content, field, found):
     error = _error(tmp_path, content)

@@ -26,9 +26,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfsuite.errors import PerfsuiteError
+from perfsuite.records import Record, RecordError, migrate, migration
 from perfsuite.measure.emulated import (  # no TensorFlow
     DEFAULT_MEL,
     DEFAULT_STEP_PRESET,
@@ -42,7 +43,7 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     run_emulated,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SOURCES = ("wav", "cache")
 STEP_MODES = ("eager", "graph", "xla")
 STEP_RATIOS = {"graph_over_eager": ("graph", "eager"), "xla_over_graph": ("xla", "graph")}
@@ -87,78 +88,20 @@ DONE = "done"  # a stage with nothing to decide (the trace)
 LOADER_STRENGTHS = {"tf_native": "graph ops: no GIL, no Python per sample"}
 
 
-class DiagnosisFormatError(PerfsuiteError, ValueError):
-    """A diagnosis JSON that Diagnosis.from_dict cannot read: names the key, what was expected, what was found."""
-
-    def __init__(self, key: str, expected: str, found: str):
-        self.key = key
-        self.expected = expected
-        self.found = found
-        super().__init__(f"{key}: expected {expected}, found {found}")
+def without_kind(data: Any, kind: str, where: str) -> dict:
+    """data (a JSON object, already migrated) less its 'kind' key, after checking that it names `kind`:
+    the two diagnose JSON files (a dataset's, a --pipeline run's) say which they are."""
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        found = repr(data.get("kind")) if isinstance(data, dict) else type(data).__name__
+        raise RecordError(where, "kind", repr(kind), found)
+    return {key: value for key, value in data.items() if key != "kind"}
 
 
 # ------------------------------------------------------------------------------------ the records
 
 
-def _json_value(value: Any) -> Any:
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
-    if isinstance(value, tuple | list):
-        return [_json_value(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _json_value(item) for key, item in value.items()}
-    return value
-
-
-def _read(data: Any, where: str, keys) -> dict:
-    """data, after checking that it is a JSON object holding every one of keys."""
-    if not isinstance(data, dict):
-        raise DiagnosisFormatError(where, "an object", type(data).__name__)
-    for key in keys:
-        if key not in data:
-            raise DiagnosisFormatError(f"{where}.{key}", "a value", "no such key")
-    return data
-
-
-def _list(data: Any, where: str) -> list:
-    if not isinstance(data, list):
-        raise DiagnosisFormatError(where, "a list", type(data).__name__)
-    return data
-
-
-def _field_names(cls) -> tuple[str, ...]:
-    return tuple(field.name for field in fields(cls))
-
-
-class _Record:
-    """as_dict() for the frozen dataclasses below: every field, tuples as lists, nested records as dicts."""
-
-    def as_dict(self) -> dict:
-        return {name: _json_value(getattr(self, name)) for name in _field_names(type(self))}
-
-
-def _values(cls, data: Any, where: str) -> dict:
-    """{field: value} of a cls record from data, after checking that data holds every field."""
-    data = _read(data, where, _field_names(cls))
-    return {name: data[name] for name in _field_names(cls)}
-
-
-def _flat(cls, data: Any, where: str):
-    """A record whose fields are all plain JSON values (no tuples, no nested records)."""
-    return cls(**_values(cls, data, where))
-
-
-def _optional(reader, data: Any, where: str):
-    """reader(data, where), or None for a part that was not measured (null in the JSON)."""
-    return None if data is None else reader(data, where)
-
-
-def _each(reader, data: Any, where: str) -> tuple:
-    return tuple(reader(item, f"{where}[{i}]") for i, item in enumerate(_list(data, where)))
-
-
 @dataclass(frozen=True)
-class Estimate(_Record):
+class Estimate(Record):
     """A figure measured over rounds: the median of its per-round values, the distribution-free interval
     of that median (stats.median_interval) with its coverage, and the rounds behind it. boundaries: the
     class boundaries of the verdict that reads it; straddles: those inside the interval. Decided: at
@@ -175,13 +118,6 @@ class Estimate(_Record):
     @property
     def decided(self) -> bool:
         return self.rounds >= MIN_ROUNDS and not self.straddles
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "estimate") -> Estimate:
-        values = _values(cls, data, where)
-        for key in ("boundaries", "straddles"):
-            values[key] = tuple(_list(values[key], f"{where}.{key}"))
-        return cls(**values)
 
 
 def estimate(values, boundaries: tuple[float, ...] = ()) -> Estimate:
@@ -202,7 +138,7 @@ def check_step_time(spec: str | None) -> None:
 
 
 @dataclass(frozen=True)
-class DiagnoseSettings(_Record):
+class DiagnoseSettings(Record):
     """What a diagnosis measures and how long it may take. budget_s: the whole run, check-data included.
     batches: steady batches per loader and sweep round (the rounds are joined for cycle detection, which
     needs >= 32 points). The sweep axes always include the current workers / batch_size."""
@@ -232,13 +168,9 @@ class DiagnoseSettings(_Record):
         sizes = self.sweep_batch_sizes or {max(1, self.batch_size // 2), self.batch_size, self.batch_size * 2}
         object.__setattr__(self, "sweep_batch_sizes", tuple(sorted(sizes)))
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "settings") -> DiagnoseSettings:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class Pipeline(_Record):
+class Pipeline(Record):
     """A loader's identity: kind (perfsuite.data.loaders.KINDS) and source ('wav' or 'cache')."""
 
     kind: str
@@ -249,10 +181,6 @@ class Pipeline(_Record):
         """For people (verdict topics, tables); never parsed back."""
         return f"{self.kind}-{self.source}"
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "pipeline") -> Pipeline:
-        return _flat(cls, data, where)
-
 
 LOADER_PIPELINES = (Pipeline("tf_native", "wav"), Pipeline("numpy_function", "wav"),
                     Pipeline("tf_native", "cache"), Pipeline("numpy_function", "cache"))
@@ -262,32 +190,24 @@ LOADER_PAIRS = ((LOADER_PIPELINES[0], LOADER_PIPELINES[1]), (LOADER_PIPELINES[2]
 
 
 @dataclass(frozen=True)
-class Problem(_Record):
+class Problem(Record):
     """A file check-data found unreadable (loaders.SkippedFile, which imports TensorFlow, as a record)."""
 
     path: str
     reason: str
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "problem") -> Problem:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class Repeat(_Record):
+class Repeat(Record):
     """How often each usable utterance is listed for the measurements (repeat_copies)."""
 
     copies: int
     utterances_measured: int
     round_samples: int  # samples one measurement round draws at the largest batch size measured
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "repeat") -> Repeat:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class DataSummary(_Record):
+class DataSummary(Record):
     """What check-data found: utterances checked, usable (measured) and skipped, and each problem."""
 
     checked: int
@@ -297,46 +217,29 @@ class DataSummary(_Record):
     problems: tuple[Problem, ...]
     repeat: Repeat
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "data") -> DataSummary:
-        data = _read(data, where, _field_names(cls))
-        return cls(checked=data["checked"], usable=data["usable"], skipped=data["skipped"],
-                   sources=tuple(_list(data["sources"], f"{where}.sources")),
-                   problems=_each(Problem.from_dict, data["problems"], f"{where}.problems"),
-                   repeat=Repeat.from_dict(data["repeat"], f"{where}.repeat"))
-
 
 @dataclass(frozen=True)
-class CacheUse(_Record):
+class CacheUse(Record):
     """The .npy cache measured: dir is None when it was built in a temporary directory (temporary)."""
 
     dir: str | None
     temporary: bool
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "cache") -> CacheUse:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class StaticShapes(_Record):
+class StaticShapes(Record):
     """Every loader pads to these (the readable files' longest text and mel), so the step traces once."""
 
     max_text_len: int
     max_mel_frames: int
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "static_shapes") -> StaticShapes:
-        return _flat(cls, data, where)
 
-
-LOADER_KEYS = ("samples_per_s", "samples", "batches", "batch_s", "variation_ratio", "cycle_significant",
-               "cycle_period")
+LOADER_KEYS = ("samples_per_s", "batches", "cycle_significant", "cycle_period")  # what the verdicts read
 GAIN_KEYS = ("ratios", "ratio_median", "ratio_low", "ratio_high", "wins", "rounds", "p_value", "significant")
 
 
 @dataclass(frozen=True)
-class PipelineFigures(_Record):
+class PipelineFigures(Record):
     """One loader measured alone. loader: its steady batches, rounds joined (timing.Measurement.as_dict():
     per-batch times, variation, cycle). samples_per_s, variation: over the rounds (per-round samples/s,
     per-round standard deviation / mean of the batch times)."""
@@ -346,17 +249,14 @@ class PipelineFigures(_Record):
     samples_per_s: Estimate
     variation: Estimate
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "pipelines[]") -> PipelineFigures:
-        data = _read(data, where, _field_names(cls))
-        return cls(pipeline=Pipeline.from_dict(data["pipeline"], f"{where}.pipeline"),
-                   loader=_read(data["loader"], f"{where}.loader", LOADER_KEYS),
-                   samples_per_s=Estimate.from_dict(data["samples_per_s"], f"{where}.samples_per_s"),
-                   variation=Estimate.from_dict(data["variation"], f"{where}.variation"))
+    def __post_init__(self):
+        missing = [key for key in LOADER_KEYS if key not in self.loader]
+        if missing:
+            raise ValueError(f"loader: expected the keys {', '.join(LOADER_KEYS)}, found no {', '.join(missing)}")
 
 
 @dataclass(frozen=True)
-class LoaderComparison(_Record):
+class LoaderComparison(Record):
     """Two loaders measured in the same interleaved rounds. ratios: a's samples/s over b's, per round;
     ratio: their Estimate against LOADER_BOUNDARIES (two kinds, one source) or CACHE_BOUNDARIES (one
     kind, cache over WAV)."""
@@ -366,16 +266,9 @@ class LoaderComparison(_Record):
     ratios: tuple[float, ...]
     ratio: Estimate
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "comparisons[]") -> LoaderComparison:
-        data = _read(data, where, _field_names(cls))
-        return cls(a=Pipeline.from_dict(data["a"], f"{where}.a"), b=Pipeline.from_dict(data["b"], f"{where}.b"),
-                   ratios=tuple(_list(data["ratios"], f"{where}.ratios")),
-                   ratio=Estimate.from_dict(data["ratio"], f"{where}.ratio"))
-
 
 @dataclass(frozen=True)
-class StepMode(_Record):
+class StepMode(Record):
     """One mode of the training step on a fixed batch. first_s: the first call (trace, compile);
     first_steady_s: the call after the warm-up, which sizes the rounds. call_s: every timed call of the
     rounds; step_s: per-round mean seconds per call (None when no round fit). traces / retraces: of a
@@ -388,31 +281,18 @@ class StepMode(_Record):
     traces: int | None
     retraces: int | None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "mode") -> StepMode:
-        values = _values(cls, data, where)
-        values["call_s"] = tuple(_list(values["call_s"], f"{where}.call_s"))
-        values["step_s"] = _optional(Estimate.from_dict, values["step_s"], f"{where}.step_s")
-        return cls(**values)
-
 
 @dataclass(frozen=True)
-class StepRatio(_Record):
+class StepRatio(Record):
     """One mode's speed over another's (seconds per call of the other over its own), per round, and
     their Estimate against STEP_BOUNDARIES."""
 
     rounds: tuple[float, ...]
     ratio: Estimate
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "ratio") -> StepRatio:
-        data = _read(data, where, _field_names(cls))
-        return cls(rounds=tuple(_list(data["rounds"], f"{where}.rounds")),
-                   ratio=Estimate.from_dict(data["ratio"], f"{where}.ratio"))
-
 
 @dataclass(frozen=True)
-class StepFigures(_Record):
+class StepFigures(Record):
     """The training step on one fixed batch in every STEP_MODES mode, in interleaved rounds of
     calls_per_round calls per mode. ratios: per STEP_RATIOS name (empty when no round fit).
     input_bound_mode: the faster compiled mode, used for the input-bound share and the trace."""
@@ -422,24 +302,19 @@ class StepFigures(_Record):
     calls_per_round: int
     input_bound_mode: str
 
+    def __post_init__(self):
+        if set(self.modes) != set(STEP_MODES):
+            raise ValueError(f"modes: expected {', '.join(STEP_MODES)}, found {', '.join(self.modes) or 'none'}")
+
     @property
     def input_bound_call_s(self) -> float:
         """Seconds per call of the input-bound mode: its steady median, else its first steady call."""
         mode = self.modes[self.input_bound_mode]
         return mode.step_s.median if mode.step_s is not None else mode.first_steady_s
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "step") -> StepFigures:
-        data = _read(data, where, _field_names(cls))
-        modes = _read(data["modes"], f"{where}.modes", STEP_MODES)
-        ratios = _read(data["ratios"], f"{where}.ratios", ())
-        return cls(modes={mode: StepMode.from_dict(modes[mode], f"{where}.modes.{mode}") for mode in STEP_MODES},
-                   ratios={name: StepRatio.from_dict(ratios[name], f"{where}.ratios.{name}") for name in ratios},
-                   calls_per_round=data["calls_per_round"], input_bound_mode=data["input_bound_mode"])
-
 
 @dataclass(frozen=True)
-class InputBoundFigures(_Record):
+class InputBoundFigures(Record):
     """The compiled step fed by one pipeline vs by the synthetic twin (one cached batch repeated), in
     the same rounds. share: per-round 1 - t_synthetic / t_real against INPUT_BOUND_BOUNDARIES;
     classification: of its median (TF's profiler classes). t_real, t_synthetic: medians of the
@@ -456,18 +331,9 @@ class InputBoundFigures(_Record):
     warmup: int
     pipeline: Pipeline | None = None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "input_bound[]") -> InputBoundFigures:
-        values = _values(cls, data, where)
-        values["pipeline"] = _optional(Pipeline.from_dict, values["pipeline"], f"{where}.pipeline")
-        values["share"] = Estimate.from_dict(values["share"], f"{where}.share")
-        for key in ("real_round_s", "synthetic_round_s"):
-            values[key] = tuple(_list(values[key], f"{where}.{key}"))
-        return cls(**values)
-
 
 @dataclass(frozen=True)
-class SweepPoint(_Record):
+class SweepPoint(Record):
     """tf_native WAV samples/s at one point of a sweep axis over the rounds: median, range, relative
     spread, per round, and interval (an Estimate). vs_current: stats.PairedGain.as_dict() against the
     current setting in the same rounds, and ratio its Estimate against SWEEP_BOUNDARIES (both None for
@@ -485,19 +351,9 @@ class SweepPoint(_Record):
     vs_current: dict | None
     ratio: Estimate | None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "points[]") -> SweepPoint:
-        values = _values(cls, data, where)
-        gain = values["vs_current"]
-        values["samples_per_s_rounds"] = tuple(_list(values["samples_per_s_rounds"], f"{where}.samples_per_s_rounds"))
-        values["interval"] = Estimate.from_dict(values["interval"], f"{where}.interval")
-        values["vs_current"] = None if gain is None else _read(gain, f"{where}.vs_current", GAIN_KEYS)
-        values["ratio"] = _optional(Estimate.from_dict, values["ratio"], f"{where}.ratio")
-        return cls(**values)
-
 
 @dataclass(frozen=True)
-class SweepAxis(_Record):
+class SweepAxis(Record):
     """One sweep axis ('workers' or 'batch_size'): every point measured in the same interleaved rounds,
     the thresholds a recommendation needs, and the order the points ran in each round."""
 
@@ -510,16 +366,9 @@ class SweepAxis(_Record):
     points: tuple[SweepPoint, ...]
     order: tuple[tuple[int, ...], ...]
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "sweep[]") -> SweepAxis:
-        values = _values(cls, data, where)
-        values["points"] = _each(SweepPoint.from_dict, values["points"], f"{where}.points")
-        values["order"] = tuple(tuple(labels) for labels in _list(values["order"], f"{where}.order"))
-        return cls(**values)
-
 
 @dataclass(frozen=True)
-class GpuFigures(_Record):
+class GpuFigures(Record):
     """GPU utilisation while the input-bound steps ran. stats: gpu.GpuStats.as_dict(), timeline:
     gpu.GpuTimeline.as_dict(); reason says why either is missing."""
 
@@ -528,13 +377,9 @@ class GpuFigures(_Record):
     stats: dict | None = None
     timeline: dict | None = None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "gpu") -> GpuFigures:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class FeedFigures(_Record):
+class FeedFigures(Record):
     """One pipeline feeding an emulated accelerator (perfsuite.measure.emulated). feed: FeedRate.as_dict(),
     the shortest step the pipeline keeps >= 90 % busy with its interval. step_time: the step asked for (a
     preset or seconds); step_s: that step on this data (the median over a round's batches); keeps_busy:
@@ -553,13 +398,9 @@ class FeedFigures(_Record):
     timeline: dict | None
     reason: str | None = None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "feed[]") -> FeedFigures:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class StageRecord(_Record):
+class StageRecord(Record):
     """One stage as it ran: its share of the budget when it started, the seconds it spent, its measured
     rounds, its status (DECIDED, UNDECIDED, TOO_SHORT, INTERRUPTED, DONE), its plan in words, and
     needs_s: about what MIN_ROUNDS rounds of it take on this machine (None when unknown), which is
@@ -573,13 +414,9 @@ class StageRecord(_Record):
     plan: str
     needs_s: float | None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "stages[]") -> StageRecord:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class Verdict(_Record):
+class Verdict(Record):
     """One finding: topic (what was looked at), finding (in words), evidence (the figures behind it),
     recommendation (None when the figures call for no change or do not decide), interval (the Estimate
     the finding rests on; None for counts, such as unreadable files, and for tests such as the cycle)."""
@@ -589,12 +426,6 @@ class Verdict(_Record):
     evidence: dict
     recommendation: str | None
     interval: Estimate | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "verdicts[]") -> Verdict:
-        values = _values(cls, data, where)
-        values["interval"] = _optional(Estimate.from_dict, values["interval"], f"{where}.interval")
-        return cls(**values)
 
     def lines(self) -> list[str]:
         figures = ", ".join(f"{key}={_fmt(value)}" for key, value in self.evidence.items())
@@ -620,7 +451,7 @@ def interval_words(figure: Estimate) -> str:
 
 
 @dataclass(frozen=True)
-class Diagnosis(_Record):
+class Diagnosis(Record):
     """Everything one diagnosis measured and concluded. complete: False while stages are missing (an
     interrupted run's checkpoint); stages: those that ran, in order. The measured parts are empty (or
     None) until their stage has ended. fingerprint: the machine's (machine.MachineFingerprint.as_dict()).
@@ -645,29 +476,22 @@ class Diagnosis(_Record):
     trace: str | None
     verdicts: tuple[Verdict, ...]
 
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+
     def as_dict(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, **super().as_dict()}
+        return {"schema_version": SCHEMA_VERSION, "kind": "dataset", **super().as_dict()}
 
     @classmethod
-    def from_dict(cls, data: Any) -> Diagnosis:
-        """Read back what as_dict() wrote, a checkpoint of an interrupted run included; DiagnosisFormatError
-        names a wrong schema_version or a missing key."""
-        data = _read(data, "diagnosis", ("schema_version", *_field_names(cls)))
-        if data["schema_version"] != SCHEMA_VERSION:
-            raise DiagnosisFormatError("schema_version", str(SCHEMA_VERSION), repr(data["schema_version"]))
-        return cls(dataset=data["dataset"], settings=DiagnoseSettings.from_dict(data["settings"]),
-                   fingerprint=_read(data["fingerprint"], "fingerprint", ()), complete=data["complete"],
-                   elapsed_s=data["elapsed_s"], stages=_each(StageRecord.from_dict, data["stages"], "stages"),
-                   data=DataSummary.from_dict(data["data"]), cache=CacheUse.from_dict(data["cache"]),
-                   static_shapes=StaticShapes.from_dict(data["static_shapes"]),
-                   pipelines=_each(PipelineFigures.from_dict, data["pipelines"], "pipelines"),
-                   comparisons=_each(LoaderComparison.from_dict, data["comparisons"], "comparisons"),
-                   step=_optional(StepFigures.from_dict, data["step"], "step"),
-                   input_bound=_each(InputBoundFigures.from_dict, data["input_bound"], "input_bound"),
-                   sweep=_each(SweepAxis.from_dict, data["sweep"], "sweep"),
-                   gpu=_optional(GpuFigures.from_dict, data["gpu"], "gpu"),
-                   feed=_each(FeedFigures.from_dict, data["feed"], "feed"), trace=data["trace"],
-                   verdicts=_each(Verdict.from_dict, data["verdicts"], "verdicts"))
+    def from_dict(cls, data: Any, where: str = "diagnosis") -> Diagnosis:
+        """Read back what as_dict() wrote (an older schema through its migrations), a checkpoint of an
+        interrupted run included; RecordError names a wrong schema_version, kind or field."""
+        return super().from_dict(without_kind(migrate(cls, data, where), "dataset", where), where)
+
+
+@migration(Diagnosis, 4, 5)
+def migrate_4_to_5(data: dict) -> dict:
+    """Schema 5 names its kind ('dataset'), as a --pipeline run's file names 'pipeline'."""
+    return {**data, "kind": "dataset"}
 
 
 # ------------------------------------------------------------------------------------------ the budget
@@ -763,8 +587,8 @@ class Event:
 Progress = Callable[[Event], None]
 
 
-def _quiet(event: Event) -> None:
-    pass
+def no_progress(event: Event) -> None:
+    """The progress callback that reports nothing (the default when no one listens)."""
 
 
 class Budget:
@@ -906,7 +730,7 @@ class Recorder:
 
 
 def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path | None = None,
-             trace_dir: Path | None = None, progress: Progress = _quiet,
+             trace_dir: Path | None = None, progress: Progress = no_progress,
              checkpoint: Callable[[Diagnosis], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> Diagnosis:
     """Measure dataset_dir's readable files within settings.budget_s; return every figure, the stages as

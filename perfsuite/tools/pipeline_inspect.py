@@ -25,11 +25,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfsuite.errors import PerfsuiteError
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
 from perfsuite.measure.speech import FrameCounter
+from perfsuite.records import Record, migrate
 from perfsuite.tools.diagnose import (
     DEFAULT_BUDGET_S,
     INPUT_BOUND_BOUNDARIES,
@@ -39,7 +40,6 @@ from perfsuite.tools.diagnose import (
     UNSTABLE_VARIATION,
     VARIATION_BOUNDARIES,
     Budget,
-    DiagnosisFormatError,
     Estimate,
     Event,
     FeedFigures,
@@ -49,14 +49,6 @@ from perfsuite.tools.diagnose import (
     Stage,
     StageRecord,
     Verdict,
-    _each,
-    _flat,
-    _list,
-    _optional,
-    _quiet,
-    _read,
-    _Record,
-    _values,
     calls_that_fit,
     check_step_time,
     estimate,
@@ -64,9 +56,11 @@ from perfsuite.tools.diagnose import (
     feed_figures,
     feed_verdict,
     feed_words,
+    no_progress,
     span_words,
     stage_verdicts,
     why_undecided,
+    without_kind,
 )
 
 PIPELINE_SCHEMA_VERSION = 2
@@ -224,7 +218,7 @@ def make_dataset(factory: Callable, args: Mapping[str, str], spec: str):
 
 
 @dataclass(frozen=True)
-class PythonOp(_Record):
+class PythonOp(Record):
     """A Python-function op in the dataset graph: its op type and node, the graph function it sits in,
     the dataset transformation that runs it (in tf.data's words, its op type and node), and the Python
     callable it calls when TensorFlow still knows it (None otherwise)."""
@@ -237,13 +231,9 @@ class PythonOp(_Record):
     transformation_node: str
     python: str | None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "python_ops[]") -> PythonOp:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class DynamicShape(_Record):
+class DynamicShape(Record):
     """An element component whose static shape leaves dimensions open: its path in element_spec ('' for
     a single tensor), its shape in words, and the open dimensions (None: not even the rank is known)."""
 
@@ -251,15 +241,9 @@ class DynamicShape(_Record):
     shape: str
     dims: tuple[int, ...] | None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "dynamic_shapes[]") -> DynamicShape:
-        values = _values(cls, data, where)
-        values["dims"] = None if values["dims"] is None else tuple(_list(values["dims"], f"{where}.dims"))
-        return cls(**values)
-
 
 @dataclass(frozen=True)
-class GraphFindings(_Record):
+class GraphFindings(Record):
     """What the dataset's graph shows. transformations: dataset op types from the source to the output
     (along first inputs). ends_with_prefetch: the last one is a prefetch. inject_prefetch: whether tf.data
     adds one at run time when the last transformation is synchronous (its option; TensorFlow's default
@@ -271,14 +255,6 @@ class GraphFindings(_Record):
     inject_prefetch: bool
     dynamic_shapes: tuple[DynamicShape, ...]
     element_spec: str
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "graph") -> GraphFindings:
-        values = _values(cls, data, where)
-        values["transformations"] = tuple(_list(values["transformations"], f"{where}.transformations"))
-        values["python_ops"] = _each(PythonOp.from_dict, values["python_ops"], f"{where}.python_ops")
-        values["dynamic_shapes"] = _each(DynamicShape.from_dict, values["dynamic_shapes"], f"{where}.dynamic_shapes")
-        return cls(**values)
 
 
 def inspect_graph(dataset) -> GraphFindings:
@@ -392,20 +368,16 @@ def _leaves(structure, path: str) -> Iterator[tuple[str, Any]]:
 
 
 @dataclass(frozen=True)
-class Target(_Record):
+class Target(Record):
     """What was diagnosed: the --pipeline and --step specs and the --arg values."""
 
     pipeline: str
     step: str | None
     args: dict[str, str]
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "target") -> Target:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class PipelineSettings(_Record):
+class PipelineSettings(Record):
     """budget_s: the whole run, start-up included. warmup: batches (and step calls per side of an
     input-bound round) taken untimed after the first one."""
 
@@ -421,13 +393,9 @@ class PipelineSettings(_Record):
             raise ValueError(f"warmup: expected an integer >= 1, found {self.warmup!r}")
         check_step_time(self.step_time)
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "settings") -> PipelineSettings:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class Throughput(_Record):
+class Throughput(Record):
     """The pipeline alone, one iterator: first_batch_s (start-up) and warmup_s apart, then rounds of
     batches_per_round steady batches. unit: 'samples' (the leading dimension of a batch) or 'batches'
     when a batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the
@@ -446,18 +414,9 @@ class Throughput(_Record):
     audio_s_per_s: Estimate | None = None
     padding_efficiency: float | None = None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "throughput") -> Throughput:
-        values = _values(cls, data, where)
-        for key in ("warmup_s", "batch_s"):
-            values[key] = tuple(_list(values[key], f"{where}.{key}"))
-        for key in ("rate", "variation", "audio_s_per_s"):
-            values[key] = _optional(Estimate.from_dict, values[key], f"{where}.{key}")
-        return cls(**values)
-
 
 @dataclass(frozen=True)
-class StepRun(_Record):
+class StepRun(Record):
     """The user's step: first_s (its first call on the first batch: trace, compile), first_steady_s (the
     call after), calls (made after the first), and, for a tf.function, traces over the run and retraces
     (traces after the first call). None: the step is not a tf.function, so its traces cannot be counted."""
@@ -468,13 +427,9 @@ class StepRun(_Record):
     traces: int | None
     retraces: int | None
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "step") -> StepRun:
-        return _flat(cls, data, where)
-
 
 @dataclass(frozen=True)
-class PipelineDiagnosis(_Record):
+class PipelineDiagnosis(Record):
     """Everything one --pipeline diagnosis inspected, measured and concluded; complete and stages as in
     diagnose.Diagnosis (an interrupted run's checkpoint has complete=False)."""
 
@@ -491,34 +446,21 @@ class PipelineDiagnosis(_Record):
     feed: FeedFigures | None
     verdicts: tuple[Verdict, ...]
 
+    SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
+
     def as_dict(self) -> dict:
         return {"schema_version": PIPELINE_SCHEMA_VERSION, "kind": "pipeline", **super().as_dict()}
 
     @classmethod
-    def from_dict(cls, data: Any) -> PipelineDiagnosis:
-        """Read back what as_dict() wrote; DiagnosisFormatError names a wrong version or a missing key."""
-        from dataclasses import fields
-
-        data = _read(data, "diagnosis", ("schema_version", "kind", *(f.name for f in fields(cls))))
-        if data["kind"] != "pipeline":
-            raise DiagnosisFormatError("kind", "'pipeline'", repr(data["kind"]))
-        if data["schema_version"] != PIPELINE_SCHEMA_VERSION:
-            raise DiagnosisFormatError("schema_version", str(PIPELINE_SCHEMA_VERSION), repr(data["schema_version"]))
-        return cls(target=Target.from_dict(data["target"]), settings=PipelineSettings.from_dict(data["settings"]),
-                   fingerprint=_read(data["fingerprint"], "fingerprint", ()), complete=data["complete"],
-                   elapsed_s=data["elapsed_s"], stages=_each(StageRecord.from_dict, data["stages"], "stages"),
-                   graph=GraphFindings.from_dict(data["graph"]),
-                   throughput=_optional(Throughput.from_dict, data["throughput"], "throughput"),
-                   step=_optional(StepRun.from_dict, data["step"], "step"),
-                   input_bound=_optional(InputBoundFigures.from_dict, data["input_bound"], "input_bound"),
-                   feed=_optional(FeedFigures.from_dict, data["feed"], "feed"),
-                   verdicts=_each(Verdict.from_dict, data["verdicts"], "verdicts"))
+    def from_dict(cls, data: Any, where: str = "diagnosis") -> PipelineDiagnosis:
+        """Read back what as_dict() wrote; RecordError names a wrong schema_version, kind or field."""
+        return super().from_dict(without_kind(migrate(cls, data, where), "pipeline", where), where)
 
 
 # ------------------------------------------------------------------------------------------ the run
 
 
-def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: Progress = _quiet,
+def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: Progress = no_progress,
                       checkpoint: Callable[[PipelineDiagnosis], None] | None = None,
                       clock: Callable[[], float] = time.monotonic) -> PipelineDiagnosis:
     """Import, inspect and measure target within settings.budget_s. checkpoint() is called after the
