@@ -20,8 +20,9 @@ import enum
 import json
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from perfsuite.errors import PerfsuiteError
 from perfsuite.files import write_atomic
@@ -58,7 +59,7 @@ class Record:
         return {field.name: _to_plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls: type[R], data: Any, where: str | None = None) -> R:
+    def from_dict(cls, data: Any, where: str | None = None) -> Self:
         """Build the record from `data`, checking every field against its annotation; raises
         RecordError naming `where` (default: the class name) and the field path."""
         return _from_plain(cls, data, where or cls.__name__, "")

@@ -39,7 +39,6 @@ from perfsuite.tools.diagnose import (
     UNDECIDED,
     DiagnoseSettings,
     Diagnosis,
-    Estimate,
     Event,
     FeedFigures,
     GpuFigures,
@@ -47,6 +46,7 @@ from perfsuite.tools.diagnose import (
     LoaderComparison,
     Pipeline,
     PipelineFigures,
+    RoundsEstimate,
     StageRecord,
     StepFigures,
     StepMode,
@@ -61,7 +61,7 @@ from perfsuite.tools.diagnose import (
     keeps_busy,
     loader_verdicts,
     repeat_copies,
-    run_rounds,
+    run_stage_rounds,
     split_budget,
     stage_verdicts,
     step_verdicts,
@@ -140,7 +140,7 @@ def _pipeline_key(figures: dict) -> tuple[str, str]:
 
 
 def _estimates(data, path="") -> list[tuple[str, dict]]:
-    """Every Estimate record in a JSON tree, with where it sits."""
+    """Every RoundsEstimate record in a JSON tree, with where it sits."""
     found = []
     if isinstance(data, dict):
         if {"median", "low", "high", "coverage", "rounds", "straddles"} <= set(data):
@@ -191,7 +191,7 @@ def test_a_stage_stops_once_decided_with_share_left():
         clock.now += 2.0
         rounds.append(index)
 
-    outcome = run_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock)
+    outcome = run_stage_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock)
     assert outcome.rounds == MIN_ROUNDS and outcome.stopped == "decided" and outcome.status == DECIDED
     assert clock.now == 2.0 * MIN_ROUNDS  # decided after the minimum: 94 s of the share left unspent
 
@@ -202,7 +202,7 @@ def test_a_stage_stops_before_a_round_that_would_overrun_its_share():
     def one_round(index):
         clock.now += 10.0
 
-    outcome = run_rounds(one_round, decided=lambda: False, share_s=45.0, clock=clock)
+    outcome = run_stage_rounds(one_round, decided=lambda: False, share_s=45.0, clock=clock)
     assert outcome.rounds == 4 and outcome.stopped == "share spent" and outcome.status == UNDECIDED
     assert clock.now == 40.0 and outcome.round_s == 10.0  # a fifth round would end at 50 s
 
@@ -213,11 +213,11 @@ def test_a_share_below_the_minimum_rounds_is_not_enough_time_to_decide():
     def one_round(index):
         clock.now += 10.0
 
-    short = run_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock)
+    short = run_stage_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock)
     assert short.rounds == 2 and short.status == TOO_SHORT == "not enough time to decide"
-    nothing = run_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock, first_estimate_s=30.0)
+    nothing = run_stage_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock, first_estimate_s=30.0)
     assert nothing.rounds == 0 and nothing.status == TOO_SHORT  # the estimate says no round fits: none runs
-    spent = run_rounds(one_round, decided=lambda: True, share_s=0.0, clock=clock)
+    spent = run_stage_rounds(one_round, decided=lambda: True, share_s=0.0, clock=clock)
     assert spent.rounds == 0  # no share left: not even a first round to learn what one costs
 
 
@@ -228,7 +228,7 @@ def test_warm_up_rounds_run_first_and_do_not_count():
         clock.now += 5.0 if index == 0 else 1.0  # a slow warm-up round (start-up)
         seen.append(index)
 
-    outcome = run_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock, warmup_rounds=1,
+    outcome = run_stage_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock, warmup_rounds=1,
                          on_round=lambda rounds, spent: seen.append(("after", rounds)))
     assert outcome.rounds == MIN_ROUNDS and seen[:2] == [0, ("after", 0)]
     assert outcome.round_s == 1.0  # the measured rounds, not the warm-up, estimate the next one
@@ -316,9 +316,9 @@ def test_every_figure_carries_its_interval_and_rounds_and_decided_stages_decided
         assert figure["straddles"] == [b for b in figure["boundaries"] if figure["low"] < b <= figure["high"]], where
     stages = {stage["name"]: stage for stage in result["stages"]}
     if stages["input_bound"]["status"] == DECIDED:
-        assert all(Estimate.from_dict(f["share"]).decided for f in result["input_bound"])
+        assert all(RoundsEstimate.from_dict(f["share"]).decided for f in result["input_bound"])
     if stages["loaders"]["status"] == DECIDED:
-        assert all(Estimate.from_dict(c["ratio"]).decided for c in result["comparisons"])
+        assert all(RoundsEstimate.from_dict(c["ratio"]).decided for c in result["comparisons"])
 
 
 def test_every_verdict_on_a_measured_figure_carries_its_interval(run):
@@ -408,9 +408,9 @@ def test_json_round_trips_through_diagnosis_from_dict(run):
     (lambda d: d.pop("complete"), "complete: expected a value (required key), found no such key"),
     (lambda d: d["step"]["modes"].pop("xla"),
      "step: expected a valid StepFigures, found modes: expected eager, graph, xla, found eager, graph"),
-    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"), "pipelines[1]: expected a valid PipelineFigures, "
+    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"), ("pipelines[1]: expected a valid PipelineFigures, "
      "found loader: expected the keys samples_per_s, batches, cycle_significant, cycle_period, "
-     "found no samples_per_s"),
+     "found no samples_per_s")),
     (lambda d: d["input_bound"][0]["share"].pop("rounds"),
      "input_bound[0].share.rounds: expected a value (required key), found no such key"),
     (lambda d: d["stages"][0].pop("status"), "stages[0].status: expected a value (required key), found no such key"),

@@ -33,7 +33,7 @@ class Run(Record):
     kind: Kind
     count: int
     rounds: tuple[Round, ...]
-    best: Optional[Round] = None
+    best: Optional[Round] = None  # noqa: UP045 -- the typing.Optional spelling is supported too
     by_arm: dict[str, Round] = field(default_factory=dict)
     note: str | None = None
 

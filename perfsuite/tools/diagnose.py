@@ -4,8 +4,8 @@ what holds its training input back and how sure that is.
 diagnose() runs check-data, then measures the readable files in stages: loaders, training step,
 input-bound share, a workers / batch-size sweep and, on request, a profiler trace. The budget
 (settings.budget_s) is split across the stages by what each needs (split_budget); a stage measures in
-rounds until its figures are decided or its share is spent (run_rounds), and what a stage leaves
-goes to the stages after it. Every figure is an Estimate: the median of per-round values, its
+rounds until its figures are decided or its share is spent (run_stage_rounds), and what a stage leaves
+goes to the stages after it. Every figure is a RoundsEstimate: the median of per-round values, its
 interval and the rounds behind it. A verdict whose interval straddles a class boundary says so, and
 one resting on fewer than MIN_ROUNDS rounds says "not enough time to decide" instead of guessing.
 After each stage the Diagnosis so far goes to checkpoint() (the CLI writes it as JSON), so an
@@ -24,12 +24,10 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from perfsuite.errors import PerfsuiteError
-from perfsuite.records import Record, RecordError, migrate, migration
 from perfsuite.measure.emulated import (  # no TensorFlow
     DEFAULT_MEL,
     DEFAULT_STEP_PRESET,
@@ -42,6 +40,7 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     parse_step_time,
     run_emulated,
 )
+from perfsuite.records import Record, RecordError, migrate, migration
 
 SCHEMA_VERSION = 5
 SOURCES = ("wav", "cache")
@@ -101,7 +100,7 @@ def without_kind(data: Any, kind: str, where: str) -> dict:
 
 
 @dataclass(frozen=True)
-class Estimate(Record):
+class RoundsEstimate(Record):
     """A figure measured over rounds: the median of its per-round values, the distribution-free interval
     of that median (stats.median_interval) with its coverage, and the rounds behind it. boundaries: the
     class boundaries of the verdict that reads it; straddles: those inside the interval. Decided: at
@@ -120,14 +119,14 @@ class Estimate(Record):
         return self.rounds >= MIN_ROUNDS and not self.straddles
 
 
-def estimate(values, boundaries: tuple[float, ...] = ()) -> Estimate:
-    """The Estimate of per-round values (at least one) against a verdict's class boundaries. A boundary b
+def estimate(values, boundaries: tuple[float, ...] = ()) -> RoundsEstimate:
+    """The RoundsEstimate of per-round values (at least one) against a verdict's class boundaries. A boundary b
     is straddled when low < b <= high: values on both sides of it are inside the interval."""
     from perfsuite.measure.stats import median_interval
 
     interval = median_interval([float(v) for v in values])
     straddles = tuple(b for b in boundaries if interval.low < b <= interval.high)
-    return Estimate(median=interval.median, low=interval.low, high=interval.high, coverage=interval.coverage,
+    return RoundsEstimate(median=interval.median, low=interval.low, high=interval.high, coverage=interval.coverage,
                     rounds=interval.n, boundaries=tuple(boundaries), straddles=straddles)
 
 
@@ -246,8 +245,8 @@ class PipelineFigures(Record):
 
     pipeline: Pipeline
     loader: dict
-    samples_per_s: Estimate
-    variation: Estimate
+    samples_per_s: RoundsEstimate
+    variation: RoundsEstimate
 
     def __post_init__(self):
         missing = [key for key in LOADER_KEYS if key not in self.loader]
@@ -258,13 +257,13 @@ class PipelineFigures(Record):
 @dataclass(frozen=True)
 class LoaderComparison(Record):
     """Two loaders measured in the same interleaved rounds. ratios: a's samples/s over b's, per round;
-    ratio: their Estimate against LOADER_BOUNDARIES (two kinds, one source) or CACHE_BOUNDARIES (one
+    ratio: their RoundsEstimate against LOADER_BOUNDARIES (two kinds, one source) or CACHE_BOUNDARIES (one
     kind, cache over WAV)."""
 
     a: Pipeline
     b: Pipeline
     ratios: tuple[float, ...]
-    ratio: Estimate
+    ratio: RoundsEstimate
 
 
 @dataclass(frozen=True)
@@ -277,7 +276,7 @@ class StepMode(Record):
     first_s: float
     first_steady_s: float
     call_s: tuple[float, ...]
-    step_s: Estimate | None
+    step_s: RoundsEstimate | None
     traces: int | None
     retraces: int | None
 
@@ -285,10 +284,10 @@ class StepMode(Record):
 @dataclass(frozen=True)
 class StepRatio(Record):
     """One mode's speed over another's (seconds per call of the other over its own), per round, and
-    their Estimate against STEP_BOUNDARIES."""
+    their RoundsEstimate against STEP_BOUNDARIES."""
 
     rounds: tuple[float, ...]
-    ratio: Estimate
+    ratio: RoundsEstimate
 
 
 @dataclass(frozen=True)
@@ -321,7 +320,7 @@ class InputBoundFigures(Record):
     per-round mean seconds per step. batches: timed steps per side and round, after warmup untimed.
     pipeline: which loader; None for a --pipeline run's own pipeline (pipeline_inspect)."""
 
-    share: Estimate
+    share: RoundsEstimate
     classification: str
     t_real: float
     t_synthetic: float
@@ -335,8 +334,8 @@ class InputBoundFigures(Record):
 @dataclass(frozen=True)
 class SweepPoint(Record):
     """tf_native WAV samples/s at one point of a sweep axis over the rounds: median, range, relative
-    spread, per round, and interval (an Estimate). vs_current: stats.PairedGain.as_dict() against the
-    current setting in the same rounds, and ratio its Estimate against SWEEP_BOUNDARIES (both None for
+    spread, per round, and interval (a RoundsEstimate). vs_current: stats.PairedGain.as_dict() against the
+    current setting in the same rounds, and ratio its RoundsEstimate against SWEEP_BOUNDARIES (both None for
     the current point). batches: steady batches per round (None when not recorded)."""
 
     point: int
@@ -347,9 +346,9 @@ class SweepPoint(Record):
     samples_per_s_high: float
     samples_per_s_spread: float
     samples_per_s_rounds: tuple[float, ...]
-    interval: Estimate
+    interval: RoundsEstimate
     vs_current: dict | None
-    ratio: Estimate | None
+    ratio: RoundsEstimate | None
 
 
 @dataclass(frozen=True)
@@ -416,16 +415,16 @@ class StageRecord(Record):
 
 
 @dataclass(frozen=True)
-class Verdict(Record):
+class DiagnosisFinding(Record):
     """One finding: topic (what was looked at), finding (in words), evidence (the figures behind it),
-    recommendation (None when the figures call for no change or do not decide), interval (the Estimate
+    recommendation (None when the figures call for no change or do not decide), interval (the RoundsEstimate
     the finding rests on; None for counts, such as unreadable files, and for tests such as the cycle)."""
 
     topic: str
     finding: str
     evidence: dict
     recommendation: str | None
-    interval: Estimate | None = None
+    interval: RoundsEstimate | None = None
 
     def lines(self) -> list[str]:
         figures = ", ".join(f"{key}={_fmt(value)}" for key, value in self.evidence.items())
@@ -441,7 +440,7 @@ def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def interval_words(figure: Estimate) -> str:
+def interval_words(figure: RoundsEstimate) -> str:
     """'0.031-0.25 (median 0.12), 4 rounds, 88 % coverage; straddles 0.05' for people."""
     words = (f"{figure.low:.4g}–{figure.high:.4g} (median {figure.median:.4g}), {figure.rounds} round(s), "
              f"{figure.coverage:.0%} coverage")
@@ -474,7 +473,7 @@ class Diagnosis(Record):
     gpu: GpuFigures | None
     feed: tuple[FeedFigures, ...]
     trace: str | None
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[DiagnosisFinding, ...]
 
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
@@ -519,7 +518,7 @@ def calls_that_fit(share_s: float, call_s: float, *, most: int, rounds: int = TA
 
 @dataclass(frozen=True)
 class RoundsOutcome:
-    """How run_rounds ended. rounds: measured rounds (warm-up not counted); spent_s: their time, warm-up
+    """How run_stage_rounds ended. rounds: measured rounds (warm-up not counted); spent_s: their time, warm-up
     included; round_s: the longest measured round (the warm-up round, or the estimate, when none was);
     stopped: 'decided', 'share spent' or 'max rounds'."""
 
@@ -536,7 +535,7 @@ class RoundsOutcome:
         return TOO_SHORT if self.rounds < MIN_ROUNDS else UNDECIDED
 
 
-def run_rounds(one_round: Callable[[int], None], *, decided: Callable[[], bool], share_s: float,
+def run_stage_rounds(one_round: Callable[[int], None], *, decided: Callable[[], bool], share_s: float,
                clock: Callable[[], float] = time.monotonic, first_estimate_s: float | None = None,
                warmup_rounds: int = 0, max_rounds: int = MAX_ROUNDS,
                on_round: Callable[[int, float], None] = lambda rounds, spent_s: None) -> RoundsOutcome:
@@ -632,7 +631,7 @@ class Stage:
         self._start = budget.clock()
         self._in_rounds_s = 0.0
         self._rounds_need_s: float | None = None
-        self._running_rounds = 0  # rounds of a run_rounds still going (an interrupt's record counts them)
+        self._running_rounds = 0  # rounds of a run_stage_rounds still going (an interrupt's record counts them)
 
     def spent_s(self) -> float:
         return self._budget.clock() - self._start
@@ -646,12 +645,12 @@ class Stage:
     def rounds_until_decided(self, one_round: Callable[[int], None], *, decided: Callable[[], bool],
                              share_s: float | None = None, first_estimate_s: float | None = None,
                              warmup_rounds: int = 0, what: str = "") -> RoundsOutcome:
-        """run_rounds within share_s (default: what is left of the stage's share), reporting each round."""
+        """run_stage_rounds within share_s (default: what is left of the stage's share), reporting each round."""
         def on_round(rounds, spent_s):
             self._running_rounds = rounds
             self.tell("round", f"{what}round {rounds} measured" if rounds else f"{what}warm-up round done")
 
-        outcome = run_rounds(one_round, decided=decided, share_s=self.left_s() if share_s is None else share_s,
+        outcome = run_stage_rounds(one_round, decided=decided, share_s=self.left_s() if share_s is None else share_s,
                              clock=self._budget.clock, first_estimate_s=first_estimate_s,
                              warmup_rounds=warmup_rounds, on_round=on_round)
         self.rounds += outcome.rounds
@@ -679,7 +678,7 @@ def _worst(statuses) -> str:
     return DONE
 
 
-class Recorder:
+class StageLog:
     """A diagnosis as it is measured: its parts so far and the stages that ran. snapshot() is the record
     of what exists, make(complete=, elapsed_s=, stages=, **parts) with its verdicts; after each stage it
     goes to checkpoint, so an interrupted run keeps it."""
@@ -767,7 +766,7 @@ def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path |
     with (_usable_cache(dataset_dir, cache_dir, ids, mel_config, budget, progress) as (cache, built),
           _measured_view(dataset_dir, cache, ids, copies, budget, progress) as (measured_dir, measured_cache)):
         head["cache"] = CacheUse(dir=None if built else str(cache), temporary=built)
-        run = Recorder(make=lambda **found: _with_verdicts(Diagnosis(**head, **found, verdicts=())),
+        run = StageLog(make=lambda **found: _with_verdicts(Diagnosis(**head, **found, verdicts=())),
                        parts={"pipelines": (), "comparisons": (), "step": None, "input_bound": (), "sweep": (),
                               "gpu": None, "feed": (), "trace": None},
                        budget=budget, progress=progress, checkpoint=checkpoint)
@@ -910,7 +909,7 @@ def _link(source: Path, target: Path) -> None:
                 shutil.copyfile(source, target)
 
 
-def _measure(run: Recorder, *, dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettings, mel_config,
+def _measure(run: StageLog, *, dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettings, mel_config,
              trace_dir: Path | None, shapes: StaticShapes) -> None:
     """The stages in order; each one's figures go into run.parts as it ends."""
     loader = _loader_factory(dataset_dir, cache_dir, settings, mel_config, shapes)
@@ -1319,7 +1318,7 @@ def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: d
     """One sweep axis from per-round samples/s ({point: [per round]}, the same rounds for every point):
     per point the median, range, relative spread and interval over the rounds and, for every point but
     the current one, the same-round ratios to the current point with their paired test (stats.paired_gain:
-    significant means faster beyond the round-to-round noise) and their Estimate against
+    significant means faster beyond the round-to-round noise) and their RoundsEstimate against
     SWEEP_BOUNDARIES. order: the points' order in each round; batches: {point: steady batches per round}."""
     from perfsuite.measure import stats
 
@@ -1419,7 +1418,7 @@ class _gpu_window:
 # ------------------------------------------------------------------------------------------ verdicts
 
 
-def verdicts(diagnosis: Diagnosis) -> list[Verdict]:
+def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
     """Findings derived from a diagnosis' figures, in a fixed order of topics; parts not measured (an
     interrupted run, a stage without time) give none, and the stage findings say why."""
     return [*data_verdicts(diagnosis.data),
@@ -1440,7 +1439,7 @@ def _percent(value: float) -> str:
     return f"{value:.0%}"
 
 
-def why_undecided(figure: Estimate, fmt: Callable[[float], str] = _fmt) -> str | None:
+def why_undecided(figure: RoundsEstimate, fmt: Callable[[float], str] = _fmt) -> str | None:
     """In words, why figure does not decide its class (too few rounds, or a boundary inside its
     interval); None when it does."""
     if figure.rounds < MIN_ROUNDS:
@@ -1451,25 +1450,25 @@ def why_undecided(figure: Estimate, fmt: Callable[[float], str] = _fmt) -> str |
     return None
 
 
-def span_words(figure: Estimate, fmt: Callable[[float], str]) -> str:
+def span_words(figure: RoundsEstimate, fmt: Callable[[float], str]) -> str:
     return f"interval {fmt(figure.low)}–{fmt(figure.high)} over {figure.rounds} rounds"
 
 
-def estimate_evidence(name: str, figure: Estimate) -> dict:
+def estimate_evidence(name: str, figure: RoundsEstimate) -> dict:
     return {name: figure.median, f"{name}_low": figure.low, f"{name}_high": figure.high, "rounds": figure.rounds,
             "coverage": round(figure.coverage, 3)}
 
 
-def data_verdicts(data: DataSummary) -> list[Verdict]:
+def data_verdicts(data: DataSummary) -> list[DiagnosisFinding]:
     out = []
     if data.skipped:
-        out.append(Verdict("data", f"{data.skipped} unreadable file(s) skipped; measured on the rest",
+        out.append(DiagnosisFinding("data", f"{data.skipped} unreadable file(s) skipped; measured on the rest",
                            {"checked": data.checked, "skipped": data.skipped, "usable": data.usable},
                            "fix or convert the files listed by `perfsuite check-data` (16-bit PCM mono at the "
                            "expected sample rate); until then they are missing from training"))
     repeat = data.repeat
     if repeat.copies > 1:
-        out.append(Verdict(
+        out.append(DiagnosisFinding(
             "data-size", f"only {data.usable} usable utterance(s), fewer than one measurement round draws "
             f"({repeat.round_samples} samples): measured on {repeat.copies} copies of each "
             f"({repeat.utterances_measured} per pass, epochs repeated) so that batches are full; "
@@ -1481,7 +1480,7 @@ def data_verdicts(data: DataSummary) -> list[Verdict]:
     return out
 
 
-def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[Verdict]:
+def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[DiagnosisFinding]:
     """A finding for each stage that was interrupted, had too little time, or spent its share undecided."""
     out = []
     for stage in stages:
@@ -1489,12 +1488,12 @@ def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[
         evidence = {"share_s": round(stage.share_s, 1), "spent_s": round(stage.spent_s, 1), "rounds": stage.rounds,
                     "needs_s": None if stage.needs_s is None else round(stage.needs_s, 1)}
         if stage.status == INTERRUPTED:
-            out.append(Verdict(topic, "interrupted: the figures of this stage are missing", evidence, None))
+            out.append(DiagnosisFinding(topic, "interrupted: the figures of this stage are missing", evidence, None))
         elif stage.status == TOO_SHORT:
-            out.append(Verdict(topic, f"{TOO_SHORT}: {stage.rounds} round(s) in its {stage.share_s:.0f} s share; a "
+            out.append(DiagnosisFinding(topic, f"{TOO_SHORT}: {stage.rounds} round(s) in its {stage.share_s:.0f} s share; a "
                                f"decision needs {MIN_ROUNDS}", evidence, _more_budget(stage, budget_s)))
         elif stage.status == UNDECIDED:
-            out.append(Verdict(topic, f"its {stage.share_s:.0f} s share was spent after {stage.rounds} rounds, "
+            out.append(DiagnosisFinding(topic, f"its {stage.share_s:.0f} s share was spent after {stage.rounds} rounds, "
                                "before every figure was decided (see the findings below)", evidence,
                                "a longer --budget narrows the intervals"))
     return out
@@ -1507,55 +1506,55 @@ def _more_budget(stage: StageRecord, budget_s: float) -> str:
             f"about {stage.needs_s:.0f} s for {MIN_ROUNDS} rounds on this machine)")
 
 
-def loader_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[Verdict]:
+def loader_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
     return [_loader_verdict(c) for c in comparisons if c.a.source == c.b.source]
 
 
-def _loader_verdict(comparison: LoaderComparison) -> Verdict:
+def _loader_verdict(comparison: LoaderComparison) -> DiagnosisFinding:
     a, b, source, figure = comparison.a.kind, comparison.b.kind, comparison.a.source, comparison.ratio
     ratio, topic = figure.median, f"loader-{source}"
     evidence = estimate_evidence(f"{a}_over_{b}", figure)
     why = why_undecided(figure, _times)
     if why:
-        return Verdict(topic, f"{a} vs {b} {source} loader: {why}; median {ratio:.2f}x", evidence, None, figure)
+        return DiagnosisFinding(topic, f"{a} vs {b} {source} loader: {why}; median {ratio:.2f}x", evidence, None, figure)
     span = span_words(figure, _times)
     if ratio >= MATERIAL_SPEEDUP:
         strength = f" ({LOADER_STRENGTHS[a]})" if a in LOADER_STRENGTHS else ""
-        return Verdict(topic, f"{b} {source} loader is {ratio:.1f}x slower than {a} ({span})", evidence,
+        return DiagnosisFinding(topic, f"{b} {source} loader is {ratio:.1f}x slower than {a} ({span})", evidence,
                        f"switch the {source} loader to {a}{strength}", figure)
     if ratio <= 1 / MATERIAL_SPEEDUP:
-        return Verdict(topic, f"{a} {source} loader is {1 / ratio:.1f}x slower than {b} ({span})", evidence,
+        return DiagnosisFinding(topic, f"{a} {source} loader is {1 / ratio:.1f}x slower than {b} ({span})", evidence,
                        f"keep the {b} {source} loader on this machine", figure)
-    return Verdict(topic, f"{a} and {b} {source} loaders are within {MATERIAL_SPEEDUP:.1f}x of each other "
+    return DiagnosisFinding(topic, f"{a} and {b} {source} loaders are within {MATERIAL_SPEEDUP:.1f}x of each other "
                    f"({ratio:.2f}x, {span})", evidence, None, figure)
 
 
-def cache_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[Verdict]:
+def cache_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
     return [_cache_verdict(c) for c in comparisons if c.a.kind == c.b.kind and c.a.source == "cache"]
 
 
-def _cache_verdict(comparison: LoaderComparison) -> Verdict:
+def _cache_verdict(comparison: LoaderComparison) -> DiagnosisFinding:
     figure, kind = comparison.ratio, comparison.a.kind
     ratio = figure.median
     evidence = estimate_evidence("cache_over_wav", figure)
     why = why_undecided(figure, _times)
     if why:
-        return Verdict("cache", f"{kind} .npy cache vs WAV: {why}; median {ratio:.2f}x", evidence, None, figure)
+        return DiagnosisFinding("cache", f"{kind} .npy cache vs WAV: {why}; median {ratio:.2f}x", evidence, None, figure)
     if ratio >= MATERIAL_SPEEDUP:
-        return Verdict("cache", f"the .npy cache loads {ratio:.1f}x faster than decoding WAVs "
+        return DiagnosisFinding("cache", f"the .npy cache loads {ratio:.1f}x faster than decoding WAVs "
                        f"({span_words(figure, _times)})", evidence,
                        "precompute the mels once (perfsuite.data.corpus.build_cache) and train from the cache", figure)
-    return Verdict("cache", f"the .npy cache is not materially faster than the WAVs ({ratio:.2f}x, "
+    return DiagnosisFinding("cache", f"the .npy cache is not materially faster than the WAVs ({ratio:.2f}x, "
                    f"{span_words(figure, _times)})", evidence, None, figure)
 
 
-def step_verdicts(step: StepFigures) -> list[Verdict]:
+def step_verdicts(step: StepFigures) -> list[DiagnosisFinding]:
     """From same-round ratios of the modes (they ran interleaved), not ratios of means taken apart."""
     modes = step.modes
     firsts = {f"{mode}_first_s": modes[mode].first_s for mode in STEP_MODES}
     out = []
     if not step.ratios:
-        out.append(Verdict("step", f"{TOO_SHORT}: no round of steady calls fit after the first calls", {
+        out.append(DiagnosisFinding("step", f"{TOO_SHORT}: no round of steady calls fit after the first calls", {
             **firsts, **{f"{mode}_first_steady_s": modes[mode].first_steady_s for mode in STEP_MODES}}, None))
     if "graph_over_eager" in step.ratios:
         out.append(_graph_verdict(step.ratios["graph_over_eager"].ratio, firsts))
@@ -1563,46 +1562,46 @@ def step_verdicts(step: StepFigures) -> list[Verdict]:
         out.append(_xla_verdict(step.ratios["xla_over_graph"].ratio, modes["xla"].first_s, firsts))
     retraces = {mode: modes[mode].retraces for mode in ("graph", "xla")}
     if any(retraces.values()):
-        out.append(Verdict("retracing", "the step retraced in the steady state", {"retraces": retraces},
+        out.append(DiagnosisFinding("retracing", "the step retraced in the steady state", {"retraces": retraces},
                            "pad batches to static shapes (LoaderConfig(static_shapes=True)) or bucket lengths"))
     return out
 
 
-def _graph_verdict(figure: Estimate, firsts: dict) -> Verdict:
+def _graph_verdict(figure: RoundsEstimate, firsts: dict) -> DiagnosisFinding:
     gain, evidence = figure.median, {**estimate_evidence("graph_over_eager", figure), **firsts}
     why = why_undecided(figure, _times)
     if why:
-        return Verdict("step-graph", f"graph vs eager step: {why}; median {gain:.2f}x", evidence, None, figure)
+        return DiagnosisFinding("step-graph", f"graph vs eager step: {why}; median {gain:.2f}x", evidence, None, figure)
     span = span_words(figure, _times)
     if gain >= MATERIAL_STEP_SPEEDUP:
-        return Verdict("step-graph", f"eager step is {gain:.1f}x slower than tf.function ({span})", evidence,
+        return DiagnosisFinding("step-graph", f"eager step is {gain:.1f}x slower than tf.function ({span})", evidence,
                        "wrap the training step in tf.function", figure)
     if gain <= 1 / MATERIAL_STEP_SPEEDUP:
-        return Verdict("step-graph", f"tf.function step is {1 / gain:.1f}x slower than eager ({span})", evidence,
+        return DiagnosisFinding("step-graph", f"tf.function step is {1 / gain:.1f}x slower than eager ({span})", evidence,
                        None, figure)
-    return Verdict("step-graph", f"eager and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
+    return DiagnosisFinding("step-graph", f"eager and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
                    f"({gain:.2f}x, {span})", evidence, None, figure)
 
 
-def _xla_verdict(figure: Estimate, first_s: float, firsts: dict) -> Verdict:
+def _xla_verdict(figure: RoundsEstimate, first_s: float, firsts: dict) -> DiagnosisFinding:
     gain, evidence = figure.median, {**estimate_evidence("xla_over_graph", figure), **firsts}
     why = why_undecided(figure, _times)
     if why:
-        return Verdict("step-xla", f"XLA vs graph step: {why}; median {gain:.2f}x", evidence, None, figure)
+        return DiagnosisFinding("step-xla", f"XLA vs graph step: {why}; median {gain:.2f}x", evidence, None, figure)
     span = span_words(figure, _times)
     if gain >= MATERIAL_STEP_SPEEDUP:
-        return Verdict("step-xla", f"XLA step is {gain:.1f}x faster than graph mode ({span}; first call "
+        return DiagnosisFinding("step-xla", f"XLA step is {gain:.1f}x faster than graph mode ({span}; first call "
                        f"{first_s:.2f} s)", evidence,
                        "compile the step with tf.function(jit_compile=True) and static input shapes", figure)
     if gain <= 1 / MATERIAL_STEP_SPEEDUP:
-        return Verdict("step-xla", f"XLA step is {1 / gain:.1f}x slower than graph mode ({span})", evidence,
+        return DiagnosisFinding("step-xla", f"XLA step is {1 / gain:.1f}x slower than graph mode ({span})", evidence,
                        "keep jit_compile off for this model on this machine", figure)
-    return Verdict("step-xla", f"XLA and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
+    return DiagnosisFinding("step-xla", f"XLA and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
                    f"({gain:.2f}x, {span})", evidence, None, figure)
 
 
 def input_bound_verdicts(figures: tuple[InputBoundFigures, ...],
-                         pipelines: tuple[PipelineFigures, ...] = ()) -> list[Verdict]:
+                         pipelines: tuple[PipelineFigures, ...] = ()) -> list[DiagnosisFinding]:
     """A finding per pipeline; a pipeline that waits is pointed at the fastest loader whose share is
     decided 'not input-bound'."""
     speed = {p.pipeline: p.samples_per_s.median for p in pipelines}
@@ -1611,13 +1610,13 @@ def input_bound_verdicts(figures: tuple[InputBoundFigures, ...],
     return [_input_bound_verdict(f, best) for f in figures]
 
 
-def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | None) -> Verdict:
+def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | None) -> DiagnosisFinding:
     name, figure, label = figures.pipeline.label, figures.share, figures.classification
     share = figure.median
     evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
     why = why_undecided(figure, _percent)
     if why:
-        return Verdict(f"input-{name}", f"{name}: {why}; median share {share:.0%} ({label} at the median)",
+        return DiagnosisFinding(f"input-{name}", f"{name}: {why}; median share {share:.0%} ({label} at the median)",
                        evidence, None, figure)
     recommendation = None
     if label != "not input-bound":
@@ -1626,24 +1625,24 @@ def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | N
                           "the step waits for input: add parallel map calls, prefetch, or a faster loader")
     waits = (f"{share:.0%} of step time waits for input" if share >= 0 else
              f"share {share:.0%}: fed faster than its synthetic twin, i.e. no measurable wait, the rest noise")
-    return Verdict(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, _percent)})", evidence,
+    return DiagnosisFinding(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, _percent)})", evidence,
                    recommendation, figure)
 
 
-def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[Verdict]:
+def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[DiagnosisFinding]:
     out = []
     for figures in pipelines:
         loader, name, figure = figures.loader, figures.pipeline.label, figures.variation
         evidence = {**estimate_evidence("variation", figure), "batches": loader["batches"],
                     "cycle_period": loader["cycle_period"]}
         if loader["cycle_significant"]:
-            out.append(Verdict(f"cycle-{name}", f"{name}: per-batch times repeat every {loader['cycle_period']} "
+            out.append(DiagnosisFinding(f"cycle-{name}", f"{name}: per-batch times repeat every {loader['cycle_period']} "
                                "batches", evidence,
                                "periodic stalls: a slow element every period (long files, GC, a shared disk); "
                                "raise prefetch or parallelism so the stall is hidden"))
         elif figure.median >= UNSTABLE_VARIATION:
             why = why_undecided(figure, _percent)
-            out.append(Verdict(f"variation-{name}", f"{name}: per-batch times vary by {figure.median:.0%} of the "
+            out.append(DiagnosisFinding(f"variation-{name}", f"{name}: per-batch times vary by {figure.median:.0%} of the "
                                f"mean ({why or span_words(figure, _percent)})", evidence, None, figure))
     return out
 
@@ -1655,12 +1654,12 @@ def point_label(axis: str, point: int) -> str:
     return f"batch {point}"
 
 
-def sweep_verdicts(sweep: tuple[SweepAxis, ...]) -> list[Verdict]:
+def sweep_verdicts(sweep: tuple[SweepAxis, ...]) -> list[DiagnosisFinding]:
     found = (_sweep_verdict(figures) for figures in sweep)
     return [verdict for verdict in found if verdict is not None]
 
 
-def _sweep_verdict(figures: SweepAxis) -> Verdict | None:
+def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
     axis, rounds = figures.axis, figures.rounds
     compared = [point for point in figures.points if point.vs_current is not None]
     if not compared:
@@ -1681,17 +1680,17 @@ def _sweep_verdict(figures: SweepAxis) -> Verdict | None:
                  + (f", p={gain['p_value']:.2g})" if gain["p_value"] is not None else ")"))
     setting = "worker count" if axis == "workers" else "batch size"
     if clear:
-        return Verdict(axis, f"the tf_native WAV loader with {best} delivers {per_round} the samples/s "
+        return DiagnosisFinding(axis, f"the tf_native WAV loader with {best} delivers {per_round} the samples/s "
                        f"of the current {now}", evidence, _sweep_recommendation(axis, chosen.point), figure)
     why = why_undecided(figure, _times)
     if rounds < MIN_ROUNDS:
-        return Verdict(axis, f"{why}: no {setting} recommendation (best: {best} at {per_round} vs {now})", evidence,
+        return DiagnosisFinding(axis, f"{why}: no {setting} recommendation (best: {best} at {per_round} vs {now})", evidence,
                        None, figure)
     undecided = f"; {why}" if why else ""
     if figure.median < 1:
-        return Verdict(axis, f"no {setting} was faster than the current {now} in the same rounds (closest: "
+        return DiagnosisFinding(axis, f"no {setting} was faster than the current {now} in the same rounds (closest: "
                        f"{best} at {per_round}){undecided}", evidence, None, figure)
-    return Verdict(axis, f"no {setting} beats the current {now} beyond the round-to-round noise (best: {best} at "
+    return DiagnosisFinding(axis, f"no {setting} beats the current {now} beyond the round-to-round noise (best: {best} at "
                    f"{per_round}; a recommendation needs a median gain >= {SWEEP_MIN_GAIN:.0%}, >= "
                    f"{SWEEP_MIN_WIN_SHARE:.0%} of rounds faster and p < {SWEEP_ALPHA}){undecided}", evidence, None,
                    figure)
@@ -1703,11 +1702,11 @@ def _sweep_recommendation(axis: str, point: int) -> str:
     return f"batch {point} if the step is input-bound and training allows it (batch size also changes the optimisation)"
 
 
-def feed_verdicts(feed: tuple[FeedFigures, ...]) -> list[Verdict]:
+def feed_verdicts(feed: tuple[FeedFigures, ...]) -> list[DiagnosisFinding]:
     return [feed_verdict(figures) for figures in feed]
 
 
-def feed_verdict(figures: FeedFigures) -> Verdict:
+def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
     """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval;
     the round at the step is the evidence (its busy fraction, idle share, oscillation)."""
     label, feed = figures.pipeline, figures.feed
@@ -1716,7 +1715,7 @@ def feed_verdict(figures: FeedFigures) -> Verdict:
                 "feed_audio_s_per_s": feed["feed_audio_s_per_s"]}
     topic, fed = f"feed-{label}", feed_words(figures)
     if figures.step_s is None:
-        return Verdict(topic, f"{label} {fed}; {figures.reason}", evidence, None)
+        return DiagnosisFinding(topic, f"{label} {fed}; {figures.reason}", evidence, None)
     stats = figures.stats
     evidence.update({"step_s": figures.step_s, "busy_fraction": figures.round["busy_fraction"],
                      "util_median_pct": stats["emulated_util_median"],
@@ -1727,22 +1726,22 @@ def feed_verdict(figures: FeedFigures) -> Verdict:
     if stats["emulated_oscillation"]:
         measured += f", utilisation oscillating every {stats['emulated_oscillation_period_s']:.3g} s"
     if figures.keeps_busy:
-        return Verdict(topic, f"{label} keeps {step} >= 90 % busy: it {fed}; {measured}", evidence, None)
+        return DiagnosisFinding(topic, f"{label} keeps {step} >= 90 % busy: it {fed}; {measured}", evidence, None)
     if figures.keeps_busy is False:
-        return Verdict(topic, f"{label} would starve {step}: it {fed}; {measured}", evidence,
+        return DiagnosisFinding(topic, f"{label} would starve {step}: it {fed}; {measured}", evidence,
                        "the GPU would wait for input: a faster loader (see the loader findings), more parallel "
                        "calls, prefetch, or the .npy cache")
-    return Verdict(topic, f"{label} vs {step}: undecided, the step lies inside the feed rate's interval: it {fed}; "
+    return DiagnosisFinding(topic, f"{label} vs {step}: undecided, the step lies inside the feed rate's interval: it {fed}; "
                    f"{measured}", evidence, None)
 
 
-def gpu_verdicts(gpu: GpuFigures) -> list[Verdict]:
+def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
     if not gpu.available or not gpu.stats:
         return []
     stats = gpu.stats
     evidence = {"util_median_pct": stats["gpu_util_median"], "idle_fraction": stats["gpu_idle_fraction"],
                 "oscillation_period_s": stats["gpu_oscillation_period_s"]}
     if stats["gpu_util_median"] < GPU_IDLE_MEDIAN_PCT:
-        return [Verdict("gpu", f"GPU busy only {stats['gpu_util_median']:.0f}% (median) while training", evidence,
+        return [DiagnosisFinding("gpu", f"GPU busy only {stats['gpu_util_median']:.0f}% (median) while training", evidence,
                         "the GPU waits: see the input-bound findings above")]
-    return [Verdict("gpu", f"GPU busy {stats['gpu_util_median']:.0f}% (median)", evidence, None)]
+    return [DiagnosisFinding("gpu", f"GPU busy {stats['gpu_util_median']:.0f}% (median)", evidence, None)]

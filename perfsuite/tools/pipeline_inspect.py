@@ -40,15 +40,15 @@ from perfsuite.tools.diagnose import (
     UNSTABLE_VARIATION,
     VARIATION_BOUNDARIES,
     Budget,
-    Estimate,
+    DiagnosisFinding,
     Event,
     FeedFigures,
     InputBoundFigures,
     Progress,
-    Recorder,
+    RoundsEstimate,
     Stage,
+    StageLog,
     StageRecord,
-    Verdict,
     calls_that_fit,
     check_step_time,
     estimate,
@@ -405,13 +405,13 @@ class Throughput(Record):
     first_batch_s: float
     warmup_s: tuple[float, ...]
     unit: str
-    rate: Estimate | None
-    variation: Estimate | None
+    rate: RoundsEstimate | None
+    variation: RoundsEstimate | None
     batches_per_round: int
     batch_s: tuple[float, ...]
     cycle: dict | None
     restarts: int
-    audio_s_per_s: Estimate | None = None
+    audio_s_per_s: RoundsEstimate | None = None
     padding_efficiency: float | None = None
 
 
@@ -444,7 +444,7 @@ class PipelineDiagnosis(Record):
     step: StepRun | None
     input_bound: InputBoundFigures | None
     feed: FeedFigures | None
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[DiagnosisFinding, ...]
 
     SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
 
@@ -485,7 +485,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
     first_step = _first_calls(step, first_batch, target.step) if step is not None else None
     head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint().as_dict(), "graph": graph}
-    run = Recorder(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
+    run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
                    parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None}, budget=budget,
                    progress=progress, checkpoint=checkpoint)
     run.save()
@@ -680,7 +680,7 @@ def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, setti
         for name in ("twin", "real") if index % 2 == 0 else ("real", "twin"):
             (synthetic_s if name == "twin" else real_s).append(side(twin if name == "twin" else dataset))
 
-    def figure() -> Estimate:
+    def figure() -> RoundsEstimate:
         return estimate([stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)],
                         INPUT_BOUND_BOUNDARIES)
 
@@ -702,7 +702,7 @@ def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, setti
 # ------------------------------------------------------------------------------------------ verdicts
 
 
-def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[Verdict]:
+def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     """Findings from the measured figures; the graph findings are judged by them (a Python op or a
     missing prefetch is worth changing only when the step is measured to wait for input)."""
     bound, graph = diagnosis.input_bound, diagnosis.graph
@@ -722,31 +722,31 @@ def _percent(value: float) -> str:
     return f"{value:.0%}"
 
 
-def throughput_verdicts(figures: Throughput) -> list[Verdict]:
+def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
     rate, unit = figures.rate, figures.unit
     if rate is None:
         return []
     evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
                 "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
-    out = [Verdict("throughput", f"steady throughput {_fmt_rate(rate.median)} {unit}/s "
+    out = [DiagnosisFinding("throughput", f"steady throughput {_fmt_rate(rate.median)} {unit}/s "
                    f"({span_words(rate, _fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
                    "kept apart)", evidence, None, rate)]
     if figures.audio_s_per_s is not None:
         audio = figures.audio_s_per_s
-        out.append(Verdict("speech", f"{_fmt_rate(audio.median)} seconds of audio per second "
+        out.append(DiagnosisFinding("speech", f"{_fmt_rate(audio.median)} seconds of audio per second "
                            f"({span_words(audio, _fmt_rate)}); batches are {figures.padding_efficiency:.0%} real "
                            "frames, the rest padding", {**estimate_evidence("audio_s_per_s", audio),
                                                         "padding_efficiency": figures.padding_efficiency},
                            None, audio))
     cycle, variation = figures.cycle or {}, figures.variation
     if cycle.get("significant"):
-        out.append(Verdict("cycle", f"per-batch times repeat every {cycle['period']} batches", {
+        out.append(DiagnosisFinding("cycle", f"per-batch times repeat every {cycle['period']} batches", {
             "period": cycle["period"], "strength": cycle["strength"], "threshold": cycle["threshold"]},
             "periodic stalls: a slow element every period (long files, GC, a shared disk); raise prefetch or "
             "parallelism so the stall is hidden"))
     elif variation is not None and variation.median >= UNSTABLE_VARIATION:
         why = why_undecided(variation, _percent)
-        out.append(Verdict("variation", f"per-batch times vary by {variation.median:.0%} of the mean "
+        out.append(DiagnosisFinding("variation", f"per-batch times vary by {variation.median:.0%} of the mean "
                            f"({why or span_words(variation, _percent)})",
                            estimate_evidence("variation", variation), None, variation))
     return out
@@ -763,10 +763,10 @@ def _waits(bound: InputBoundFigures | None) -> bool | None:
     return bound.classification != "not input-bound"
 
 
-def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[Verdict]:
+def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     bound = diagnosis.input_bound
     if diagnosis.target.step is None:
-        return [Verdict("input-bound", "not measured: the input-bound share needs a training step to feed "
+        return [DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to feed "
                         "(--step MODULE:FUNCTION); throughput only", {}, None)]
     if bound is None:
         return []
@@ -774,16 +774,16 @@ def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[Verdict]:
     evidence = {**estimate_evidence("share", figure), "t_real_s": bound.t_real, "t_synthetic_s": bound.t_synthetic}
     why = why_undecided(figure, _percent)
     if why:
-        return [Verdict("input-bound", f"{why}; median share {figure.median:.0%} ({label} at the median)", evidence,
+        return [DiagnosisFinding("input-bound", f"{why}; median share {figure.median:.0%} ({label} at the median)", evidence,
                         None, figure)]
     recommendation = None
     if label != "not input-bound":
         recommendation = "the step waits for input: see the Python-function, prefetch and parallelism findings"
-    return [Verdict("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time waits for input; "
+    return [DiagnosisFinding("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time waits for input; "
                     f"{span_words(figure, _percent)})", evidence, recommendation, figure)]
 
 
-def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Target) -> Verdict:
+def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Target) -> DiagnosisFinding:
     calls = f" calling {op.python}" if op.python else ""
     finding = (f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, in {op.transformation} "
                f"({op.transformation_node})")
@@ -792,10 +792,10 @@ def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Ta
     if bound is not None:
         evidence["input_bound_share"] = bound.share.median
     if waits:
-        return Verdict("python-op", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
+        return DiagnosisFinding("python-op", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
                        f"move {op.python or 'this function'} in {op.transformation} to TensorFlow ops (no GIL, runs "
                        "in parallel), or precompute its output", interval)
-    return Verdict("python-op", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)
+    return DiagnosisFinding("python-op", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)
 
 
 def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
@@ -809,7 +809,7 @@ def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
     return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
 
 
-def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None, target: Target) -> list[Verdict]:
+def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None, target: Target) -> list[DiagnosisFinding]:
     if graph.ends_with_prefetch or not graph.transformations:
         return []
     last = graph.transformations[-1]
@@ -819,17 +819,17 @@ def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None, ta
     finding = f"no prefetch at the end of the pipeline (the last transformation is {last})"
     interval = None if bound is None else bound.share
     if graph.inject_prefetch:  # the measured figures already include the prefetch tf.data adds
-        return [Verdict("prefetch", f"{finding}; tf.data's inject_prefetch (on) adds one when the iterator starts, "
+        return [DiagnosisFinding("prefetch", f"{finding}; tf.data's inject_prefetch (on) adds one when the iterator starts, "
                         "so the figures measured here include it", evidence, None, interval)]
     finding += "; inject_prefetch is off, so none is added at run time"
     if _waits(bound):
-        return [Verdict("prefetch", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
+        return [DiagnosisFinding("prefetch", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
                         "end the pipeline with .prefetch(tf.data.AUTOTUNE), so batches are prepared while the step "
                         "runs", interval)]
-    return [Verdict("prefetch", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)]
+    return [DiagnosisFinding("prefetch", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)]
 
 
-def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[Verdict]:
+def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[DiagnosisFinding]:
     shapes = graph.dynamic_shapes
     retraces = None if step is None else step.retraces
     if not shapes and not retraces:
@@ -837,15 +837,15 @@ def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) 
     where = ", ".join(f"{s.component or 'the element'} {s.shape}" for s in shapes) or "none in element_spec"
     evidence = {"dynamic": where, "retraces": retraces, "step_calls": None if step is None else step.calls}
     if target.step is None:
-        return [Verdict("shapes", f"dynamic shapes ({where}) can make a tf.function step retrace; --step measures "
+        return [DiagnosisFinding("shapes", f"dynamic shapes ({where}) can make a tf.function step retrace; --step measures "
                         "whether it does", evidence, None)]
     if retraces is None:
-        return [Verdict("shapes", f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot "
+        return [DiagnosisFinding("shapes", f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot "
                         "be counted", evidence, None)]
     if retraces:
-        return [Verdict("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this run; "
+        return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this run; "
                         f"dynamic shapes: {where}", evidence,
                         "pad batches to fixed shapes (padded_batch with padded_shapes, drop_remainder=True) or give "
                         "the step an input_signature with None dimensions")]
-    return [Verdict("shapes", f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in "
+    return [DiagnosisFinding("shapes", f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in "
                     "this run", evidence, None)]

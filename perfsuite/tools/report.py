@@ -14,9 +14,9 @@ from perfsuite.plotting import draw_timeline, pyplot, save
 from perfsuite.tools.diagnose import (
     MIN_ROUNDS,
     Diagnosis,
-    Estimate,
     FeedFigures,
     Pipeline,
+    RoundsEstimate,
     SweepAxis,
     feed_words,
     point_label,
@@ -205,7 +205,7 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
     return "\n".join(lines)
 
 
-def interval_cell(figure: Estimate | None, fmt=lambda v: f"{v:.3g}") -> str:
+def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> str:
     """'12% (3%–25%, 4 rounds)' with ', straddles 5%' when it does; '-' when not measured."""
     if figure is None:
         return "-"
