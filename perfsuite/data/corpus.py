@@ -26,6 +26,7 @@ from perfsuite.data import text as text_codec
 from perfsuite.data.audio import MelConfig, log_mel_numpy
 from perfsuite.data.wav import read_wav, write_wav
 from perfsuite.errors import DataError
+from perfsuite.files import atomic_target
 
 # Bump when the generator changes, so corpora built by an older one are not reused.
 GENERATOR_VERSION = 2
@@ -281,21 +282,12 @@ def build_cache(dataset_dir: Path, *, mel_config: MelConfig = MelConfig(), cache
 
 
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    """Write ``array`` to ``path`` via a temporary file in the same directory and os.replace.
+    """Write ``array`` to ``path`` atomically (files.atomic_target).
 
     np.save is given an open file, not a name, because given a name it appends ".npy" and the
     rename would move the wrong file. The array is made C-contiguous: np.save writes a
     Fortran-ordered header for a transposed view, which readers that assume C order scramble.
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            # np.asarray(order="C"), not np.ascontiguousarray: that one turns a 0-d array into shape (1,).
-            np.save(handle, np.asarray(array, order="C"), allow_pickle=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_target(path) as handle:
+        # np.asarray(order="C"), not np.ascontiguousarray: that one turns a 0-d array into shape (1,).
+        np.save(handle, np.asarray(array, order="C"), allow_pickle=False)

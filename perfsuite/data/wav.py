@@ -30,13 +30,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from perfsuite.errors import DataError
+from perfsuite.files import write_atomic
 
 WAVE_FORMAT_PCM = 0x0001
 WAVE_FORMAT_IEEE_FLOAT = 0x0003
@@ -345,13 +345,4 @@ def write_wav(path, samples: np.ndarray, *, sample_rate: int) -> None:
         b"data", len(data),
     )
     path = Path(path)
-    # The temporary file lives in the target directory so that os.replace is an atomic rename.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(path, header + data)

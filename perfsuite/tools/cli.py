@@ -16,11 +16,11 @@ import json
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 from perfsuite._tensorflow import LOGS_VARIABLE
 from perfsuite.errors import DataError, PerfsuiteError
+from perfsuite.files import write_atomic
 from perfsuite.tools.options import check_outputs
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -364,19 +364,10 @@ def _interruptible(json_path: Path | None):
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """data as JSON at path (mode 0644), atomically: written to a temporary file in the same directory,
-    then renamed over path, so that a reader never sees half a file and an interrupted write leaves the
-    previous one."""
+    """data as JSON at path, atomically (files.write_atomic): a reader never sees half a file and an
+    interrupted write leaves the previous one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, allow_nan=False)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    write_atomic(path, json.dumps(data, indent=1, allow_nan=False))
 
 
 def _check_data(args, parser) -> int:

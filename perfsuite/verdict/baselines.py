@@ -47,11 +47,10 @@ import contextlib
 import datetime
 import decimal
 import fcntl
+import io
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +59,7 @@ from typing import IO, Any
 import yaml
 
 from perfsuite.errors import BaselineError
+from perfsuite.files import write_atomic
 from perfsuite.measure.machine import (
     FingerprintFieldError,
     MachineFingerprint,
@@ -540,26 +540,12 @@ def _dump_yaml(document: dict, stream: IO[str]) -> None:
 
 
 def _write_atomic(path: Path, document: dict) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over ``path``: readers
-    see the old file or the new one, never a part-written one."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make the committed file private
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            stream.write(_FILE_HEADER)
-            _dump_yaml(document, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-    directory_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)  # make the rename itself durable
-    finally:
-        os.close(directory_fd)
+    """The header and the document as YAML, replacing ``path`` atomically (files.write_atomic):
+    readers see the old file or the new one, never a part-written one."""
+    stream = io.StringIO()
+    stream.write(_FILE_HEADER)
+    _dump_yaml(document, stream)
+    write_atomic(path, stream.getvalue())
 
 
 def record_measurements(

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import ServiceError
+from perfsuite.files import write_atomic
 
 PROCESSING_MODES = ("parallel_epochs", "distributed_epoch")
 # Ops that call back into the Python interpreter that built the graph.
@@ -630,9 +631,7 @@ def _check_port_free(port: int) -> str | None:
 
 
 def _write_ready(path: Path, payload: dict) -> None:
-    staging = path.with_name(path.name + ".tmp")
-    staging.write_text(json.dumps(payload))
-    os.replace(staging, path)
+    write_atomic(path, json.dumps(payload))
 
 
 def _parser() -> argparse.ArgumentParser:

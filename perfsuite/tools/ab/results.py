@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from perfsuite.files import write_atomic
 from perfsuite.tools.ab.manager import ABError, Side, SideFailure
 
 EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED = 0, 1, 2, 3
@@ -187,16 +186,9 @@ class ABReport:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """data as JSON at path, written to a temporary file and renamed over it (never half a file)."""
+    """data as JSON at path, atomically (files.write_atomic: never half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, allow_nan=False)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    write_atomic(path, json.dumps(data, indent=1, allow_nan=False))
 
 
 def load_json(path: Path) -> dict:
