@@ -153,6 +153,8 @@ def test_emulated_step(perfsuite, perfsuite_corpus, perfsuite_cache, kind, sourc
         _more_rounds(perfsuite, "emulated_step", lambda: results.append(_round(batches, A100_STEP, config)),
                      gate_rounds=lambda: _gate_rounds(results, names=GATE_METRICS), rounds=rounds, started=started)
     perfsuite.record({"emulated_step": A100_STEP.as_dict(), **_figures(results)})
+    busy = [run.busy_fraction for run, _ in results]  # every case's headline figure, gated by no claim
+    perfsuite.add("emulated_busy_fraction", statistics.median(busy), rounds=busy)
     if gate_case:  # the same gates as a GPU runner's (ratios.yaml), under their emulated_ names
         _add_gate_metrics(perfsuite, results, names=GATE_METRICS)
     assert all(stats.samples > 0 for _, stats in results)

@@ -110,6 +110,8 @@ _DECLARED = [
            percent=True),
     Metric("emulated_oscillation", LOWER, "", "1 when the emulated accelerator's utilisation oscillates, else 0"),
     Metric("emulated_complete", HIGHER, "", "1 when the emulated timeline is complete, else 0"),
+    Metric("emulated_busy_fraction", HIGHER, "", "share of the run the emulated accelerator spent in its steps",
+           percent=True, headline="busy"),
     Metric("emulated_starved_util_median", HIGHER, "%",
            "median utilisation of the emulated fast step fed by the numpy_function WAV pipeline"),
     Metric("emulated_starved_idle_fraction", LOWER, "",
