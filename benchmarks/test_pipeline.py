@@ -48,6 +48,7 @@ def _input_bound(perfsuite, step, dataset, metric="input_bound", rounds=FIGURE_R
     return perfsuite.measure_input_bound(step=step, dataset=dataset.repeat(), metric=metric, rounds=rounds)
 
 
+@pytest.mark.not_in_ab(reason="an input-bound share is a same-run figure near 0, not a speed")
 @pytest.mark.parametrize("kind,source", PIPELINES, ids=[f"{k}-{s}" for k, s in PIPELINES])
 def test_input_bound(perfsuite, perfsuite_corpus, perfsuite_cache, static_limits, compiled_step, kind, source):
     dataset = _loader(perfsuite_corpus, perfsuite_cache, static_limits, kind=kind, source=source)
@@ -76,7 +77,8 @@ def test_prefetch(request, perfsuite, perfsuite_corpus, perfsuite_cache, static_
 @pytest.mark.gpu
 def test_gpu_utilisation(perfsuite, perfsuite_corpus, perfsuite_cache, static_limits, tensorflow, gpu_device):
     """The compiled step fed by the TF-native cache pipeline, GPU utilisation sampled while it runs."""
-    from perfsuite.measure.gpu import GpuSampler, gpu_gate_metrics, gpu_stats
+    from perfsuite.measure.gpu import GpuSampler
+    from perfsuite.measure.utilisation import gpu_gate_metrics, gpu_stats
 
     device = gpu_device
     dataset = _loader(perfsuite_corpus, perfsuite_cache, static_limits, kind="tf_native", source="cache",

@@ -584,6 +584,23 @@ def test_a_planted_slowdown_is_flagged_and_only_it(repo):
     assert _leftovers(repo) == (0, [])
 
 
+def test_a_benchmark_marked_not_in_ab_is_left_out_with_its_reason_before_it_runs(repo):
+    marked = """
+
+@pytest.mark.not_in_ab(reason="a same-run figure")
+def test_marked(perfsuite):
+    raise AssertionError("ab ran a benchmark marked not_in_ab")
+"""
+    _commit(repo, "base", extra="\n\nimport pytest\n" + marked)
+    _commit(repo, "head", work=0.0011, extra="\n\nimport pytest\n" + marked)
+    result = _ab(repo, "HEAD~1", "HEAD", "-k", "marked or same", "--budget", "10")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads((repo.parent / "ab.json").read_text())
+    reasons = {n["name"]: n["reason"] for n in data["not_compared"]}
+    assert reasons == {"test_tiny.py::test_marked": "not_in_ab: a same-run figure"}
+    assert [b["name"] for b in data["benchmarks"]] == ["test_tiny.py::test_same"]
+
+
 def test_a_crash_during_a_round_names_the_side_and_the_benchmark(repo):
     _commit(repo, "crashes", crash=40)
     result = _ab(repo, "HEAD~1", "HEAD", "--budget", "20")

@@ -21,25 +21,46 @@ import numpy as np
 import pytest
 
 from perfsuite.errors import PerfsuiteError
+from perfsuite.measure.rounds import BUDGET_SPENT, until_decided
 from perfsuite.measure.stats import classify_input_bound
 from perfsuite.records import RecordError
 from perfsuite.tools import cli
-from perfsuite.tools import diagnose as diagnose_module
-from perfsuite.tools.diagnose import (
+from perfsuite.tools.diagnose import run as diagnose_module
+from perfsuite.tools.diagnose.plan import (
+    MAX_ROUNDS,
+    STAGE_NEEDS,
+    STAGES,
+    Event,
+    calls_that_fit,
+    split_budget,
+    status_of,
+)
+from perfsuite.tools.diagnose.stages import feed_figures, keeps_busy, sweep_figures, sweep_points
+from perfsuite.tools.diagnose.views import repeat_copies, write_repeated_view
+from perfsuite.verdict.diagnosis import (
+    cache_verdicts,
+    feed_verdict,
+    gpu_verdicts,
+    input_bound_verdicts,
+    loader_verdicts,
+    stage_verdicts,
+    step_verdicts,
+    sweep_verdicts,
+    variation_verdicts,
+    verdicts,
+)
+from perfsuite.verdict.diagnosis_figures import (
     DECIDED,
     INPUT_BOUND_BOUNDARIES,
     INTERRUPTED,
     LOADER_PIPELINES,
     MIN_ROUNDS,
     SCHEMA_VERSION,
-    STAGE_NEEDS,
-    STAGES,
     STEP_MODES,
     TOO_SHORT,
     UNDECIDED,
     DiagnoseSettings,
     Diagnosis,
-    Event,
     FeedFigures,
     GpuFigures,
     InputBoundFigures,
@@ -51,26 +72,7 @@ from perfsuite.tools.diagnose import (
     StepFigures,
     StepMode,
     StepRatio,
-    cache_verdicts,
-    calls_that_fit,
     estimate,
-    feed_figures,
-    feed_verdict,
-    gpu_verdicts,
-    input_bound_verdicts,
-    keeps_busy,
-    loader_verdicts,
-    repeat_copies,
-    run_stage_rounds,
-    split_budget,
-    stage_verdicts,
-    step_verdicts,
-    sweep_figures,
-    sweep_points,
-    sweep_verdicts,
-    variation_verdicts,
-    verdicts,
-    write_repeated_view,
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
@@ -184,6 +186,9 @@ class FakeClock:
         return self.now
 
 
+STAGE_ROUNDS = {"max_rounds": MAX_ROUNDS, "min_rounds": MIN_ROUNDS}  # as a diagnose stage runs them
+
+
 def test_a_stage_stops_once_decided_with_share_left():
     clock, rounds = FakeClock(), []
 
@@ -191,8 +196,8 @@ def test_a_stage_stops_once_decided_with_share_left():
         clock.now += 2.0
         rounds.append(index)
 
-    outcome = run_stage_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock)
-    assert outcome.rounds == MIN_ROUNDS and outcome.stopped == "decided" and outcome.status == DECIDED
+    outcome = until_decided(one_round, decided=lambda: True, **STAGE_ROUNDS, limit_s=100.0, clock=clock)
+    assert outcome.rounds == MIN_ROUNDS and outcome.decided and status_of(outcome) == DECIDED
     assert clock.now == 2.0 * MIN_ROUNDS  # decided after the minimum: 94 s of the share left unspent
 
 
@@ -202,8 +207,8 @@ def test_a_stage_stops_before_a_round_that_would_overrun_its_share():
     def one_round(index):
         clock.now += 10.0
 
-    outcome = run_stage_rounds(one_round, decided=lambda: False, share_s=45.0, clock=clock)
-    assert outcome.rounds == 4 and outcome.stopped == "share spent" and outcome.status == UNDECIDED
+    outcome = until_decided(one_round, decided=lambda: False, **STAGE_ROUNDS, limit_s=45.0, clock=clock)
+    assert outcome.rounds == 4 and outcome.stopped == BUDGET_SPENT and status_of(outcome) == UNDECIDED
     assert clock.now == 40.0 and outcome.round_s == 10.0  # a fifth round would end at 50 s
 
 
@@ -213,11 +218,11 @@ def test_a_share_below_the_minimum_rounds_is_not_enough_time_to_decide():
     def one_round(index):
         clock.now += 10.0
 
-    short = run_stage_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock)
-    assert short.rounds == 2 and short.status == TOO_SHORT == "not enough time to decide"
-    nothing = run_stage_rounds(one_round, decided=lambda: True, share_s=25.0, clock=clock, first_estimate_s=30.0)
-    assert nothing.rounds == 0 and nothing.status == TOO_SHORT  # the estimate says no round fits: none runs
-    spent = run_stage_rounds(one_round, decided=lambda: True, share_s=0.0, clock=clock)
+    short = until_decided(one_round, decided=lambda: True, **STAGE_ROUNDS, limit_s=25.0, clock=clock)
+    assert short.rounds == 2 and status_of(short) == TOO_SHORT == "not enough time to decide"
+    nothing = until_decided(one_round, decided=lambda: True, **STAGE_ROUNDS, limit_s=25.0, clock=clock, first_estimate_s=30.0)
+    assert nothing.rounds == 0 and status_of(nothing) == TOO_SHORT  # the estimate says no round fits: none runs
+    spent = until_decided(one_round, decided=lambda: True, **STAGE_ROUNDS, limit_s=0.0, clock=clock)
     assert spent.rounds == 0  # no share left: not even a first round to learn what one costs
 
 
@@ -228,7 +233,7 @@ def test_warm_up_rounds_run_first_and_do_not_count():
         clock.now += 5.0 if index == 0 else 1.0  # a slow warm-up round (start-up)
         seen.append(index)
 
-    outcome = run_stage_rounds(one_round, decided=lambda: True, share_s=100.0, clock=clock, warmup_rounds=1,
+    outcome = until_decided(one_round, decided=lambda: True, **STAGE_ROUNDS, limit_s=100.0, clock=clock, warmup_rounds=1,
                          on_round=lambda rounds, spent: seen.append(("after", rounds)))
     assert outcome.rounds == MIN_ROUNDS and seen[:2] == [0, ("after", 0)]
     assert outcome.round_s == 1.0  # the measured rounds, not the warm-up, estimate the next one
@@ -509,7 +514,7 @@ def test_ctrl_c_exits_130_with_the_stages_written_so_far(dataset_with_bad_files,
     def interrupted_step(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(diagnose_module, "_step_stage", interrupted_step)
+    monkeypatch.setattr(diagnose_module, "step_stage", interrupted_step)
     path = tmp_path / "out" / "d.json"
     code = cli.main(["diagnose", str(dataset_with_bad_files), "--model", "tiny", "--batches", "4", "--batch-size", "4",
                      "--budget", "15", "--json", str(path)])
@@ -549,7 +554,7 @@ def _figure(values, boundaries=()):
 
 
 def _ab(source, ratio, *, rounds=3, kind_b="numpy_function", source_b=None):
-    from perfsuite.tools.diagnose import CACHE_BOUNDARIES, LOADER_BOUNDARIES
+    from perfsuite.verdict.diagnosis_figures import CACHE_BOUNDARIES, LOADER_BOUNDARIES
 
     a, b = Pipeline("tf_native", source), Pipeline(kind_b, source_b or source)
     boundaries = LOADER_BOUNDARIES if a.source == b.source else CACHE_BOUNDARIES

@@ -39,7 +39,8 @@ from perfsuite.measure.emulated import (
     window_coverage,
     with_coverage,
 )
-from perfsuite.measure.gpu import GpuTimeline, gpu_gate_metrics, gpu_stats
+from perfsuite.measure.gpu import GpuTimeline
+from perfsuite.measure.utilisation import gpu_gate_metrics, gpu_stats
 from perfsuite.verdict.baselines import load_ratios
 from perfsuite.verdict.gates import FAIL, PASS, check_benchmark
 

@@ -8,18 +8,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfsuite.errors import BaselineError
+from perfsuite.measure.rounds import BUDGET_SPENT, MAX_ROUNDS_REACHED, until_decided
 from perfsuite.measure.stats import median_interval
+from perfsuite.pytest_plugin.recorder import UNDECIDED_BUDGET_FACTOR
 from perfsuite.verdict.baselines import RatioGates, load_ratios
 from perfsuite.verdict.gates import (
-    BUDGET_SPENT,
     CONTEXT,
     FAIL,
     INCONCLUSIVE,
-    MAX_ROUNDS,
     PASS,
     REGRESSION,
     Threshold,
-    add_rounds_while_undecided,
     check_benchmark,
     judge,
 )
@@ -147,9 +146,10 @@ class FakeRounds:
         return judge("b", GATE, {GATE.metric: 1.0}, "ratios.yaml", self.values).decision == INCONCLUSIVE
 
     def add(self, *, budget_s=100.0, max_rounds=40, step=1):
-        return add_rounds_while_undecided(self.one_round, undecided=self.undecided, rounds=len(self.values),
-                                          spent_s=self.now, budget_s=budget_s, max_rounds=max_rounds, step=step,
-                                          clock=self.clock)
+        # as the fixture adds rounds to an undecided gate (Recorder.more_rounds)
+        return until_decided(lambda index: self.one_round(), decided=lambda: not self.undecided(),
+                             planned=len(self.values), planned_s=self.now, max_rounds=max_rounds, step=step,
+                             limit_s=UNDECIDED_BUDGET_FACTOR * max(budget_s, self.now), clock=self.clock)
 
 
 def test_a_straddling_interval_gets_more_rounds_until_it_is_decided():
@@ -176,7 +176,7 @@ def test_the_budget_and_max_rounds_bound_an_undecided_gate_and_the_note_says_so(
     assert "budget spent with a gate still inconclusive after 10 rounds (5 added" in outcome.note
     by_count = FakeRounds(straddling, round_s=1.0, planned=5)
     outcome = by_count.add(budget_s=100.0, max_rounds=12, step=2)
-    assert outcome.stopped == MAX_ROUNDS and outcome.rounds == 11 and len(by_count.values) == 11
+    assert outcome.stopped == MAX_ROUNDS_REACHED and outcome.rounds == 11 and len(by_count.values) == 11
     assert outcome.as_dict()["added"] == 6
 
 

@@ -30,11 +30,10 @@ from perfsuite.measure.gpu import (
     GpuSampler,
     GpuTimeline,
     GpuUnavailable,
-    gpu_gate_metrics,
     gpu_identity,
-    gpu_stats,
     select_devices,
 )
+from perfsuite.measure.utilisation import gpu_gate_metrics, gpu_stats
 
 STEP_S = 1 / 16  # exact in binary, so tick times and their microsecond stamps compare exactly
 ORIGIN_S = 1_700_000_000.0

@@ -11,20 +11,23 @@ from pathlib import Path
 import pytest
 
 from perfsuite.tools import cli
-from perfsuite.tools.diagnose import INPUT_BOUND_BOUNDARIES, TOO_SHORT, Event, InputBoundFigures, estimate
-from perfsuite.tools.pipeline_inspect import (
-    PIPELINE_SCHEMA_VERSION,
+from perfsuite.tools.diagnose.plan import Event
+from perfsuite.tools.diagnose.targets import (
     GraphFindings,
-    PipelineDiagnosis,
-    PipelineSettings,
-    Target,
     TargetError,
-    diagnose_pipeline,
     inspect_graph,
     load_callable,
     load_step,
+)
+from perfsuite.tools.pipeline_inspect import (
+    PIPELINE_SCHEMA_VERSION,
+    PipelineDiagnosis,
+    PipelineSettings,
+    Target,
+    diagnose_pipeline,
     pipeline_verdicts,
 )
+from perfsuite.verdict.diagnosis_figures import INPUT_BOUND_BOUNDARIES, TOO_SHORT, InputBoundFigures, estimate
 
 PIPELINE = """
 import numpy as np

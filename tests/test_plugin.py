@@ -232,4 +232,4 @@ def test_report_option_without_matplotlib_is_a_usage_error_naming_the_extra(pyte
 def test_markers_are_registered():
     from perfsuite.pytest_plugin.plugin import MARKERS
 
-    assert set(MARKERS) == {"gpu", "service", "selftest", "slow"}
+    assert set(MARKERS) == {"gpu", "service", "selftest", "slow", "not_in_ab"}

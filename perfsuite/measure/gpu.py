@@ -24,19 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from perfsuite.errors import GpuUnavailable
-from perfsuite.measure.stats import Cycle, detect_cycle, summarize
 
 DEFAULT_INTERVAL_S = 0.05
 IDLE_THRESHOLD_PCT = 10.0
@@ -514,181 +511,6 @@ def _value_field(nvml: Any, value_type: int) -> str:
     raise ValueError(f"nvmlDeviceGetSamples: expected a numeric sample value type, found type {value_type!r}")
 
 
-# -------------------------------------------------------------------------------------------- statistics
-
-# A significant cycle whose swing (peak to trough of the utilisation averaged per phase of the cycle) is
-# smaller than this many percentage points is a ripple, not an oscillation: at full load, a beat between
-# the step period and the sampling interval makes a regular pattern of a few points that the
-# scale-free cycle detector would otherwise report.
-MIN_OSCILLATION_SWING_PCT = 10.0
-
-
-@dataclass(frozen=True)
-class GpuStats:
-    """Utilisation statistics of one device's timeline; utilisation in percent, idle as a fraction.
-
-    Both utilisation sources compute these here: the NVML sampler's timeline and the emulated
-    accelerator's (perfsuite.measure.emulated), so the same gates apply to both.
-    """
-
-    device_index: int
-    device_name: str
-    source: str | None
-    samples: int
-    sample_spacing_s: float | None  # median time between utilisation samples
-    util_median: float
-    util_mean: float
-    idle_fraction: float  # share of samples with utilisation below idle_threshold
-    idle_threshold: float
-    variation_ratio: float  # std (ddof=1) / mean as in perfsuite.measure.stats; 0 for a series without variation
-    oscillation: Cycle  # not significant when its swing is below min_swing (the note says so)
-    oscillation_period_s: float | None  # oscillation.period (samples) x sample_spacing_s when significant
-    oscillation_swing: float | None  # points, peak to trough of the per-phase mean at the cycle's lag
-    starvation_episodes: int  # maximal runs of consecutive idle samples
-    longest_starvation_s: float | None  # the longest such run, samples x sample_spacing_s
-    mem_used_max: int | None  # bytes
-    sm_clock_median: float | None  # MHz
-    complete: bool
-    error: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Flat keys for pytest-benchmark's extra_info."""
-        strength = self.oscillation.strength
-        return {
-            "gpu_device": self.device_index,
-            "gpu_name": self.device_name,
-            "gpu_source": self.source,
-            "gpu_samples": self.samples,
-            "gpu_sample_spacing_s": self.sample_spacing_s,
-            "gpu_util_median": self.util_median,
-            "gpu_util_mean": self.util_mean,
-            "gpu_idle_fraction": self.idle_fraction,
-            "gpu_idle_threshold": self.idle_threshold,
-            "gpu_util_variation_ratio": self.variation_ratio,
-            "gpu_oscillation": self.oscillation.significant,
-            "gpu_oscillation_period_samples": self.oscillation.period,  # None when not significant
-            "gpu_oscillation_period_s": self.oscillation_period_s,
-            # NaN (too few samples, constant series) is not JSON; None says "not measured".
-            "gpu_oscillation_strength": None if math.isnan(strength) else strength,
-            "gpu_oscillation_note": self.oscillation.note,
-            "gpu_oscillation_swing": self.oscillation_swing,
-            "gpu_starvation_episodes": self.starvation_episodes,
-            "gpu_longest_starvation_s": self.longest_starvation_s,
-            "gpu_mem_used_max_bytes": self.mem_used_max,
-            "gpu_sm_clock_median_mhz": self.sm_clock_median,
-            "gpu_complete": self.complete,
-            "gpu_error": self.error,
-        }
-
-
-def gpu_stats(
-    timeline: GpuTimeline,
-    *,
-    device: int | None = None,
-    idle_threshold: float = IDLE_THRESHOLD_PCT,
-    alpha: float = 0.05,
-    min_points: int = 32,
-    max_lag: int | None = None,
-    min_swing: float = MIN_OSCILLATION_SWING_PCT,
-) -> GpuStats:
-    """Statistics of one device's utilisation (`device` = NVML index; default: the first sampled device,
-    the one TensorFlow places work on by default). Oscillation uses the same cycle detector as batch times;
-    a cycle swinging less than `min_swing` points is reported as not significant (a ripple).
-    A starvation episode is a maximal run of consecutive idle samples.
-    Raises ValueError when the device has no utilisation sample in the window."""
-    series = _device(timeline, device)
-    util = series.util
-    if not util:
-        raise ValueError(
-            f"GPU {series.index} ({series.name}): expected utilisation samples in the "
-            f"{timeline.duration_s:.3f} s window, found none (source={series.source}, error={timeline.error})"
-        )
-    gaps = [b - a for a, b in zip(series.util_timestamps, series.util_timestamps[1:])]
-    spacing = statistics.median(gaps) if gaps else None
-    summary = summarize(util)
-    # detect_cycle analyses the logarithm of positive values (batch times stall multiplicatively).
-    # Utilisation is additive and often 0, so it goes in as exp(u / 100): the detector's logarithm then
-    # sees the utilisation itself, and its robust z-scores do not depend on the scale.
-    cycle = detect_cycle([math.exp(u / 100) for u in util], alpha=alpha, min_points=min_points,
-                         max_lag=max_lag)
-    swing = _folded_swing(util, cycle.period) if cycle.significant else None
-    if swing is not None and swing < min_swing:
-        cycle = replace(cycle, significant=False, period=None,
-                        note=f"a ripple, not an oscillation: {cycle.note}, but it swings {swing:.1f} points "
-                             f"< min_swing={min_swing:g}")
-    period_s = cycle.period * spacing if cycle.significant and spacing is not None else None
-    idle_runs = _runs(u < idle_threshold for u in util)
-    return GpuStats(
-        device_index=series.index,
-        device_name=series.name,
-        source=series.source,
-        samples=len(util),
-        sample_spacing_s=spacing,
-        util_median=summary.median,
-        util_mean=summary.mean,
-        idle_fraction=sum(1 for u in util if u < idle_threshold) / len(util),
-        idle_threshold=idle_threshold,
-        # summarize() has no ratio for an all-zero series; a series without variation has ratio 0.
-        variation_ratio=summary.variation_ratio if summary.std > 0 else 0.0,
-        oscillation=cycle,
-        oscillation_period_s=period_s,
-        oscillation_swing=swing,
-        starvation_episodes=len(idle_runs),
-        longest_starvation_s=max(idle_runs) * spacing if idle_runs and spacing is not None else None,
-        mem_used_max=max(series.mem_used) if series.mem_used else None,
-        sm_clock_median=float(statistics.median(series.sm_clock)) if series.sm_clock else None,
-        complete=timeline.complete,
-        error=timeline.error,
-    )
-
-
-def _folded_swing(util: Sequence[float], period: int) -> float:
-    """Peak to trough, in points, of the mean utilisation at each phase of a cycle of `period` samples."""
-    phases = [util[phase::period] for phase in range(period)]
-    means = [statistics.fmean(values) for values in phases if values]
-    return max(means) - min(means)
-
-
-def _runs(flags) -> list[int]:
-    """Lengths of the maximal runs of true values."""
-    runs, length = [], 0
-    for flag in flags:
-        if flag:
-            length += 1
-        elif length:
-            runs.append(length)
-            length = 0
-    return runs + [length] if length else runs
-
-
-def _device(timeline: GpuTimeline, index: int | None) -> DeviceTimeline:
-    if not timeline.devices:
-        raise ValueError("timeline: expected at least one device, found none")
-    if index is None:
-        return timeline.devices[0]
-    for series in timeline.devices:
-        if series.index == index:
-            return series
-    found = [d.index for d in timeline.devices]
-    raise ValueError(f"device: expected one of the sampled GPUs {found}, found {index}")
-
-
-def gpu_gate_metrics(stats: GpuStats) -> dict[str, Any]:
-    """The metrics baselines gate GPU profiles on (min_/max_ thresholds):
-
-    gpu_util_median  percent (0-100), default gate MIN_UTIL_MEDIAN_PCT = 85
-    gpu_idle_fraction  fraction (0-1), default gate MAX_IDLE_FRACTION = 0.05
-    gpu_oscillation  bool, a significant cycle; a GPU runner gates it at False
-    gpu_complete  bool; a gate on an incomplete timeline should not pass
-    """
-    return {
-        "gpu_util_median": stats.util_median,
-        "gpu_idle_fraction": stats.idle_fraction,
-        "gpu_oscillation": stats.oscillation.significant,
-        "gpu_complete": stats.complete,
-    }
-
-
 # ---------------------------------------------------------------------------------------------------- cli
 
 
@@ -710,6 +532,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpuUnavailable as exc:
         print(f"GPU unavailable ({exc.cause}): {exc.reason}", file=sys.stderr)
         return 1
+    from perfsuite.measure.utilisation import gpu_stats  # it imports this module
+
     for series in sampler.timeline.devices:
         print(json.dumps(gpu_stats(sampler.timeline, device=series.index).as_dict(), sort_keys=True))
     return 0

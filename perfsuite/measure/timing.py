@@ -23,6 +23,7 @@ import numpy as np
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
+from perfsuite.measure.rounds import interleaved
 
 
 def _json_number(value: float | None) -> float | None:
@@ -388,32 +389,15 @@ def _round_value(result: Any, side: str) -> tuple[float, str]:
 def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmup_rounds: int = 1) -> ABResult:
     """Run a and b alternately and compare them pair by pair.
 
-    Rounds go A B, B A, A B, ... (warm-up rounds included in the alternation, results discarded): each
+    Rounds go A B, B A, A B, ... (rounds.alternating; warm-up rounds included, results discarded): each
     side runs first equally often, so a drift of the machine's speed during a pair favours A and B
     equally often, and the per-pair ratio cancels what both sides of a pair share.
     """
-    _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
-    a_values, b_values, order, units = [], [], [], set()
-    for index in range(warmup_rounds + rounds):
-        first_a = index % 2 == 0
-        results = {}
-        for side in ("a", "b") if first_a else ("b", "a"):
-            results[side] = _round_value((a if side == "a" else b)(), side)
-        if index < warmup_rounds:
-            continue
-        a_values.append(results["a"][0])
-        b_values.append(results["b"][0])
-        units.update((results["a"][1], results["b"][1]))
-        order.append("AB" if first_a else "BA")
-    if len(units) != 1:
-        raise TypeError(f"a, b: expected both to return the same kind of value, found {sorted(units)}")
-    unit = units.pop()
-    if unit == "s":
-        ratios = stats.ratio_of(b_values, a_values)
-    else:
-        ratios = stats.ratio_of(a_values, b_values)
-    return ABResult(a_values=tuple(a_values), b_values=tuple(b_values), unit=unit, ratios=ratios,
-                    summary=stats.ratio_summary(ratios), order=tuple(order))
+    joint = interleave_rounds({"a": a, "b": b}, rounds=rounds, warmup_rounds=warmup_rounds)
+    a_values, b_values = joint.values["a"], joint.values["b"]
+    ratios = stats.ratio_of(b_values, a_values) if joint.unit == "s" else stats.ratio_of(a_values, b_values)
+    return ABResult(a_values=a_values, b_values=b_values, unit=joint.unit, ratios=ratios,
+                    summary=stats.ratio_summary(ratios), order=tuple("".join(o).upper() for o in joint.order))
 
 
 def join_rounds(first: ABResult, more: ABResult) -> ABResult:
@@ -445,8 +429,8 @@ class Rounds:
 
 
 def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1) -> Rounds:
-    """interleave() for any number of runs: every round runs each of them once, forwards on even
-    rounds and backwards on odd ones (A B C, C B A, A B C, ...; warm-up rounds included in the
+    """interleave() for any number of runs: every round runs each of them once (rounds.interleaved),
+    forwards on even rounds and backwards on odd ones (A B C, C B A, A B C, ...; warm-up rounds included in the
     alternation, results discarded). Over a pair of rounds every run sits at the same mean position,
     so a steady drift of the machine's speed cancels, and a ratio of two runs within one round
     cancels what the round shares.
@@ -454,22 +438,13 @@ def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1) -> Rou
     _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
     if len(runs) < 1:
         raise ValueError("runs: expected at least one callable, found none")
-    labels = tuple(runs)
-    values = {label: [] for label in labels}
-    order, units = [], set()
-    for index in range(warmup_rounds + rounds):
-        sequence = labels if index % 2 == 0 else labels[::-1]
-        results = {label: _round_value(runs[label](), str(label)) for label in sequence}
-        if index < warmup_rounds:
-            continue
-        for label in labels:
-            values[label].append(results[label][0])
-            units.add(results[label][1])
-        order.append(sequence)
+    timed = {label: (lambda run=run, label=label: _round_value(run(), str(label))) for label, run in runs.items()}
+    results, order = interleaved(timed, rounds=rounds, warmup_rounds=warmup_rounds)
+    units = {unit for per_round in results.values() for _, unit in per_round}
     if len(units) != 1:
         raise TypeError(f"runs: expected every run to return the same kind of value, found {sorted(units)}")
-    return Rounds(labels=labels, values={label: tuple(v) for label, v in values.items()}, unit=units.pop(),
-                  order=tuple(order))
+    return Rounds(labels=tuple(runs), values={label: tuple(v for v, _ in r) for label, r in results.items()},
+                  unit=units.pop(), order=tuple(order))
 
 
 def combine(rounds: list[Measurement], *, name: str, first: Measurement) -> Measurement:

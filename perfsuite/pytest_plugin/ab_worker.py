@@ -172,6 +172,12 @@ def _short(report) -> str:
     return (lines[-1] if lines else report.outcome)[:500]
 
 
+def _not_in_ab(item) -> str:
+    """The reason a benchmark marked not_in_ab gives (its marker's reason= or first argument)."""
+    marker = item.get_closest_marker("not_in_ab")
+    return str(marker.kwargs.get("reason") or (marker.args[0] if marker.args else "marked not_in_ab"))
+
+
 class WorkerPlugin:
     """Keeps the collection in the controller's order and reports each benchmark's outcome."""
 
@@ -198,7 +204,9 @@ class WorkerPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
-        self.channel.send("collected", items=[item.nodeid for item in items])
+        left_out = {item.nodeid: _not_in_ab(item) for item in items if item.get_closest_marker("not_in_ab")}
+        self.channel.send("collected", items=[item.nodeid for item in items if item.nodeid not in left_out],
+                          left_out=left_out)
         command = self.channel.receive()
         wanted = command.get("items", [])
         by_id = {item.nodeid: item for item in items}

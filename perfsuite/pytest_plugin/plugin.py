@@ -98,6 +98,8 @@ MARKERS = {
     "service": "starts a tf.data service cluster (dispatcher and worker processes)",
     "selftest": "the regression detector's own tests; run in the full profile or with -m selftest",
     "slow": "minutes long; runs in the full profile or when selected with -m slow",
+    "not_in_ab": "not_in_ab(reason): a same-run figure `perfsuite ab` cannot compare across revisions; ab "
+                 "leaves it out (it says so, with the reason) rather than paying for its set-up",
 }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats, timing
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
+from perfsuite.measure.rounds import RoundsOutcome, until_decided
 from perfsuite.measure.speech import FrameCounter, speech_figures
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
@@ -27,7 +28,9 @@ from perfsuite.pytest_plugin.summary import headline_figures
 from perfsuite.verdict import metrics as metric_registry
 from perfsuite.verdict.baselines import Baselines, record_measurements
 from perfsuite.verdict.comparison import HistoryComparison, compare_history
-from perfsuite.verdict.gates import CheckResult, RoundsOutcome, add_rounds_while_undecided
+from perfsuite.verdict.gates import CheckResult
+
+UNDECIDED_BUDGET_FACTOR = 2.0  # undecided gates may spend up to this many times the measurement's budget
 
 
 def benchmark_id(profile_name: str, nodeid: str) -> str:
@@ -284,15 +287,16 @@ class Recorder:
     def more_rounds(self, name: str, one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
                     spent_s: float, step: int = 1) -> RoundsOutcome | None:
         """Rounds added by ``one_round`` after ``rounds`` planned ones that took ``spent_s``, while
-        ``undecided()`` (perfsuite.verdict.gates.add_rounds_while_undecided: within max_rounds and twice the
-        budget). ``name`` (a metric, or the measurement's) labels the outcome: extra_info gets
+        ``undecided()``, within max_rounds and UNDECIDED_BUDGET_FACTOR x max(budget, spent_s) in all (a
+        measurement whose planned rounds alone outrun the budget may double them). ``name`` (a metric, or the measurement's) labels the outcome: extra_info gets
         ``<name>_rounds_outcome``, and the summary a note when the rounds ended with a gate undecided.
         Under ``perfsuite ab`` (a round_driver) none are added: such a measurement is not compared there."""
         if self.context.round_driver is not None:
             return None
-        outcome = add_rounds_while_undecided(one_round, undecided=undecided, rounds=rounds, spent_s=spent_s,
-                                             budget_s=self.profile.budget_s, max_rounds=self.profile.max_rounds,
-                                             step=step)
+        outcome = until_decided(lambda index: one_round(), decided=lambda: not undecided(), planned=rounds,
+                                planned_s=spent_s, max_rounds=self.profile.max_rounds, step=step,
+                                limit_s=UNDECIDED_BUDGET_FACTOR * max(self.profile.budget_s, spent_s),
+                                clock=time.perf_counter)
         self.benchmark.extra_info[f"{name}_rounds_outcome"] = outcome.as_dict()
         if outcome.note is not None:
             self.notes.append(f"{name}: {outcome.note}")

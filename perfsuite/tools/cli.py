@@ -161,7 +161,7 @@ def _seconds(text: str) -> float:
 
 def _add_diagnose(commands) -> None:
     from perfsuite.measure.emulated import DEFAULT_STEP_PRESET  # no TensorFlow
-    from perfsuite.tools.diagnose import DEFAULT_BUDGET_S  # no TensorFlow: records and constants only
+    from perfsuite.verdict.diagnosis_figures import DEFAULT_BUDGET_S  # no TensorFlow: records and constants
 
     diagnose = commands.add_parser(
         "diagnose", help="measure loaders, training step and input-bound share on a dataset within a time budget; "
@@ -245,7 +245,8 @@ def _diagnose(args, parser) -> int:
     if args.cache is not None and not args.cache.is_dir():
         parser.error(f"--cache: expected a cache directory, found {_describe(args.cache)}")
     _check_outputs(args, parser)
-    from perfsuite.tools.diagnose import DiagnoseSettings, diagnose  # TensorFlow: only once diagnose() runs
+    from perfsuite.tools.diagnose.run import diagnose  # TensorFlow: only once diagnose() runs
+    from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
 
     settings = DiagnoseSettings(batch_size=args.batch_size, workers=args.workers, model=args.model,
                                 budget_s=args.budget, batches=args.batches, **_given(step_time=args.step_time))

@@ -1,6 +1,6 @@
 """The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary.
 
-Input: a perfsuite.tools.diagnose.Diagnosis, or the dict its as_dict() wrote (read back with
+Input: a perfsuite.verdict.diagnosis_figures.Diagnosis, or the dict its as_dict() wrote (read back with
 Diagnosis.from_dict, so an old or damaged file is refused by name), an interrupted run's checkpoint
 included: parts not measured are left out and the summary says so. Every figure is shown with its
 interval and rounds. matplotlib is reached through perfsuite.plotting only.
@@ -11,15 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfsuite.plotting import draw_timeline, pyplot, save
-from perfsuite.tools.diagnose import (
+from perfsuite.verdict.diagnosis import feed_words, point_label
+from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
     Diagnosis,
     FeedFigures,
     Pipeline,
     RoundsEstimate,
     SweepAxis,
-    feed_words,
-    point_label,
 )
 
 

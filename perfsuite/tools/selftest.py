@@ -29,6 +29,7 @@ from scipy import stats as sps
 
 from perfsuite.errors import PinningUnavailable
 from perfsuite.measure import stats
+from perfsuite.measure.rounds import interleaved, rotated
 from perfsuite.measure.stats import clopper_pearson
 from perfsuite.verdict.baselines import threshold_from_measurement
 from perfsuite.verdict.comparison import SLOWER, compare_history
@@ -126,25 +127,6 @@ def write_fortran_cache_copy(*, cache_dir: Path, dest: Path, utt_id: str) -> Pat
 # ----------------------------------------------------------------------------- interleaved rounds
 
 
-def rotated_orders(names: Sequence[str], rounds: int) -> list[tuple[str, ...]]:
-    """Per round, the order the arms run in: every rotation of ``names``, forwards then backwards.
-
-    Each arm runs in each position equally often over 2 * len(names) rounds, so a drift of the
-    machine's speed within a round favours no arm.
-    """
-    names = tuple(names)
-    if len(set(names)) != len(names) or not names:
-        raise ValueError(f"names: expected distinct arm names, found {names}")
-    orders = []
-    for index in range(rounds):
-        shift = index % len(names)
-        order = names[shift:] + names[:shift]
-        orders.append(order if (index // len(names)) % 2 == 0 else order[::-1])
-    return orders
-
-
-
-
 def _threads() -> list[int]:
     return [int(tid) for tid in os.listdir("/proc/self/task")]
 
@@ -202,14 +184,17 @@ def pinned_to_one_cpu(cpu: int | None = None) -> Iterator[int]:
 
 
 def run_interleaved(arms: Mapping[str, Callable[[], float]], *, rounds: int) -> dict[str, tuple[float, ...]]:
-    """Run every arm once per round in rotated order; returns each arm's per-round seconds."""
-    values: dict[str, list[float]] = {name: [] for name in arms}
-    for order in rotated_orders(list(arms), rounds):
-        for name in order:
+    """Run every arm once per round in rounds.rotated order (each arm in each position equally often over
+    2 x arms rounds, so a drift within a round favours no arm); returns each arm's per-round seconds."""
+    def timed(name: str) -> Callable[[], float]:
+        def run() -> float:
             seconds = float(arms[name]())
             if not (math.isfinite(seconds) and seconds > 0):
                 raise ValueError(f"arm {name!r}: expected a positive round time in seconds, found {seconds}")
-            values[name].append(seconds)
+            return seconds
+        return run
+
+    values, _ = interleaved({name: timed(name) for name in arms}, rounds=rounds, order=rotated)
     return {name: tuple(v) for name, v in values.items()}
 
 

@@ -20,8 +20,7 @@ outcome says which, so a summary can say the budget ran out undecided.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,65 +207,3 @@ def gates_not_measured(ratios, results: Iterable[CheckResult]) -> tuple[str, ...
     """Same-run gates that no checked benchmark reported (e.g. deselected, or a peer not installed)."""
     checked = {v.metric for result in results for v in result.verdicts if v.source == str(ratios.path)}
     return tuple(metric for metric in ratios.gates if metric not in checked)
-
-
-# ------------------------------------------------------------------------------------- more rounds
-
-DECIDED, BUDGET_SPENT, MAX_ROUNDS = "decided", "budget spent", "max_rounds reached"
-BUDGET_FACTOR = 2.0  # undecided gates may spend up to this many times the measurement's budget
-
-
-@dataclass(frozen=True)
-class RoundsOutcome:
-    """How a measurement's rounds ended: ``stopped`` is DECIDED (no gate left inconclusive),
-    BUDGET_SPENT or MAX_ROUNDS (a gate still inconclusive); ``added`` rounds beyond the planned ones."""
-
-    rounds: int
-    added: int
-    stopped: str
-    seconds: float
-    limit_s: float
-
-    @property
-    def decided(self) -> bool:
-        return self.stopped == DECIDED
-
-    @property
-    def note(self) -> str | None:
-        """What the summary says when the rounds ended with a gate undecided; None when decided."""
-        if self.decided:
-            return None
-        return (f"{self.stopped} with a gate still inconclusive after {self.rounds} rounds "
-                f"({self.added} added, {self.seconds:.1f} s of at most {self.limit_s:.1f} s)")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "added": self.added, "stopped": self.stopped, "seconds": self.seconds,
-                "limit_s": self.limit_s}
-
-
-def add_rounds_while_undecided(one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
-                               spent_s: float, budget_s: float, max_rounds: int, step: int = 1,
-                               clock: Callable[[], float] = time.perf_counter) -> RoundsOutcome:
-    """Run ``one_round`` (``step`` at a time) while ``undecided()``, after ``rounds`` planned rounds that
-    took ``spent_s``. The measurement may spend BUDGET_FACTOR x max(budget_s, spent_s) in all: a
-    measurement whose planned rounds alone outrun the budget may double them. A step is started only
-    when it fits that limit at the mean round time so far and keeps the count within ``max_rounds``."""
-    if rounds < 1 or step < 1 or not (math.isfinite(spent_s) and spent_s >= 0):
-        raise ValueError(f"rounds, step, spent_s: expected ≥ 1, ≥ 1 and ≥ 0 s, found {rounds}, {step}, {spent_s}")
-    limit_s = BUDGET_FACTOR * max(budget_s, spent_s)
-    started, count = clock(), rounds
-
-    def outcome(stopped: str) -> RoundsOutcome:
-        return RoundsOutcome(rounds=count, added=count - rounds, stopped=stopped,
-                             seconds=spent_s + clock() - started, limit_s=limit_s)
-
-    while undecided():
-        elapsed = spent_s + clock() - started
-        if count + step > max_rounds:
-            return outcome(MAX_ROUNDS)
-        if elapsed + step * elapsed / count > limit_s:
-            return outcome(BUDGET_SPENT)
-        for _ in range(step):
-            one_round()
-        count += step
-    return outcome(DECIDED)

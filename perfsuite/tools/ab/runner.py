@@ -34,6 +34,7 @@ class Collected:
     common: list[str]
     only: dict[str, list[str]]
     notes: list[str] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)  # node id: why (marked not_in_ab)
 
 
 def display_name(nodeid: str, index: int = 0) -> str:
@@ -68,6 +69,7 @@ class Controller:
     def run(self) -> None:
         collected = self.collect()
         self.notes += collected.notes
+        self.not_compared += [NotCompared(display_name(n), f"not_in_ab: {why}") for n, why in collected.left_out.items()]
         for side, nodeids in collected.only.items():
             other = "B" if side == "A" else "A"
             self.not_compared += [NotCompared(display_name(n), f"only on side {side} (not collected on {other})")
@@ -82,7 +84,7 @@ class Controller:
             self._until(worker, "finished", waiting_for="finishing the pytest session")
 
     def collect(self) -> Collected:
-        items, notes = {}, []
+        items, notes, left_out = {}, [], {}
         for name, worker in self.pool.items():
             while True:
                 event = worker.receive(timeout=self.options.setup_timeout_s, waiting_for="collecting benchmarks")
@@ -93,6 +95,7 @@ class Controller:
                     notes.append(f"side {name}: collection error in {event['nodeid']}: {event['message']}")
                 elif kind == "collected":
                     items[name] = event["items"]
+                    left_out.update(event.get("left_out", {}))
                     break
                 elif kind == "finished":
                     raise worker.failure(f"pytest stopped (exit status {event.get('exitstatus')}) before collecting "
@@ -100,7 +103,7 @@ class Controller:
         in_b = set(items["B"])
         common = [n for n in items["A"] if n in in_b]
         only = {side: [n for n in items[side] if n not in set(common)] for side in SIDES}
-        return Collected(common, {k: v for k, v in only.items() if v}, notes)
+        return Collected(common, {k: v for k, v in only.items() if v}, notes, left_out)
 
     def _started(self, worker: Worker, event: dict) -> list[str]:
         imported = Path(event.get("perfsuite", ""))

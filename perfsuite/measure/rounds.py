@@ -1,0 +1,132 @@
+"""The one round driver: the order of interleaved runs within a round, and rounds added until a figure
+is decided within a time limit.
+
+alternating() is the order interleaved measurements use (timing.interleave, timing.interleave_rounds,
+diagnose's stages): forwards on even rounds, backwards on odd ones (A B C, C B A, ...), so over a pair of
+rounds every run sits at the same mean position and a steady drift cancels. rotated() (the self-test's
+arms) also puts every run in every position equally often, over 2 x len(labels) rounds.
+until_decided() adds rounds while a figure is undecided: the fixture's undecided gates, diagnose's stages.
+A round is started only where it fits the limit at the longest round so far, so the limit is kept.
+
+The two instruments that time rounds outside this module call into it for their order and limits:
+pytest-benchmark's pedantic (pytest_plugin/benchmark_adapter) times a fixture's planned rounds, and
+`perfsuite ab`'s controller asks a worker for each round through the fixture's round_driver seam
+(pytest_plugin/ab_worker), deciding when to stop from both sides at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from perfsuite.records import Record
+
+T = TypeVar("T")
+
+DECIDED, BUDGET_SPENT, MAX_ROUNDS_REACHED = "decided", "budget spent", "max_rounds reached"
+
+
+def alternating(labels: Sequence[T], index: int) -> tuple[T, ...]:
+    """The order of round `index` (0 first): labels forwards on even rounds, backwards on odd ones."""
+    return tuple(labels) if index % 2 == 0 else tuple(labels)[::-1]
+
+
+def rotated(labels: Sequence[T], index: int) -> tuple[T, ...]:
+    """The order of round `index`: every rotation of labels in turn, forwards, then every one backwards."""
+    labels = tuple(labels)
+    shift = index % len(labels)
+    order = labels[shift:] + labels[:shift]
+    return order if (index // len(labels)) % 2 == 0 else order[::-1]
+
+
+def interleaved(runs: Mapping[Any, Callable[[], T]], *, rounds: int, warmup_rounds: int = 0,
+                order: Callable[[Sequence, int], tuple] = alternating) -> tuple[dict[Any, list[T]], list[tuple]]:
+    """Every run once per round in `order` (alternating or rotated), warm-up rounds first (in that order,
+    their results discarded). Returns ({label: its result per measured round}, each measured round's order)."""
+    if rounds < 1 or warmup_rounds < 0:
+        raise ValueError(f"rounds, warmup_rounds: expected >= 1 and >= 0, found {rounds} and {warmup_rounds}")
+    if not runs:
+        raise ValueError("runs: expected at least one callable, found none")
+    values: dict[Any, list[T]] = {label: [] for label in runs}
+    orders = []
+    for index in range(warmup_rounds + rounds):
+        sequence = order(tuple(runs), index)
+        results = {label: runs[label]() for label in sequence}
+        if index >= warmup_rounds:
+            for label in sequence:
+                values[label].append(results[label])
+            orders.append(sequence)
+    return values, orders
+
+
+@dataclass(frozen=True)
+class RoundsOutcome(Record):
+    """How until_decided() ended. rounds: measured rounds in all (the planned ones included, warm-up not);
+    added: those it measured; stopped: DECIDED, BUDGET_SPENT or MAX_ROUNDS_REACHED; seconds: the planned rounds'
+    time plus its own (warm-up included); limit_s: the time allowed; round_s: the longest measured round
+    it ran (before any: the warm-up round, else the estimate it started from; None without either)."""
+
+    rounds: int
+    added: int
+    stopped: str
+    seconds: float
+    limit_s: float
+    round_s: float | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.stopped == DECIDED
+
+    @property
+    def note(self) -> str | None:
+        """What a summary says when the rounds ended with a figure undecided; None when decided."""
+        if self.decided:
+            return None
+        return (f"{self.stopped} with a gate still inconclusive after {self.rounds} rounds "
+                f"({self.added} added, {self.seconds:.1f} s of at most {self.limit_s:.1f} s)")
+
+
+def until_decided(one_round: Callable[[int], Any], *, decided: Callable[[], bool], limit_s: float, max_rounds: int,
+                  min_rounds: int = 0, planned: int = 0, planned_s: float = 0.0, warmup_rounds: int = 0,
+                  step: int = 1, first_estimate_s: float | None = None, clock: Callable[[], float] = time.monotonic,
+                  on_round: Callable[[int, float], None] = lambda rounds, seconds: None) -> RoundsOutcome:
+    """Call one_round(index) for index 0, 1, ... (the first warmup_rounds are warm-up: the caller discards
+    their figures), `step` measured rounds at a time, until decided() holds with at least min_rounds
+    measured, or the next step would pass max_rounds, or would end after limit_s at the longest round so
+    far. planned rounds that took planned_s were measured before (they count, and their mean round
+    estimates the first step). With no estimate at all the first round runs if any time is left, since
+    nothing else can tell what a round costs. on_round(measured rounds, seconds) follows every round."""
+    if step < 1 or planned < 0 or not planned_s >= 0:
+        raise ValueError(f"step, planned, planned_s: expected >= 1, >= 0 and >= 0 s, found {step}, {planned}, "
+                         f"{planned_s}")
+    start, index, durations = clock(), 0, []
+    estimate_s = planned_s / planned if planned else first_estimate_s
+
+    def measured() -> int:
+        return planned + max(0, index - warmup_rounds)
+
+    while True:
+        if measured() >= min_rounds and index >= warmup_rounds and decided():
+            stopped = DECIDED
+            break
+        next_step = step if index >= warmup_rounds else 1
+        if index >= warmup_rounds and measured() + next_step > max_rounds:
+            stopped = MAX_ROUNDS_REACHED
+            break
+        elapsed = planned_s + clock() - start
+        if limit_s <= elapsed or (estimate_s is not None and elapsed + next_step * estimate_s > limit_s):
+            stopped = BUDGET_SPENT
+            break
+        for _ in range(next_step):
+            began = clock()
+            one_round(index)
+            took = clock() - began
+            index += 1
+            if index > warmup_rounds:
+                durations.append(took)
+            estimate_s = max(durations) if durations else took
+            on_round(measured(), planned_s + clock() - start)
+    return RoundsOutcome(rounds=measured(), added=measured() - planned, stopped=stopped,
+                         seconds=planned_s + clock() - start, limit_s=limit_s, round_s=estimate_s)

@@ -1,0 +1,216 @@
+"""The time budget of a diagnosis: its split across stages, the stages as they run and their rounds
+(measure.rounds.until_decided), progress events, and the log that checkpoints what was measured after each stage."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.measure.rounds import RoundsOutcome, until_decided
+from perfsuite.verdict.diagnosis_figures import (
+    DECIDED,
+    DONE,
+    INTERRUPTED,
+    MIN_ROUNDS,
+    TOO_SHORT,
+    UNDECIDED,
+    StageRecord,
+)
+
+TARGET_ROUNDS = 6  # rounds are sized so that this many fit a share: the range of 6 covers the median at 97 %
+MAX_ROUNDS = 30  # a stage whose figure sits on a boundary stops here even with time left
+MIN_STEP_BATCHES = 3  # timed steps per side of an input-bound round, at least ...
+MAX_STEP_CALLS = 64  # ... and step calls per side or mode of a round, at most (a fast step gets longer rounds)
+STAGES = ("loaders", "step", "input_bound", "feed", "sweep", "trace")
+STAGE_NEEDS = {"loaders": 2.0, "step": 4.0, "input_bound": 9.0, "feed": 3.0, "sweep": 3.0, "trace": 1.0}
+FEED_SEARCH_SHARE = 0.6  # of a pipeline's share of the feed stage: the search; the rest, a round at the step
+FEED_ROUND_SAMPLES = 32  # utilisation samples of that round: the cycle detector's minimum
+
+# ------------------------------------------------------------------------------------------ the budget
+
+
+def split_budget(total_s: float, needs: Mapping[str, float]) -> dict[str, float]:
+    """total_s split across the stages in proportion to what each needs (weights > 0), in needs' order.
+    Nothing left (total_s <= 0) gives every stage 0 s."""
+    if not needs:
+        return {}
+    for name, need in needs.items():
+        if not need > 0:
+            raise ValueError(f"needs[{name!r}]: expected a weight > 0, found {need!r}")
+    weight = sum(needs.values())
+    return {name: max(total_s, 0.0) * need / weight for name, need in needs.items()}
+
+
+def calls_that_fit(share_s: float, call_s: float, *, most: int, rounds: int = TARGET_ROUNDS) -> int:
+    """Calls per round (1..most) such that `rounds` rounds of calls costing call_s each fit share_s; a
+    step's first steady call is what call_s is measured from."""
+    if not call_s > 0:
+        return most
+    return max(1, min(most, math.floor(share_s / (rounds * call_s))))
+
+
+def status_of(outcome: RoundsOutcome) -> str:
+    """The stage status a stage's rounds give: DECIDED, TOO_SHORT (< MIN_ROUNDS rounds) or UNDECIDED."""
+    if outcome.decided:
+        return DECIDED
+    return TOO_SHORT if outcome.rounds < MIN_ROUNDS else UNDECIDED
+
+
+@dataclass(frozen=True)
+class Event:
+    """One progress report. kind: 'plan' (the split of the budget), 'start', 'note', 'round' or 'end'.
+    share_s: the stage's share of the budget (None for the run as a whole); spent_s: seconds spent in
+    the stage; left_s: seconds left of the run's budget."""
+
+    stage: str
+    kind: str
+    message: str
+    share_s: float | None
+    spent_s: float
+    left_s: float
+
+
+Progress = Callable[[Event], None]
+
+
+def no_progress(event: Event) -> None:
+    """The progress callback that reports nothing (the default when no one listens)."""
+
+
+class Budget:
+    """A run's budget: its clock, the time left, and each stage's share of what is left as it starts, in
+    proportion to needs (what a stage leaves unspent goes to the stages after it)."""
+
+    def __init__(self, total_s: float, needs: Mapping[str, float], clock: Callable[[], float]):
+        self.total_s = float(total_s)
+        self.clock = clock
+        self.start = clock()
+        self.needs = dict(needs)
+        self.pending = list(needs)
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.start
+
+    def left_s(self) -> float:
+        return self.total_s - self.elapsed_s()
+
+    def plan(self) -> dict[str, float]:
+        return split_budget(self.left_s(), {name: self.needs[name] for name in self.pending})
+
+    def take(self, name: str) -> float:
+        share = self.plan()[name]
+        self.pending.remove(name)
+        return share
+
+
+class Stage:
+    """A stage as it runs: its share, its clock and progress reports, its rounds; record() is its
+    StageRecord. The stage function sets plan and status."""
+
+    def __init__(self, name: str, share_s: float, budget: Budget, progress: Progress):
+        self.name = name
+        self.share_s = share_s
+        self.plan = ""
+        self.status = DONE
+        self.rounds = 0
+        self._budget = budget
+        self._progress = progress
+        self._start = budget.clock()
+        self._in_rounds_s = 0.0
+        self._rounds_need_s: float | None = None
+        self._running_rounds = 0  # rounds of an until_decided still going (an interrupt's record counts them)
+
+    def spent_s(self) -> float:
+        return self._budget.clock() - self._start
+
+    def left_s(self) -> float:
+        return self.share_s - self.spent_s()
+
+    def tell(self, kind: str, message: str) -> None:
+        self._progress(Event(self.name, kind, message, self.share_s, self.spent_s(), self._budget.left_s()))
+
+    def rounds_until_decided(self, one_round: Callable[[int], None], *, decided: Callable[[], bool],
+                             share_s: float | None = None, first_estimate_s: float | None = None,
+                             warmup_rounds: int = 0, what: str = "") -> RoundsOutcome:
+        """rounds.until_decided (at least MIN_ROUNDS, at most MAX_ROUNDS) within share_s (default: what is
+        left of the stage's share), reporting each round."""
+        def on_round(rounds, spent_s):
+            self._running_rounds = rounds
+            self.tell("round", f"{what}round {rounds} measured" if rounds else f"{what}warm-up round done")
+
+        outcome = until_decided(one_round, decided=decided, limit_s=self.left_s() if share_s is None else share_s,
+                                max_rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS, clock=self._budget.clock,
+                                first_estimate_s=first_estimate_s, warmup_rounds=warmup_rounds, on_round=on_round)
+        self.rounds += outcome.rounds
+        self._running_rounds = 0
+        self._in_rounds_s += outcome.seconds
+        if outcome.round_s is not None:
+            self._rounds_need_s = (self._rounds_need_s or 0.0) + (warmup_rounds + MIN_ROUNDS) * outcome.round_s
+        return outcome
+
+    def record(self, status: str | None = None) -> StageRecord:
+        needs = None
+        if self._rounds_need_s is not None:
+            needs = self.spent_s() - self._in_rounds_s + self._rounds_need_s
+        return StageRecord(name=self.name, share_s=self.share_s, spent_s=self.spent_s(),
+                           rounds=self.rounds + self._running_rounds, status=status or self.status, plan=self.plan,
+                           needs_s=needs)
+
+
+def worst_status(statuses) -> str:
+    """A stage's status from its parts' (TOO_SHORT before UNDECIDED before DECIDED)."""
+    statuses = set(statuses)
+    for status in (TOO_SHORT, UNDECIDED, DECIDED):
+        if status in statuses:
+            return status
+    return DONE
+
+
+class StageLog:
+    """A diagnosis as it is measured: its parts so far and the stages that ran. snapshot() is the record
+    of what exists, make(complete=, elapsed_s=, stages=, **parts) with its verdicts; after each stage it
+    goes to checkpoint, so an interrupted run keeps it."""
+
+    def __init__(self, *, make: Callable[..., Any], parts: dict[str, Any], budget: Budget, progress: Progress,
+                 checkpoint: Callable[[Any], None] | None):
+        self.make = make
+        self.parts = dict(parts)
+        self.budget = budget
+        self.progress = progress
+        self.checkpoint = checkpoint
+        self.stages: list[StageRecord] = []
+
+    def snapshot(self, *, complete: bool):
+        return self.make(complete=complete, elapsed_s=self.budget.elapsed_s(), stages=tuple(self.stages),
+                         **self.parts)
+
+    def save(self, *, complete: bool = False) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint(self.snapshot(complete=complete))
+
+    def tell_plan(self, *, after: str = "checking the data") -> None:
+        plan = self.budget.plan()
+        split = ", ".join(f"{name.replace('_', '-')} {share:.0f} s" for name, share in plan.items())
+        self.progress(Event("plan", "plan", f"budget {self.budget.total_s:.0f} s, {self.budget.left_s():.0f} s "
+                                            f"left after {after}: {split} (a stage that decides early leaves its "
+                                            "time to the next)", None, 0.0, self.budget.left_s()))
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[Stage]:
+        """The stage `name` with its share of what is left; its record is kept and checkpointed when it ends,
+        also when it is interrupted (then marked INTERRUPTED and the interrupt goes on)."""
+        stage = Stage(name, self.budget.take(name), self.budget, self.progress)
+        stage.tell("start", f"share {stage.share_s:.0f} s")
+        try:
+            yield stage
+        except KeyboardInterrupt:
+            self.stages.append(stage.record(INTERRUPTED))
+            self.save()
+            raise
+        record = stage.record()
+        self.stages.append(record)
+        self.save()
+        stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s")

@@ -1,0 +1,515 @@
+"""The measuring stages of a diagnosis (loaders, step, input-bound share, emulated feed, sweep, trace),
+each a function of its Stage, returning its figures as records."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from perfsuite.measure.emulated import (  # no TensorFlow
+    DEFAULT_MEL,
+    MIN_INTERVAL_S,
+    EmulatedRunConfig,
+    FeedRateConfig,
+    emulated_figures,
+    emulated_stats,
+    feed_rate,
+    parse_step_time,
+    run_emulated,
+)
+from perfsuite.tools.diagnose.plan import (
+    FEED_ROUND_SAMPLES,
+    FEED_SEARCH_SHARE,
+    MAX_STEP_CALLS,
+    MIN_STEP_BATCHES,
+    Stage,
+    calls_that_fit,
+    split_budget,
+    status_of,
+    worst_status,
+)
+from perfsuite.verdict.diagnosis import (
+    feed_words,
+)
+from perfsuite.verdict.diagnosis_figures import (
+    CACHE_BOUNDARIES,
+    DECIDED,
+    INPUT_BOUND_BOUNDARIES,
+    LOADER_BOUNDARIES,
+    LOADER_PAIRS,
+    LOADER_PIPELINES,
+    STEP_BOUNDARIES,
+    STEP_MODES,
+    STEP_RATIOS,
+    SWEEP_ALPHA,
+    SWEEP_AXES,
+    SWEEP_BOUNDARIES,
+    SWEEP_MIN_GAIN,
+    SWEEP_MIN_WIN_SHARE,
+    TOO_SHORT,
+    UNDECIDED,
+    VARIATION_BOUNDARIES,
+    DiagnoseSettings,
+    FeedFigures,
+    GpuFigures,
+    InputBoundFigures,
+    LoaderComparison,
+    Pipeline,
+    PipelineFigures,
+    StepFigures,
+    StepMode,
+    StepRatio,
+    SweepAxis,
+    SweepPoint,
+    estimate,
+)
+
+# ------------------------------------------------------------------------------------ the loaders
+
+
+def loaders_stage(stage: Stage, loader, settings: DiagnoseSettings):
+    """Every LOADER_PIPELINES loader in interleaved rounds (A B C D, D C B A, ...), a fresh iterator per
+    round with settings.warmup untimed batches, until every LOADER_PAIRS ratio is decided or the share is
+    spent. The first round is a short warm-up (start-up, first file reads: one batch each), whose time
+    only sizes the next round. Returns (pipelines, comparisons), empty without a measured round."""
+    from perfsuite.measure import timing
+
+    datasets = {pipeline: loader(pipeline) for pipeline in LOADER_PIPELINES}
+    runs = {pipeline: [] for pipeline in LOADER_PIPELINES}
+    stage.plan = (f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per round, "
+                  "interleaved, after a short warm-up round; rounds until the same-round ratios are decided")
+    stage.tell("note", stage.plan)
+
+    def one_round(index: int) -> None:
+        batches = 1 if index == 0 else settings.batches  # the warm-up round: start-up and first reads only
+        for pipeline in LOADER_PIPELINES if index % 2 == 0 else LOADER_PIPELINES[::-1]:
+            runs[pipeline].append(timing.measure_dataset(dataset=datasets[pipeline], warmup_batches=settings.warmup,
+                                                         measure_batches=batches, name=pipeline.label))
+
+    def comparisons() -> tuple[LoaderComparison, ...]:
+        return tuple(_loader_comparison(a, b, runs[a][1:], runs[b][1:]) for a, b in LOADER_PAIRS
+                     if len(runs[a]) > 1)
+
+    outcome = stage.rounds_until_decided(one_round, decided=lambda: all(c.ratio.decided for c in comparisons()),
+                                         warmup_rounds=1)
+    stage.status = status_of(outcome)
+    if outcome.rounds == 0:
+        return (), ()
+    return tuple(_pipeline_figures(p, runs[p]) for p in LOADER_PIPELINES), comparisons()
+
+
+def _pipeline_figures(pipeline: Pipeline, measurements: list) -> PipelineFigures:
+    """A loader's rounds (the first a warm-up) as PipelineFigures."""
+    from perfsuite.measure import timing
+
+    steady = measurements[1:]
+    joined = timing.combine(steady, name=pipeline.label, first=measurements[0])
+    return PipelineFigures(pipeline=pipeline, loader=joined.as_dict(),
+                           samples_per_s=estimate([m.samples_per_s for m in steady]),
+                           variation=estimate([m.summary.variation_ratio for m in steady], VARIATION_BOUNDARIES))
+
+
+def _loader_comparison(a: Pipeline, b: Pipeline, a_rounds: list, b_rounds: list) -> LoaderComparison:
+    from perfsuite.measure import stats
+
+    ratios = stats.ratio_of([m.samples_per_s for m in a_rounds], [m.samples_per_s for m in b_rounds])
+    boundaries = LOADER_BOUNDARIES if a.source == b.source else CACHE_BOUNDARIES
+    return LoaderComparison(a=a, b=b, ratios=tuple(ratios), ratio=estimate(ratios, boundaries))
+
+
+# --------------------------------------------------------------------------------------- the step
+
+
+def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple[dict, StepFigures]:
+    """The step in every STEP_MODES mode on one fixed batch: the first calls (trace, compile) and one
+    steady call each, which size the rounds (calls_that_fit); then interleaved rounds (eager graph XLA,
+    XLA graph eager, ...) until both STEP_RATIOS are decided or the share is spent. The first calls
+    happen whatever the share: without them there is no step to measure.
+    Returns ({mode: the step}, its figures)."""
+    from perfsuite.measure import timing
+    from perfsuite.workload.model import MODEL_PRESETS, make_train_step
+
+    stage.tell("note", f"first calls of the {settings.model} step in eager, graph and XLA mode (trace, compile)")
+    steps, first = {}, {}
+    for mode in STEP_MODES:
+        steps[mode] = make_train_step(model_config=MODEL_PRESETS[settings.model], mode=mode, input_shapes=shapes)
+        first[mode] = timing.measure_step(step=steps[mode], batch=batch, warmup_calls=1, measure_calls=1,
+                                          name=f"step-{mode}")
+        stage.tell("note", f"{mode}: first call {first[mode].first_ns / 1e9:.2f} s, then "
+                           f"{first[mode].batch_ns[0] / 1e9:.3f} s per call")
+    round_call_s = sum(first[mode].batch_ns[0] / 1e9 for mode in STEP_MODES)
+    calls = calls_that_fit(stage.left_s(), round_call_s, most=MAX_STEP_CALLS)
+    stage.plan = (f"interleaved rounds of {calls} call(s) per mode, about {calls * round_call_s:.1f} s each, until "
+                  f"graph/eager and XLA/graph are decided; {max(stage.left_s(), 0):.0f} s of the share left after the "
+                  "first calls")
+    stage.tell("note", stage.plan)
+    traces_before = {mode: timing.tracing_count(step) for mode, step in steps.items()}
+    per_round = {mode: [] for mode in STEP_MODES}
+
+    def one_round(index: int) -> None:
+        for mode in STEP_MODES if index % 2 == 0 else STEP_MODES[::-1]:
+            per_round[mode].append(tuple(_timed_call(steps[mode], batch) for _ in range(calls)))
+
+    outcome = stage.rounds_until_decided(
+        one_round, decided=lambda: all(r.ratio.decided for r in _step_ratios(per_round).values()),
+        first_estimate_s=calls * round_call_s)
+    stage.status = status_of(outcome)
+    modes = {mode: _step_mode(first[mode], per_round[mode], traces_before[mode], timing.tracing_count(steps[mode]))
+             for mode in STEP_MODES}
+    ratios = _step_ratios(per_round)
+    return steps, StepFigures(modes=modes, ratios=ratios, calls_per_round=calls,
+                              input_bound_mode=_input_bound_mode(modes, ratios))
+
+
+def _timed_call(step, batch) -> float:
+    """Seconds of one step(batch) call, up to the readback of its output (so device work is finished)."""
+    from perfsuite.measure.timing import host_readback
+
+    start = time.perf_counter()
+    host_readback(step(batch))
+    return time.perf_counter() - start
+
+
+def _step_ratios(per_round: dict[str, list]) -> dict[str, StepRatio]:
+    """Per STEP_RATIOS name, the faster mode's speed over the slower one's in each round; {} before a round."""
+    if not per_round[STEP_MODES[0]]:
+        return {}
+    means = {mode: [statistics.fmean(calls) for calls in rounds] for mode, rounds in per_round.items()}
+    out = {}
+    for name, (faster, slower) in STEP_RATIOS.items():
+        rounds = tuple(s / f for s, f in zip(means[slower], means[faster]))
+        out[name] = StepRatio(rounds=rounds, ratio=estimate(rounds, STEP_BOUNDARIES))
+    return out
+
+
+def _step_mode(first, rounds: list[tuple[float, ...]], traces_before: int | None, traces_after: int | None) -> StepMode:
+    retraces = None if traces_before is None else traces_after - traces_before
+    return StepMode(first_s=first.first_ns / 1e9, first_steady_s=first.batch_ns[0] / 1e9,
+                    call_s=tuple(s for calls in rounds for s in calls),
+                    step_s=estimate([statistics.fmean(calls) for calls in rounds]) if rounds else None,
+                    traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
+
+
+def _input_bound_mode(modes: dict[str, StepMode], ratios: dict[str, StepRatio]) -> str:
+    """The faster compiled mode: by the same-round XLA/graph ratio, else by the first steady calls."""
+    if "xla_over_graph" in ratios:
+        return "xla" if ratios["xla_over_graph"].ratio.median > 1 else "graph"
+    return "xla" if modes["xla"].first_steady_s < modes["graph"].first_steady_s else "graph"
+
+
+# ------------------------------------------------------------------------------ input-bound share
+
+
+def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings: DiagnoseSettings):
+    """The compiled step fed by each LOADER_PIPELINES pipeline and by the synthetic twin (the fixed batch
+    repeated: every loader pads to the same static shapes, so one batch stands for all). A round runs
+    the twin, the pipelines (reversed every other round), and the twin again; each pipeline's share
+    uses the mean of the two twin sides, which sit at the same mean position in the round as the
+    pipelines, so a drift within the round cancels and one slow twin side does not skew every share.
+    Each side is a fresh iterator, closed when the side ends: its start-up falls in the untimed warm-up
+    steps, and its teardown (which can take seconds) inside the round, where the round estimates see
+    it. The step's seconds per call size the rounds; a pipeline leaves the rounds once its share is
+    decided; the stage ends when all are, or when the share is spent."""
+    from perfsuite._tensorflow import tensorflow
+
+    pipelines, warmup = LOADER_PIPELINES, settings.warmup
+    sides = len(pipelines) + 2
+    batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), sides * call_s, most=MAX_STEP_CALLS) - warmup)
+    round_s = sides * (warmup + batches) * call_s
+    stage.plan = (f"rounds of {sides} sides (the synthetic twin, {len(pipelines)} pipelines, the twin again) x "
+                  f"({warmup} untimed + {batches} timed steps of about {call_s:.3g} s), about {round_s:.1f} s per "
+                  "round; a pipeline leaves the rounds once its share is decided")
+    stage.tell("note", stage.plan)
+    twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
+    synthetic_s, real_s = [], {pipeline: [] for pipeline in pipelines}
+
+    def figures(pipeline: Pipeline) -> InputBoundFigures:
+        rounds = real_s[pipeline]
+        return _input_bound_figures(pipeline, rounds, synthetic_s[:len(rounds)], batches=batches, warmup=warmup)
+
+    def undecided() -> list[Pipeline]:
+        return [p for p in pipelines if not real_s[p] or not figures(p).share.decided]
+
+    def one_round(index: int) -> None:
+        active = undecided()
+        before = _mean_step_s(step, twin, warmup=warmup, batches=batches)
+        for pipeline in active if index % 2 == 0 else active[::-1]:
+            real_s[pipeline].append(_mean_step_s(step, loader(pipeline), warmup=warmup, batches=batches))
+        synthetic_s.append((before + _mean_step_s(step, twin, warmup=warmup, batches=batches)) / 2)
+
+    outcome = stage.rounds_until_decided(one_round, decided=lambda: not undecided(), first_estimate_s=round_s)
+    stage.status = status_of(outcome)
+    return tuple(figures(p) for p in pipelines if real_s[p])
+
+
+def _mean_step_s(step, dataset, *, warmup: int, batches: int) -> float:
+    """Mean seconds per step over `batches` steps, each with its fetch, after `warmup` untimed ones (the
+    pipeline's start-up), on a fresh iterator over dataset. The mean, not a median: a pipeline that
+    stalls every few batches costs exactly its stalls."""
+    from perfsuite.measure.timing import host_readback
+
+    batches_of = iter(dataset)
+    for _ in range(warmup):
+        host_readback(step(next(batches_of)))
+    start = time.perf_counter()
+    for _ in range(batches):
+        host_readback(step(next(batches_of)))
+    seconds = (time.perf_counter() - start) / batches
+    del batches_of  # closed here, inside the round, not later in someone else's
+    return seconds
+
+
+def _input_bound_figures(pipeline: Pipeline, real_s, synthetic_s, *, batches: int, warmup: int) -> InputBoundFigures:
+    """InputBoundFigures from the same rounds' seconds per step, fed by the pipeline and by the twin."""
+    from perfsuite.measure import stats
+
+    shares = [stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)]
+    share = estimate(shares, INPUT_BOUND_BOUNDARIES)
+    return InputBoundFigures(pipeline=pipeline, share=share, classification=stats.classify_input_bound(share.median),
+                             t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
+                             real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
+                             warmup=warmup)
+
+
+# ------------------------------------------------------------------------------- the emulated GPU
+
+
+def feed_stage(stage: Stage, loader, settings: DiagnoseSettings, mel_config) -> tuple[FeedFigures, ...]:
+    """Each LOADER_PIPELINES loader against an emulated accelerator: its feed rate, then a round at the
+    settings.step_time step; the stage's share split evenly over the loaders still to measure."""
+    stage.plan = (f"{len(LOADER_PIPELINES)} loaders: a feed-rate search each, then a round at the "
+                  f"{settings.step_time} step")
+    stage.tell("note", stage.plan)
+    out = []
+    for index, pipeline in enumerate(LOADER_PIPELINES):
+        share_s = stage.left_s() / (len(LOADER_PIPELINES) - index)
+        if share_s <= 0:
+            stage.status = TOO_SHORT
+            break
+        figures = feed_figures(iter(loader(pipeline)), label=pipeline.label, step_time=settings.step_time,
+                               share_s=share_s, mel_config=mel_config)
+        out.append(figures)
+        stage.rounds += 1
+        stage.tell("round", f"{pipeline.label}: {feed_words(figures)}")
+    else:
+        stage.status = DECIDED if all(f.keeps_busy is not None for f in out) else UNDECIDED
+    return tuple(out)
+
+
+def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s: float,
+                 mel_config=DEFAULT_MEL) -> FeedFigures:
+    """The feed rate of an endless batch iterator (a search of FEED_SEARCH_SHARE of share_s), then one
+    round at step_time (None: no round), of FEED_ROUND_SAMPLES utilisation samples where the rest of
+    share_s holds them, else of its minimum batches (too short to detect a cycle). A step the batches
+    cannot give (a per-frame preset on batches without mel_len) leaves the round out, with the reason."""
+
+    result = feed_rate(source, config=FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s), mel_config=mel_config)
+    missing = {"step_s": None, "keeps_busy": None, "round": None, "stats": None, "timeline": None}
+    if step_time is None:
+        return FeedFigures(pipeline=label, feed=result.as_dict(), step_time=None, **missing,
+                           reason="no step time given (--step-time)")
+    step = parse_step_time(step_time)
+    try:
+        first_step_s = step.seconds(next(source))
+    except ValueError as error:
+        return FeedFigures(pipeline=label, feed=result.as_dict(), step_time=step_time, **missing,
+                           reason=f"step {step_time}: {error}; give --step-time SECONDS for a fixed step")
+    fits = FEED_ROUND_SAMPLES * max(first_step_s, MIN_INTERVAL_S) <= (1 - FEED_SEARCH_SHARE) * share_s
+    run = run_emulated(source, step=step, mel_config=mel_config, config=EmulatedRunConfig(
+        batches=8, warmup_batches=1, min_samples=FEED_ROUND_SAMPLES if fits else 0))
+    step_s = statistics.median(run.step_s)
+    return FeedFigures(pipeline=label, feed=result.as_dict(), step_time=step_time, step_s=step_s,
+                       keeps_busy=keeps_busy(result.step_s, result.step_low_s, result.step_high_s, step_s),
+                       round=run.as_dict(), stats=emulated_figures(emulated_stats(run)),
+                       timeline=run.timeline.as_dict())
+
+
+def keeps_busy(fed_s: float | None, low_s: float | None, high_s: float | None, step_s: float) -> bool | None:
+    """Whether a step of step_s is kept >= 90 % busy, from a feed rate's interval: True at or above its
+    upper end, False at or below its lower end (a step seen to fail), None inside it."""
+    if fed_s is None:  # no step up to low_s was kept busy
+        return False if step_s <= low_s else None
+    if step_s >= high_s:
+        return True
+    return False if low_s is not None and step_s <= low_s else None
+
+
+
+
+# -------------------------------------------------------------------------------------- the sweep
+
+
+def sweep_points(axis: str, settings: DiagnoseSettings) -> tuple[int, ...]:
+    """The points of a sweep axis, the current setting included, in increasing order (AUTOTUNE first)."""
+    if axis == "workers":
+        return tuple(sorted({*settings.sweep_workers, settings.workers}))
+    if axis == "batch_size":
+        return tuple(sorted({*settings.sweep_batch_sizes, settings.batch_size}))
+    raise ValueError(f"axis: expected one of {SWEEP_AXES}, found {axis!r}")
+
+
+def _sweep_batches(axis: str, point: int, settings: DiagnoseSettings) -> int:
+    """Steady batches per round: on the batch-size axis, about as many samples as the current batch size's
+    round (so every point's round takes about as long), at least 2."""
+    if axis == "workers":
+        return settings.batches
+    return max(2, round(settings.batches * settings.batch_size / point))
+
+
+def sweep_stage(stage: Stage, loader, settings: DiagnoseSettings) -> tuple[SweepAxis, ...]:
+    """Both SWEEP_AXES, the stage's share split between them by their number of points."""
+    weights = {axis: float(len(sweep_points(axis, settings))) for axis in SWEEP_AXES}
+    stage.plan = (f"tf_native WAV samples/s at {int(weights['workers'])} worker counts, then at "
+                  f"{int(weights['batch_size'])} batch sizes, in interleaved rounds after a warm-up round; the "
+                  "share split by points")
+    stage.tell("note", stage.plan)
+    axes, statuses = [], []
+    for axis in SWEEP_AXES:
+        share = split_budget(stage.left_s(), weights)[axis]
+        weights.pop(axis)
+        figures, status = _sweep_axis(stage, axis, loader, settings, share)
+        statuses.append(status)
+        if figures is not None:
+            axes.append(figures)
+    stage.status = worst_status(statuses)
+    return tuple(axes)
+
+
+def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, share_s: float):
+    """(SweepAxis or None without a measured round, status): tf_native WAV samples/s at every point of
+    the axis in interleaved rounds (a fresh iterator per round, its first settings.warmup batches
+    untimed), until every point's ratio to the current one is decided or share_s is spent."""
+    from perfsuite.measure import timing
+
+    points = sweep_points(axis, settings)
+    current = settings.workers if axis == "workers" else settings.batch_size
+    datasets = {point: loader(Pipeline("tf_native", "wav"), **{axis: point}) for point in points}
+    batches = {point: _sweep_batches(axis, point, settings) for point in points}
+    values, order = {point: [] for point in points}, []
+
+    def one_round(index: int) -> None:
+        sequence = points if index % 2 == 0 else points[::-1]
+        found = {point: timing.measure_dataset(dataset=datasets[point], warmup_batches=settings.warmup,
+                                               measure_batches=batches[point] if index else 1,
+                                               name=f"sweep-{axis}-{point}")
+                 for point in sequence}
+        if index >= 1:  # round 0 is the warm-up
+            for point in points:
+                values[point].append(found[point].samples_per_s)
+            order.append(sequence)
+
+    def figures() -> SweepAxis | None:
+        if not order:
+            return None
+        return sweep_figures(axis=axis, current=current, values=values, order=order, batches=batches)
+
+    def decided() -> bool:
+        return all(point.ratio.decided for point in figures().points if point.ratio is not None)
+
+    outcome = stage.rounds_until_decided(one_round, decided=decided, share_s=share_s, warmup_rounds=1,
+                                         what=f"{axis.replace('_', ' ')}: ")
+    return figures(), status_of(outcome)
+
+
+def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: dict | None = None) -> SweepAxis:
+    """One sweep axis from per-round samples/s ({point: [per round]}, the same rounds for every point):
+    per point the median, range, relative spread and interval over the rounds and, for every point but
+    the current one, the same-round ratios to the current point with their paired test (stats.paired_gain:
+    significant means faster beyond the round-to-round noise) and their RoundsEstimate against
+    SWEEP_BOUNDARIES. order: the points' order in each round; batches: {point: steady batches per round}."""
+    from perfsuite.measure import stats
+
+    if current not in values:
+        raise ValueError(f"current: expected one of the measured points {sorted(values)}, found {current!r}")
+    points = []
+    for point, per_round in values.items():
+        per_round = tuple(float(v) for v in per_round)
+        median = float(statistics.median(per_round))
+        gain = ratio = None
+        if point != current:
+            paired = stats.paired_gain(candidate=per_round, reference=values[current], alpha=SWEEP_ALPHA,
+                                       min_effect=SWEEP_MIN_GAIN, min_win_share=SWEEP_MIN_WIN_SHARE)
+            gain, ratio = paired.as_dict(), estimate(paired.ratios, SWEEP_BOUNDARIES)
+        points.append(SweepPoint(point=point, current=point == current, batches=(batches or {}).get(point),
+                                 samples_per_s=median, samples_per_s_low=min(per_round),
+                                 samples_per_s_high=max(per_round),
+                                 samples_per_s_spread=(max(per_round) - min(per_round)) / median,
+                                 samples_per_s_rounds=per_round, interval=estimate(per_round), vs_current=gain,
+                                 ratio=ratio))
+    return SweepAxis(axis=axis, current=current, rounds=len(values[current]), min_gain=SWEEP_MIN_GAIN,
+                     min_win_share=SWEEP_MIN_WIN_SHARE, alpha=SWEEP_ALPHA, points=tuple(points),
+                     order=tuple(tuple(labels) for labels in order))
+
+
+# -------------------------------------------------------------------------------- trace and GPU
+
+
+def trace_stage(stage: Stage, step, call_s: float, dataset, trace_dir: Path, steps: int) -> str | None:
+    """A profiler trace when its steps fit the share; otherwise TOO_SHORT and no trace."""
+    need_s = (2 + steps) * call_s
+    stage.plan = f"a profiler trace of {steps} steady steps after 2 untimed ones, about {need_s:.1f} s"
+    if need_s > stage.left_s():
+        stage.status = TOO_SHORT
+        stage.tell("note", f"skipped: it needs about {need_s:.0f} s, {max(stage.left_s(), 0):.0f} s are left")
+        return None
+    stage.tell("note", stage.plan)
+    return _trace(step, dataset, trace_dir, steps)
+
+
+def _trace(step, dataset, trace_dir: Path, steps: int) -> str:
+    """A TensorBoard profiler trace of `steps` steady steps (two untimed steps first)."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    iterator = iter(dataset)
+    for _ in range(2):
+        step(next(iterator)).numpy()
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    tf.profiler.experimental.start(str(trace_dir))
+    try:
+        for _ in range(steps):
+            step(next(iterator)).numpy()
+    finally:
+        tf.profiler.experimental.stop()
+    return str(trace_dir)
+
+
+class GpuWindow:
+    """GPU sampling around a block when a GPU can be sampled; otherwise records why not."""
+
+    def __init__(self):
+        self._sampler = None
+        self._reason = None
+
+    def __enter__(self):
+        from perfsuite.errors import GpuUnavailable
+        from perfsuite.measure.gpu import GpuSampler
+
+        sampler = GpuSampler()
+        try:
+            sampler.__enter__()
+        except GpuUnavailable as error:
+            self._reason = error.reason
+            return self
+        self._sampler = sampler
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._sampler is not None:
+            return self._sampler.__exit__(*exc_info)
+        return False
+
+    def result(self) -> GpuFigures:
+        if self._sampler is None:
+            return GpuFigures(available=False, reason=self._reason)
+        from perfsuite.measure.utilisation import gpu_stats
+
+        timeline = self._sampler.timeline
+        try:
+            figures = gpu_stats(timeline).as_dict()
+        except ValueError as error:  # sampled, but no utilisation sample fell in the window
+            return GpuFigures(available=True, reason=str(error), timeline=timeline.as_dict())
+        return GpuFigures(available=True, stats=figures, timeline=timeline.as_dict())
+

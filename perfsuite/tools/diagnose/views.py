@@ -1,0 +1,146 @@
+"""The dataset as diagnose measures it: the readable utterances, a usable .npy cache, and views that
+list each utterance several times when there are fewer than one measurement round draws."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from perfsuite.tools.diagnose.plan import (
+    Budget,
+    Event,
+    Progress,
+)
+from perfsuite.verdict.diagnosis_figures import (
+    DiagnoseSettings,
+)
+
+
+def readable_utterances(dataset_dir: Path, mel_config) -> list:
+    """The utterances whose WAV the loaders can read (their records: id, tokens, mel_frames)."""
+    from perfsuite.data.loaders import LoaderConfig, preflight
+    from perfsuite.errors import DataError
+
+    config = LoaderConfig(kind="tf_native", source="wav", on_error="skip")
+    records, skipped = preflight(dataset_dir=dataset_dir, config=config, cache_dir=None, mel_config=mel_config)
+    if not records:
+        raise DataError(dataset_dir, expected="at least one readable utterance", found=f"none ({len(skipped)} skipped)")
+    return records
+
+
+@contextlib.contextmanager
+def usable_cache(dataset_dir: Path, cache_dir: Path | None, ids: list[str], mel_config, budget: Budget,
+                  progress: Progress) -> Iterator[tuple[Path, bool]]:
+    """(cache directory, whether it was built here): the given one, the default one, or one built in a
+    temporary directory by corpus.build_cache from a view of the readable utterances only (build_cache
+    stops at the first unreadable WAV)."""
+    from perfsuite.data.corpus import build_cache, default_cache_dir
+
+    if cache_dir is not None:
+        yield Path(cache_dir), False
+        return
+    if default_cache_dir(dataset_dir, mel_config).is_dir():
+        yield default_cache_dir(dataset_dir, mel_config), False
+        return
+    with tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-cache-") as temporary:
+        progress(Event("check", "note", "building a temporary .npy cache from the readable files", None,
+                       budget.elapsed_s(), budget.left_s()))
+        readable = Path(temporary) / "readable"
+        _write_view(dataset_dir, None, entries=[(uid, uid) for uid in ids], root=readable, view_cache=None)
+        yield build_cache(readable, mel_config=mel_config, cache_dir=Path(temporary) / "cache"), True
+
+
+@contextlib.contextmanager
+def measured_view(dataset_dir: Path, cache_dir: Path, ids: list[str], copies: int, budget: Budget,
+                   progress: Progress) -> Iterator[tuple[Path, Path]]:
+    """(dataset dir, cache dir) to measure: the dataset itself, or a temporary view listing each of ids
+    `copies` times when it is smaller than one measurement round."""
+    if copies == 1:
+        yield dataset_dir, cache_dir
+        return
+    progress(Event("check", "note", f"only {len(ids)} usable utterance(s): measuring on {copies} copies of each "
+                   "(repeated epochs)", None, budget.elapsed_s(), budget.left_s()))
+    with tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-repeated-") as temporary:
+        root, cache = Path(temporary) / "data", Path(temporary) / "cache"
+        write_repeated_view(dataset_dir, cache_dir, ids=ids, copies=copies, root=root, view_cache=cache)
+        yield root, cache
+
+
+def _batch_sizes(settings: DiagnoseSettings) -> tuple[int, ...]:
+    return tuple(sorted({settings.batch_size, *settings.sweep_batch_sizes}))
+
+
+def round_samples(settings: DiagnoseSettings) -> int:
+    """Samples one measurement round draws at the largest batch size measured."""
+    return max(_batch_sizes(settings)) * settings.batches
+
+
+def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
+    """How many times each usable utterance is listed for the measurements.
+
+    1 when the utterances fill one measurement round at the largest batch size measured. Otherwise the
+    fewest copies that do, with a total divisible by every batch size measured, so that every batch is
+    full (a partial batch at each pass's end would recur at the same place in every round, a pattern
+    cycle detection would report as a period) -- unless that would more than double the total (e.g. 511
+    utterances and batch 32), where the fewest copies that fill a round are used.
+    """
+    if usable < 1:
+        raise ValueError(f"usable: expected >= 1 utterance, found {usable}")
+    needed = round_samples(settings)
+    if usable >= needed:
+        return 1
+    lcm = math.lcm(*_batch_sizes(settings))
+    step = lcm // math.gcd(usable, lcm)
+    full_batches = step * math.ceil(needed / (usable * step))
+    return full_batches if full_batches * usable <= 2 * needed else math.ceil(needed / usable)
+
+
+def write_repeated_view(dataset_dir: Path, cache_dir: Path | None, *, ids: list[str], copies: int, root: Path,
+                        view_cache: Path | None) -> list[str]:
+    """An LJSpeech-layout directory at root whose metadata.csv lists each utterance of ids `copies`
+    times under the ids `<id>__r<k>`, each WAV (and cache entry, into view_cache) a link to the
+    original file. Returns the view's ids."""
+    width = len(str(copies - 1))
+    entries = [(f"{uid}__r{copy:0{width}d}", uid) for copy in range(copies) for uid in ids]
+    _write_view(dataset_dir, cache_dir, entries=entries, root=root, view_cache=view_cache)
+    return [view_id for view_id, _ in entries]
+
+
+def _write_view(dataset_dir: Path, cache_dir: Path | None, *, entries: list[tuple[str, str]], root: Path,
+                view_cache: Path | None) -> None:
+    """An LJSpeech-layout directory at root listing one utterance per (view id, original id) entry, its
+    WAV (and, given cache_dir and view_cache, its cache entries) a link to the original file."""
+    from perfsuite.data.corpus import cache_paths, read_metadata, wav_path
+
+    utterances = {utt.id: utt for utt in read_metadata(dataset_dir)}
+    (root / "wavs").mkdir(parents=True)
+    if view_cache is not None:
+        (view_cache / "mels").mkdir(parents=True)
+        (view_cache / "tokens").mkdir(parents=True)
+    lines = []
+    for view_id, uid in entries:
+        utt = utterances[uid]
+        _link(wav_path(dataset_dir, uid), wav_path(root, view_id))
+        if view_cache is not None and cache_dir is not None:
+            for source, target in zip(cache_paths(cache_dir, uid), cache_paths(view_cache, view_id)):
+                _link(source, target)
+        lines.append(f"{view_id}|{utt.text}|{utt.normalized_text}\n")
+    (root / "metadata.csv").write_text("".join(lines), encoding="utf-8")
+
+
+def _link(source: Path, target: Path) -> None:
+    """A symlink to source (absolute); a hard link or a copy where symlinks are not allowed."""
+    source = Path(source).resolve()
+    try:
+        os.symlink(source, target)
+    except OSError:
+        try:
+            os.link(source, target)
+        except OSError:
+            if source.exists():
+                shutil.copyfile(source, target)

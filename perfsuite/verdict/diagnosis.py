@@ -1,0 +1,381 @@
+"""The findings of a diagnosis in words (`perfsuite diagnose`): each topic's verdict from its figures, what
+undecided means, and the recommendation; docs/diagnose.md says why each threshold."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from perfsuite.verdict.diagnosis_figures import (
+    GPU_IDLE_MEDIAN_PCT,
+    INTERRUPTED,
+    MATERIAL_SPEEDUP,
+    MATERIAL_STEP_SPEEDUP,
+    MIN_ROUNDS,
+    STEP_MODES,
+    SWEEP_ALPHA,
+    SWEEP_MIN_GAIN,
+    SWEEP_MIN_WIN_SHARE,
+    TOO_SHORT,
+    UNDECIDED,
+    UNSTABLE_VARIATION,
+    DataSummary,
+    Diagnosis,
+    DiagnosisFinding,
+    FeedFigures,
+    GpuFigures,
+    InputBoundFigures,
+    LoaderComparison,
+    PipelineFigures,
+    RoundsEstimate,
+    StageRecord,
+    StepFigures,
+    SweepAxis,
+    format_figure,
+)
+
+LOADER_STRENGTHS = {"tf_native": "graph ops: no GIL, no Python per sample"}
+
+
+# ------------------------------------------------------------------------------------------ verdicts
+
+
+def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
+    """Findings derived from a diagnosis' figures, in a fixed order of topics; parts not measured (an
+    interrupted run, a stage without time) give none, and the stage findings say why."""
+    return [*data_verdicts(diagnosis.data),
+            *stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s),
+            *loader_verdicts(diagnosis.comparisons), *cache_verdicts(diagnosis.comparisons),
+            *(step_verdicts(diagnosis.step) if diagnosis.step is not None else []),
+            *input_bound_verdicts(diagnosis.input_bound, diagnosis.pipelines),
+            *variation_verdicts(diagnosis.pipelines), *sweep_verdicts(diagnosis.sweep),
+            *(gpu_verdicts(diagnosis.gpu) if diagnosis.gpu is not None else []),
+            *feed_verdicts(diagnosis.feed)]
+
+
+def _times(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def why_undecided(figure: RoundsEstimate, fmt: Callable[[float], str] = format_figure) -> str | None:
+    """In words, why figure does not decide its class (too few rounds, or a boundary inside its
+    interval); None when it does."""
+    if figure.rounds < MIN_ROUNDS:
+        return f"{TOO_SHORT} ({figure.rounds} round(s); a decision needs {MIN_ROUNDS})"
+    if figure.straddles:
+        edges = " and ".join(fmt(b) for b in figure.straddles)
+        return f"undecided: its interval {fmt(figure.low)}–{fmt(figure.high)} straddles the {edges} boundary"
+    return None
+
+
+def span_words(figure: RoundsEstimate, fmt: Callable[[float], str]) -> str:
+    return f"interval {fmt(figure.low)}–{fmt(figure.high)} over {figure.rounds} rounds"
+
+
+def estimate_evidence(name: str, figure: RoundsEstimate) -> dict:
+    return {name: figure.median, f"{name}_low": figure.low, f"{name}_high": figure.high, "rounds": figure.rounds,
+            "coverage": round(figure.coverage, 3)}
+
+
+def data_verdicts(data: DataSummary) -> list[DiagnosisFinding]:
+    out = []
+    if data.skipped:
+        out.append(DiagnosisFinding("data", f"{data.skipped} unreadable file(s) skipped; measured on the rest",
+                           {"checked": data.checked, "skipped": data.skipped, "usable": data.usable},
+                           "fix or convert the files listed by `perfsuite check-data` (16-bit PCM mono at the "
+                           "expected sample rate); until then they are missing from training"))
+    repeat = data.repeat
+    if repeat.copies > 1:
+        out.append(DiagnosisFinding(
+            "data-size", f"only {data.usable} usable utterance(s), fewer than one measurement round draws "
+            f"({repeat.round_samples} samples): measured on {repeat.copies} copies of each "
+            f"({repeat.utterances_measured} per pass, epochs repeated) so that batches are full; "
+            f"the figures describe these {data.usable} files",
+            {"usable": data.usable, "copies": repeat.copies, "utterances_measured": repeat.utterances_measured,
+             "round_samples": repeat.round_samples},
+            f"for figures that stand for a whole corpus, diagnose at least {repeat.round_samples} of its "
+            "utterances (one round's worth), or measure fewer --batches"))
+    return out
+
+
+def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[DiagnosisFinding]:
+    """A finding for each stage that was interrupted, had too little time, or spent its share undecided."""
+    out = []
+    for stage in stages:
+        topic = f"stage-{stage.name.replace('_', '-')}"
+        evidence = {"share_s": round(stage.share_s, 1), "spent_s": round(stage.spent_s, 1), "rounds": stage.rounds,
+                    "needs_s": None if stage.needs_s is None else round(stage.needs_s, 1)}
+        if stage.status == INTERRUPTED:
+            out.append(DiagnosisFinding(topic, "interrupted: the figures of this stage are missing", evidence, None))
+        elif stage.status == TOO_SHORT:
+            out.append(DiagnosisFinding(topic, f"{TOO_SHORT}: {stage.rounds} round(s) in its {stage.share_s:.0f} s share; a "
+                               f"decision needs {MIN_ROUNDS}", evidence, _more_budget(stage, budget_s)))
+        elif stage.status == UNDECIDED:
+            out.append(DiagnosisFinding(topic, f"its {stage.share_s:.0f} s share was spent after {stage.rounds} rounds, "
+                               "before every figure was decided (see the findings below)", evidence,
+                               "a longer --budget narrows the intervals"))
+    return out
+
+
+def _more_budget(stage: StageRecord, budget_s: float) -> str:
+    if stage.needs_s is None or stage.share_s <= 0 or stage.needs_s <= stage.share_s:
+        return "raise --budget"
+    return (f"raise --budget to about {math.ceil(budget_s * stage.needs_s / stage.share_s)} s (this stage needs "
+            f"about {stage.needs_s:.0f} s for {MIN_ROUNDS} rounds on this machine)")
+
+
+def loader_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
+    return [_loader_verdict(c) for c in comparisons if c.a.source == c.b.source]
+
+
+def _loader_verdict(comparison: LoaderComparison) -> DiagnosisFinding:
+    a, b, source, figure = comparison.a.kind, comparison.b.kind, comparison.a.source, comparison.ratio
+    ratio, topic = figure.median, f"loader-{source}"
+    evidence = estimate_evidence(f"{a}_over_{b}", figure)
+    why = why_undecided(figure, _times)
+    if why:
+        return DiagnosisFinding(topic, f"{a} vs {b} {source} loader: {why}; median {ratio:.2f}x", evidence, None, figure)
+    span = span_words(figure, _times)
+    if ratio >= MATERIAL_SPEEDUP:
+        strength = f" ({LOADER_STRENGTHS[a]})" if a in LOADER_STRENGTHS else ""
+        return DiagnosisFinding(topic, f"{b} {source} loader is {ratio:.1f}x slower than {a} ({span})", evidence,
+                       f"switch the {source} loader to {a}{strength}", figure)
+    if ratio <= 1 / MATERIAL_SPEEDUP:
+        return DiagnosisFinding(topic, f"{a} {source} loader is {1 / ratio:.1f}x slower than {b} ({span})", evidence,
+                       f"keep the {b} {source} loader on this machine", figure)
+    return DiagnosisFinding(topic, f"{a} and {b} {source} loaders are within {MATERIAL_SPEEDUP:.1f}x of each other "
+                   f"({ratio:.2f}x, {span})", evidence, None, figure)
+
+
+def cache_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
+    return [_cache_verdict(c) for c in comparisons if c.a.kind == c.b.kind and c.a.source == "cache"]
+
+
+def _cache_verdict(comparison: LoaderComparison) -> DiagnosisFinding:
+    figure, kind = comparison.ratio, comparison.a.kind
+    ratio = figure.median
+    evidence = estimate_evidence("cache_over_wav", figure)
+    why = why_undecided(figure, _times)
+    if why:
+        return DiagnosisFinding("cache", f"{kind} .npy cache vs WAV: {why}; median {ratio:.2f}x", evidence, None, figure)
+    if ratio >= MATERIAL_SPEEDUP:
+        return DiagnosisFinding("cache", f"the .npy cache loads {ratio:.1f}x faster than decoding WAVs "
+                       f"({span_words(figure, _times)})", evidence,
+                       "precompute the mels once (perfsuite.data.corpus.build_cache) and train from the cache", figure)
+    return DiagnosisFinding("cache", f"the .npy cache is not materially faster than the WAVs ({ratio:.2f}x, "
+                   f"{span_words(figure, _times)})", evidence, None, figure)
+
+
+def step_verdicts(step: StepFigures) -> list[DiagnosisFinding]:
+    """From same-round ratios of the modes (they ran interleaved), not ratios of means taken apart."""
+    modes = step.modes
+    firsts = {f"{mode}_first_s": modes[mode].first_s for mode in STEP_MODES}
+    out = []
+    if not step.ratios:
+        out.append(DiagnosisFinding("step", f"{TOO_SHORT}: no round of steady calls fit after the first calls", {
+            **firsts, **{f"{mode}_first_steady_s": modes[mode].first_steady_s for mode in STEP_MODES}}, None))
+    if "graph_over_eager" in step.ratios:
+        out.append(_graph_verdict(step.ratios["graph_over_eager"].ratio, firsts))
+    if "xla_over_graph" in step.ratios:
+        out.append(_xla_verdict(step.ratios["xla_over_graph"].ratio, modes["xla"].first_s, firsts))
+    retraces = {mode: modes[mode].retraces for mode in ("graph", "xla")}
+    if any(retraces.values()):
+        out.append(DiagnosisFinding("retracing", "the step retraced in the steady state", {"retraces": retraces},
+                           "pad batches to static shapes (LoaderConfig(static_shapes=True)) or bucket lengths"))
+    return out
+
+
+def _graph_verdict(figure: RoundsEstimate, firsts: dict) -> DiagnosisFinding:
+    gain, evidence = figure.median, {**estimate_evidence("graph_over_eager", figure), **firsts}
+    why = why_undecided(figure, _times)
+    if why:
+        return DiagnosisFinding("step-graph", f"graph vs eager step: {why}; median {gain:.2f}x", evidence, None, figure)
+    span = span_words(figure, _times)
+    if gain >= MATERIAL_STEP_SPEEDUP:
+        return DiagnosisFinding("step-graph", f"eager step is {gain:.1f}x slower than tf.function ({span})", evidence,
+                       "wrap the training step in tf.function", figure)
+    if gain <= 1 / MATERIAL_STEP_SPEEDUP:
+        return DiagnosisFinding("step-graph", f"tf.function step is {1 / gain:.1f}x slower than eager ({span})", evidence,
+                       None, figure)
+    return DiagnosisFinding("step-graph", f"eager and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
+                   f"({gain:.2f}x, {span})", evidence, None, figure)
+
+
+def _xla_verdict(figure: RoundsEstimate, first_s: float, firsts: dict) -> DiagnosisFinding:
+    gain, evidence = figure.median, {**estimate_evidence("xla_over_graph", figure), **firsts}
+    why = why_undecided(figure, _times)
+    if why:
+        return DiagnosisFinding("step-xla", f"XLA vs graph step: {why}; median {gain:.2f}x", evidence, None, figure)
+    span = span_words(figure, _times)
+    if gain >= MATERIAL_STEP_SPEEDUP:
+        return DiagnosisFinding("step-xla", f"XLA step is {gain:.1f}x faster than graph mode ({span}; first call "
+                       f"{first_s:.2f} s)", evidence,
+                       "compile the step with tf.function(jit_compile=True) and static input shapes", figure)
+    if gain <= 1 / MATERIAL_STEP_SPEEDUP:
+        return DiagnosisFinding("step-xla", f"XLA step is {1 / gain:.1f}x slower than graph mode ({span})", evidence,
+                       "keep jit_compile off for this model on this machine", figure)
+    return DiagnosisFinding("step-xla", f"XLA and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
+                   f"({gain:.2f}x, {span})", evidence, None, figure)
+
+
+def input_bound_verdicts(figures: tuple[InputBoundFigures, ...],
+                         pipelines: tuple[PipelineFigures, ...] = ()) -> list[DiagnosisFinding]:
+    """A finding per pipeline; a pipeline that waits is pointed at the fastest loader whose share is
+    decided 'not input-bound'."""
+    speed = {p.pipeline: p.samples_per_s.median for p in pipelines}
+    fed = [f for f in figures if f.share.decided and f.classification == "not input-bound"]
+    best = max(fed, key=lambda f: speed.get(f.pipeline, 0.0)) if fed else None
+    return [_input_bound_verdict(f, best) for f in figures]
+
+
+def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | None) -> DiagnosisFinding:
+    name, figure, label = figures.pipeline.label, figures.share, figures.classification
+    share = figure.median
+    evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
+    why = why_undecided(figure, _percent)
+    if why:
+        return DiagnosisFinding(f"input-{name}", f"{name}: {why}; median share {share:.0%} ({label} at the median)",
+                       evidence, None, figure)
+    recommendation = None
+    if label != "not input-bound":
+        recommendation = (f"use the {best.pipeline.label} pipeline (not input-bound: share "
+                          f"{max(best.share.median, 0):.0%})" if best else
+                          "the step waits for input: add parallel map calls, prefetch, or a faster loader")
+    waits = (f"{share:.0%} of step time waits for input" if share >= 0 else
+             f"share {share:.0%}: fed faster than its synthetic twin, i.e. no measurable wait, the rest noise")
+    return DiagnosisFinding(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, _percent)})", evidence,
+                   recommendation, figure)
+
+
+def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[DiagnosisFinding]:
+    out = []
+    for figures in pipelines:
+        loader, name, figure = figures.loader, figures.pipeline.label, figures.variation
+        evidence = {**estimate_evidence("variation", figure), "batches": loader["batches"],
+                    "cycle_period": loader["cycle_period"]}
+        if loader["cycle_significant"]:
+            out.append(DiagnosisFinding(f"cycle-{name}", f"{name}: per-batch times repeat every {loader['cycle_period']} "
+                               "batches", evidence,
+                               "periodic stalls: a slow element every period (long files, GC, a shared disk); "
+                               "raise prefetch or parallelism so the stall is hidden"))
+        elif figure.median >= UNSTABLE_VARIATION:
+            why = why_undecided(figure, _percent)
+            out.append(DiagnosisFinding(f"variation-{name}", f"{name}: per-batch times vary by {figure.median:.0%} of the "
+                               f"mean ({why or span_words(figure, _percent)})", evidence, None, figure))
+    return out
+
+
+def point_label(axis: str, point: int) -> str:
+    """A sweep point in words: '2 workers', 'AUTOTUNE workers', 'batch 16'."""
+    if axis == "workers":
+        return "AUTOTUNE workers" if point == -1 else f"{point} worker{'s' if point != 1 else ''}"
+    return f"batch {point}"
+
+
+def sweep_verdicts(sweep: tuple[SweepAxis, ...]) -> list[DiagnosisFinding]:
+    found = (_sweep_verdict(figures) for figures in sweep)
+    return [verdict for verdict in found if verdict is not None]
+
+
+def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
+    axis, rounds = figures.axis, figures.rounds
+    compared = [point for point in figures.points if point.vs_current is not None]
+    if not compared:
+        return None
+    clear = [point for point in compared if point.vs_current["significant"] and point.ratio.decided]
+    chosen = max(clear or compared, key=lambda point: point.ratio.median)
+    gain, figure = chosen.vs_current, chosen.ratio
+    best, now = point_label(axis, chosen.point), point_label(axis, figures.current)
+    prefix = "w" if axis == "workers" else "bs"
+    evidence = {f"{prefix}{point.point}_samples_per_s": point.samples_per_s for point in figures.points}
+    evidence.update({"current": now, "best": best, "ratio_median": figure.median, "ratio_low": figure.low,
+                     "ratio_high": figure.high, "rounds_faster": f"{gain['wins']}/{rounds}",
+                     "coverage": round(figure.coverage, 3)})
+    if gain["p_value"] is not None:
+        evidence["p_value"] = gain["p_value"]
+    per_round = (f"{figure.median:.2f}x (interval {figure.low:.2f}-{figure.high:.2f}x, "
+                 f"faster in {gain['wins']}/{rounds} rounds"
+                 + (f", p={gain['p_value']:.2g})" if gain["p_value"] is not None else ")"))
+    setting = "worker count" if axis == "workers" else "batch size"
+    if clear:
+        return DiagnosisFinding(axis, f"the tf_native WAV loader with {best} delivers {per_round} the samples/s "
+                       f"of the current {now}", evidence, _sweep_recommendation(axis, chosen.point), figure)
+    why = why_undecided(figure, _times)
+    if rounds < MIN_ROUNDS:
+        return DiagnosisFinding(axis, f"{why}: no {setting} recommendation (best: {best} at {per_round} vs {now})", evidence,
+                       None, figure)
+    undecided = f"; {why}" if why else ""
+    if figure.median < 1:
+        return DiagnosisFinding(axis, f"no {setting} was faster than the current {now} in the same rounds (closest: "
+                       f"{best} at {per_round}){undecided}", evidence, None, figure)
+    return DiagnosisFinding(axis, f"no {setting} beats the current {now} beyond the round-to-round noise (best: {best} at "
+                   f"{per_round}; a recommendation needs a median gain >= {SWEEP_MIN_GAIN:.0%}, >= "
+                   f"{SWEEP_MIN_WIN_SHARE:.0%} of rounds faster and p < {SWEEP_ALPHA}){undecided}", evidence, None,
+                   figure)
+
+
+def _sweep_recommendation(axis: str, point: int) -> str:
+    if axis == "workers":
+        return f"set num_parallel_calls={'tf.data.AUTOTUNE' if point == -1 else point}"
+    return f"batch {point} if the step is input-bound and training allows it (batch size also changes the optimisation)"
+
+
+def feed_verdicts(feed: tuple[FeedFigures, ...]) -> list[DiagnosisFinding]:
+    return [feed_verdict(figures) for figures in feed]
+
+
+def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
+    """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval;
+    the round at the step is the evidence (its busy fraction, idle share, oscillation)."""
+    label, feed = figures.pipeline, figures.feed
+    evidence = {"feed_step_s": feed["feed_step_s"], "feed_step_low_s": feed["feed_step_low_s"],
+                "feed_step_high_s": feed["feed_step_high_s"], "feed_steps_per_s": feed["feed_steps_per_s"],
+                "feed_audio_s_per_s": feed["feed_audio_s_per_s"]}
+    topic, fed = f"feed-{label}", feed_words(figures)
+    if figures.step_s is None:
+        return DiagnosisFinding(topic, f"{label} {fed}; {figures.reason}", evidence, None)
+    stats = figures.stats
+    evidence.update({"step_s": figures.step_s, "busy_fraction": figures.round["busy_fraction"],
+                     "util_median_pct": stats["emulated_util_median"],
+                     "idle_fraction": stats["emulated_idle_fraction"],
+                     "oscillation_period_s": stats["emulated_oscillation_period_s"]})
+    step = f"a {figures.step_s * 1e3:.3g} ms step ({figures.step_time})"
+    measured = f"busy {figures.round['busy_fraction']:.0%} in a round at that step"
+    if stats["emulated_oscillation"]:
+        measured += f", utilisation oscillating every {stats['emulated_oscillation_period_s']:.3g} s"
+    if figures.keeps_busy:
+        return DiagnosisFinding(topic, f"{label} keeps {step} >= 90 % busy: it {fed}; {measured}", evidence, None)
+    if figures.keeps_busy is False:
+        return DiagnosisFinding(topic, f"{label} would starve {step}: it {fed}; {measured}", evidence,
+                       "the GPU would wait for input: a faster loader (see the loader findings), more parallel "
+                       "calls, prefetch, or the .npy cache")
+    return DiagnosisFinding(topic, f"{label} vs {step}: undecided, the step lies inside the feed rate's interval: it {fed}; "
+                   f"{measured}", evidence, None)
+
+
+def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
+    if not gpu.available or not gpu.stats:
+        return []
+    stats = gpu.stats
+    evidence = {"util_median_pct": stats["gpu_util_median"], "idle_fraction": stats["gpu_idle_fraction"],
+                "oscillation_period_s": stats["gpu_oscillation_period_s"]}
+    if stats["gpu_util_median"] < GPU_IDLE_MEDIAN_PCT:
+        return [DiagnosisFinding("gpu", f"GPU busy only {stats['gpu_util_median']:.0f}% (median) while training", evidence,
+                        "the GPU waits: see the input-bound findings above")]
+    return [DiagnosisFinding("gpu", f"GPU busy {stats['gpu_util_median']:.0f}% (median)", evidence, None)]
+
+
+def feed_words(figures: FeedFigures) -> str:
+    """'feeds steps down to 3.1 ms (327 steps/s, interval 275-463)' or why there is no figure."""
+    feed = figures.feed
+    if feed["feed_step_s"] is None:
+        return f"kept no step up to {feed['feed_step_low_s'] * 1e3:.4g} ms >= 90 % busy"
+    low, high = feed["feed_steps_per_s_interval"]
+    upper = "no upper end" if high is None else f"{high:.4g}"
+    audio = feed["feed_audio_s_per_s"]
+    return (f"feeds steps down to {feed['feed_step_s'] * 1e3:.3g} ms ({feed['feed_steps_per_s']:.4g} steps/s, "
+            f"interval {low:.4g}-{upper}" + (f"; {audio:,.0f} audio-s/s)" if audio is not None else ")"))

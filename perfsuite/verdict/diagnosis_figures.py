@@ -1,0 +1,452 @@
+"""What a diagnosis holds (`perfsuite diagnose`, tools/diagnose/): its settings, every figure as a
+record, the findings, and the versioned JSON schema with its migrations. The wording of the findings is in
+verdict/diagnosis.py; docs/diagnose.md gives the reasons behind each threshold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from perfsuite.measure.emulated import (  # no TensorFlow
+    DEFAULT_STEP_PRESET,
+    parse_step_time,
+)
+from perfsuite.records import Record, RecordError, migrate, migration
+
+SCHEMA_VERSION = 5
+SOURCES = ("wav", "cache")
+STEP_MODES = ("eager", "graph", "xla")
+STEP_RATIOS = {"graph_over_eager": ("graph", "eager"), "xla_over_graph": ("xla", "graph")}
+SWEEP_AXES = ("workers", "batch_size")
+
+# Thresholds of the verdicts (docs/diagnose.md says why these values).
+MATERIAL_SPEEDUP = 1.2  # loaders, cache vs WAV: a smaller ratio is treated as noise
+MATERIAL_STEP_SPEEDUP = 1.1  # step modes differ by less, and their same-round ratios are steadier
+UNSTABLE_VARIATION = 0.10  # per-batch stdev >= 10 % of the mean (pyperf's rule)
+SWEEP_MIN_GAIN = 0.10  # a sweep point must be faster by a median >= 10 % ...
+SWEEP_MIN_WIN_SHARE = 0.8  # ... in >= 80 % of the rounds ...
+SWEEP_ALPHA = 0.05  # ... with a one-sided paired t-test p < 0.05 (stats.paired_gain)
+GPU_IDLE_MEDIAN_PCT = 50.0
+
+# Class boundaries: a figure is decided when its interval holds none of its verdict's boundaries.
+LOADER_BOUNDARIES = (1 / MATERIAL_SPEEDUP, MATERIAL_SPEEDUP)
+CACHE_BOUNDARIES = (MATERIAL_SPEEDUP,)  # the cache is recommended when >= 1.2x faster; below, no change
+STEP_BOUNDARIES = (1 / MATERIAL_STEP_SPEEDUP, MATERIAL_STEP_SPEEDUP)
+INPUT_BOUND_BOUNDARIES = (0.05, 0.20)  # stats.MODERATELY_INPUT_BOUND, stats.HIGHLY_INPUT_BOUND (TF's profiler)
+VARIATION_BOUNDARIES = (UNSTABLE_VARIATION,)
+SWEEP_BOUNDARIES = (1 + SWEEP_MIN_GAIN,)
+
+DEFAULT_BUDGET_S = 180.0  # a default run answers in about three minutes: the budget is wall time, not work
+MIN_ROUNDS = 3  # fewer rounds: "not enough time to decide"; the range of 3 rounds covers the median at 75 %
+
+# A stage's status.
+DECIDED = "decided"
+UNDECIDED = "undecided"  # share spent with >= MIN_ROUNDS rounds; an interval still straddles a boundary
+TOO_SHORT = "not enough time to decide"
+INTERRUPTED = "interrupted"
+DONE = "done"  # a stage with nothing to decide (the trace)
+
+def without_kind(data: Any, kind: str, where: str) -> dict:
+    """data (a JSON object, already migrated) less its 'kind' key, after checking that it names `kind`:
+    the two diagnose JSON files (a dataset's, a --pipeline run's) say which they are."""
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        found = repr(data.get("kind")) if isinstance(data, dict) else type(data).__name__
+        raise RecordError(where, "kind", repr(kind), found)
+    return {key: value for key, value in data.items() if key != "kind"}
+
+
+# ------------------------------------------------------------------------------------ the records
+
+
+@dataclass(frozen=True)
+class RoundsEstimate(Record):
+    """A figure measured over rounds: the median of its per-round values, the distribution-free interval
+    of that median (stats.median_interval) with its coverage, and the rounds behind it. boundaries: the
+    class boundaries of the verdict that reads it; straddles: those inside the interval. Decided: at
+    least MIN_ROUNDS rounds and no boundary inside the interval."""
+
+    median: float
+    low: float
+    high: float
+    coverage: float
+    rounds: int
+    boundaries: tuple[float, ...]
+    straddles: tuple[float, ...]
+
+    @property
+    def decided(self) -> bool:
+        return self.rounds >= MIN_ROUNDS and not self.straddles
+
+
+def estimate(values, boundaries: tuple[float, ...] = ()) -> RoundsEstimate:
+    """The RoundsEstimate of per-round values (at least one) against a verdict's class boundaries. A boundary b
+    is straddled when low < b <= high: values on both sides of it are inside the interval."""
+    from perfsuite.measure.stats import median_interval
+
+    interval = median_interval([float(v) for v in values])
+    straddles = tuple(b for b in boundaries if interval.low < b <= interval.high)
+    return RoundsEstimate(median=interval.median, low=interval.low, high=interval.high, coverage=interval.coverage,
+                    rounds=interval.n, boundaries=tuple(boundaries), straddles=straddles)
+
+
+def check_step_time(spec: str | None) -> None:
+    """ValueError unless spec is None, a STEP_PRESETS name or seconds > 0."""
+    if spec is not None:
+        parse_step_time(spec)
+
+
+@dataclass(frozen=True)
+class DiagnoseSettings(Record):
+    """What a diagnosis measures and how long it may take. budget_s: the whole run, check-data included.
+    batches: steady batches per loader and sweep round (the rounds are joined for cycle detection, which
+    needs >= 32 points). The sweep axes always include the current workers / batch_size."""
+
+    batch_size: int = 16
+    workers: int = 2  # -1: AUTOTUNE
+    model: str = "default"
+    budget_s: float = DEFAULT_BUDGET_S
+    batches: int = 16
+    warmup: int = 1
+    sweep_workers: tuple[int, ...] = (1, 2, 4)
+    sweep_batch_sizes: tuple[int, ...] = ()  # empty: half, the same and twice batch_size
+    trace_steps: int = 3
+    step_time: str = DEFAULT_STEP_PRESET  # the emulated GPU step: a measure.emulated.STEP_PRESETS name or seconds
+
+    def __post_init__(self):
+        for name in ("batch_size", "batches", "warmup", "trace_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, found {value!r}")
+        if self.workers != -1 and self.workers < 1:
+            raise ValueError(f"workers: expected an integer >= 1 or -1 (AUTOTUNE), found {self.workers!r}")
+        if not (isinstance(self.budget_s, int | float) and self.budget_s > 0):
+            raise ValueError(f"budget_s: expected a number of seconds > 0, found {self.budget_s!r}")
+        check_step_time(self.step_time)
+        object.__setattr__(self, "sweep_workers", tuple(self.sweep_workers))
+        sizes = self.sweep_batch_sizes or {max(1, self.batch_size // 2), self.batch_size, self.batch_size * 2}
+        object.__setattr__(self, "sweep_batch_sizes", tuple(sorted(sizes)))
+
+
+@dataclass(frozen=True)
+class Pipeline(Record):
+    """A loader's identity: kind (perfsuite.data.loaders.KINDS) and source ('wav' or 'cache')."""
+
+    kind: str
+    source: str
+
+    @property
+    def label(self) -> str:
+        """For people (verdict topics, tables); never parsed back."""
+        return f"{self.kind}-{self.source}"
+
+
+LOADER_PIPELINES = (Pipeline("tf_native", "wav"), Pipeline("numpy_function", "wav"),
+                    Pipeline("tf_native", "cache"), Pipeline("numpy_function", "cache"))
+# (a, b) compared by same-round ratios of samples/s: the loaders of each source, and cache vs WAV.
+LOADER_PAIRS = ((LOADER_PIPELINES[0], LOADER_PIPELINES[1]), (LOADER_PIPELINES[2], LOADER_PIPELINES[3]),
+                (LOADER_PIPELINES[2], LOADER_PIPELINES[0]))
+
+
+@dataclass(frozen=True)
+class Problem(Record):
+    """A file check-data found unreadable (loaders.SkippedFile, which imports TensorFlow, as a record)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Repeat(Record):
+    """How often each usable utterance is listed for the measurements (repeat_copies)."""
+
+    copies: int
+    utterances_measured: int
+    round_samples: int  # samples one measurement round draws at the largest batch size measured
+
+
+@dataclass(frozen=True)
+class DataSummary(Record):
+    """What check-data found: utterances checked, usable (measured) and skipped, and each problem."""
+
+    checked: int
+    usable: int
+    skipped: int
+    sources: tuple[str, ...]
+    problems: tuple[Problem, ...]
+    repeat: Repeat
+
+
+@dataclass(frozen=True)
+class CacheUse(Record):
+    """The .npy cache measured: dir is None when it was built in a temporary directory (temporary)."""
+
+    dir: str | None
+    temporary: bool
+
+
+@dataclass(frozen=True)
+class StaticShapes(Record):
+    """Every loader pads to these (the readable files' longest text and mel), so the step traces once."""
+
+    max_text_len: int
+    max_mel_frames: int
+
+
+LOADER_KEYS = ("samples_per_s", "batches", "cycle_significant", "cycle_period")  # what the verdicts read
+GAIN_KEYS = ("ratios", "ratio_median", "ratio_low", "ratio_high", "wins", "rounds", "p_value", "significant")
+
+
+@dataclass(frozen=True)
+class PipelineFigures(Record):
+    """One loader measured alone. loader: its steady batches, rounds joined (timing.Measurement.as_dict():
+    per-batch times, variation, cycle). samples_per_s, variation: over the rounds (per-round samples/s,
+    per-round standard deviation / mean of the batch times)."""
+
+    pipeline: Pipeline
+    loader: dict
+    samples_per_s: RoundsEstimate
+    variation: RoundsEstimate
+
+    def __post_init__(self):
+        missing = [key for key in LOADER_KEYS if key not in self.loader]
+        if missing:
+            raise ValueError(f"loader: expected the keys {', '.join(LOADER_KEYS)}, found no {', '.join(missing)}")
+
+
+@dataclass(frozen=True)
+class LoaderComparison(Record):
+    """Two loaders measured in the same interleaved rounds. ratios: a's samples/s over b's, per round;
+    ratio: their RoundsEstimate against LOADER_BOUNDARIES (two kinds, one source) or CACHE_BOUNDARIES (one
+    kind, cache over WAV)."""
+
+    a: Pipeline
+    b: Pipeline
+    ratios: tuple[float, ...]
+    ratio: RoundsEstimate
+
+
+@dataclass(frozen=True)
+class StepMode(Record):
+    """One mode of the training step on a fixed batch. first_s: the first call (trace, compile);
+    first_steady_s: the call after the warm-up, which sizes the rounds. call_s: every timed call of the
+    rounds; step_s: per-round mean seconds per call (None when no round fit). traces / retraces: of a
+    tf.function, in all / in the rounds (None in eager mode)."""
+
+    first_s: float
+    first_steady_s: float
+    call_s: tuple[float, ...]
+    step_s: RoundsEstimate | None
+    traces: int | None
+    retraces: int | None
+
+
+@dataclass(frozen=True)
+class StepRatio(Record):
+    """One mode's speed over another's (seconds per call of the other over its own), per round, and
+    their RoundsEstimate against STEP_BOUNDARIES."""
+
+    rounds: tuple[float, ...]
+    ratio: RoundsEstimate
+
+
+@dataclass(frozen=True)
+class StepFigures(Record):
+    """The training step on one fixed batch in every STEP_MODES mode, in interleaved rounds of
+    calls_per_round calls per mode. ratios: per STEP_RATIOS name (empty when no round fit).
+    input_bound_mode: the faster compiled mode, used for the input-bound share and the trace."""
+
+    modes: dict[str, StepMode]
+    ratios: dict[str, StepRatio]
+    calls_per_round: int
+    input_bound_mode: str
+
+    def __post_init__(self):
+        if set(self.modes) != set(STEP_MODES):
+            raise ValueError(f"modes: expected {', '.join(STEP_MODES)}, found {', '.join(self.modes) or 'none'}")
+
+    @property
+    def input_bound_call_s(self) -> float:
+        """Seconds per call of the input-bound mode: its steady median, else its first steady call."""
+        mode = self.modes[self.input_bound_mode]
+        return mode.step_s.median if mode.step_s is not None else mode.first_steady_s
+
+
+@dataclass(frozen=True)
+class InputBoundFigures(Record):
+    """The compiled step fed by one pipeline vs by the synthetic twin (one cached batch repeated), in
+    the same rounds. share: per-round 1 - t_synthetic / t_real against INPUT_BOUND_BOUNDARIES;
+    classification: of its median (TF's profiler classes). t_real, t_synthetic: medians of the
+    per-round mean seconds per step. batches: timed steps per side and round, after warmup untimed.
+    pipeline: which loader; None for a --pipeline run's own pipeline (pipeline_inspect)."""
+
+    share: RoundsEstimate
+    classification: str
+    t_real: float
+    t_synthetic: float
+    real_round_s: tuple[float, ...]
+    synthetic_round_s: tuple[float, ...]
+    batches: int
+    warmup: int
+    pipeline: Pipeline | None = None
+
+
+@dataclass(frozen=True)
+class SweepPoint(Record):
+    """tf_native WAV samples/s at one point of a sweep axis over the rounds: median, range, relative
+    spread, per round, and interval (a RoundsEstimate). vs_current: stats.PairedGain.as_dict() against the
+    current setting in the same rounds, and ratio its RoundsEstimate against SWEEP_BOUNDARIES (both None for
+    the current point). batches: steady batches per round (None when not recorded)."""
+
+    point: int
+    current: bool
+    batches: int | None
+    samples_per_s: float
+    samples_per_s_low: float
+    samples_per_s_high: float
+    samples_per_s_spread: float
+    samples_per_s_rounds: tuple[float, ...]
+    interval: RoundsEstimate
+    vs_current: dict | None
+    ratio: RoundsEstimate | None
+
+
+@dataclass(frozen=True)
+class SweepAxis(Record):
+    """One sweep axis ('workers' or 'batch_size'): every point measured in the same interleaved rounds,
+    the thresholds a recommendation needs, and the order the points ran in each round."""
+
+    axis: str
+    current: int
+    rounds: int
+    min_gain: float
+    min_win_share: float
+    alpha: float
+    points: tuple[SweepPoint, ...]
+    order: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class GpuFigures(Record):
+    """GPU utilisation while the input-bound steps ran. stats: utilisation.GpuStats.as_dict(), timeline:
+    gpu.GpuTimeline.as_dict(); reason says why either is missing."""
+
+    available: bool
+    reason: str | None = None
+    stats: dict | None = None
+    timeline: dict | None = None
+
+
+@dataclass(frozen=True)
+class FeedFigures(Record):
+    """One pipeline feeding an emulated accelerator (perfsuite.measure.emulated). feed: FeedRate.as_dict(),
+    the shortest step the pipeline keeps >= 90 % busy with its interval. step_time: the step asked for (a
+    preset or seconds); step_s: that step on this data (the median over a round's batches); keeps_busy:
+    whether step_s is at or above the feed interval (True), below it (False), or inside it (None);
+    round: EmulatedRun.as_dict() of one round at the step, stats its utilisation statistics
+    (emulated_figures), timeline its GpuTimeline.as_dict(). reason: why the round at the step is missing
+    (its fields are None then)."""
+
+    pipeline: str
+    feed: dict
+    step_time: str | None
+    step_s: float | None
+    keeps_busy: bool | None
+    round: dict | None
+    stats: dict | None
+    timeline: dict | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StageRecord(Record):
+    """One stage as it ran: its share of the budget when it started, the seconds it spent, its measured
+    rounds, its status (DECIDED, UNDECIDED, TOO_SHORT, INTERRUPTED, DONE), its plan in words, and
+    needs_s: about what MIN_ROUNDS rounds of it take on this machine (None when unknown), which is
+    what a "raise --budget" recommendation quotes."""
+
+    name: str
+    share_s: float
+    spent_s: float
+    rounds: int
+    status: str
+    plan: str
+    needs_s: float | None
+
+
+@dataclass(frozen=True)
+class DiagnosisFinding(Record):
+    """One finding: topic (what was looked at), finding (in words), evidence (the figures behind it),
+    recommendation (None when the figures call for no change or do not decide), interval (the RoundsEstimate
+    the finding rests on; None for counts, such as unreadable files, and for tests such as the cycle)."""
+
+    topic: str
+    finding: str
+    evidence: dict
+    recommendation: str | None
+    interval: RoundsEstimate | None = None
+
+    def lines(self) -> list[str]:
+        figures = ", ".join(f"{key}={format_figure(value)}" for key, value in self.evidence.items())
+        out = [f"[{self.topic}] {self.finding}", f"    evidence: {figures}"]
+        if self.interval is not None:
+            out.append(f"    interval: {interval_words(self.interval)}")
+        if self.recommendation:
+            out.append(f"    recommendation: {self.recommendation}")
+        return out
+
+
+def format_figure(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def interval_words(figure: RoundsEstimate) -> str:
+    """'0.031-0.25 (median 0.12), 4 rounds, 88 % coverage; straddles 0.05' for people."""
+    words = (f"{figure.low:.4g}–{figure.high:.4g} (median {figure.median:.4g}), {figure.rounds} round(s), "
+             f"{figure.coverage:.0%} coverage")
+    if figure.straddles:
+        words += "; straddles " + ", ".join(f"{b:.4g}" for b in figure.straddles)
+    return words
+
+
+@dataclass(frozen=True)
+class Diagnosis(Record):
+    """Everything one diagnosis measured and concluded. complete: False while stages are missing (an
+    interrupted run's checkpoint); stages: those that ran, in order. The measured parts are empty (or
+    None) until their stage has ended. fingerprint: the machine's (machine.MachineFingerprint.as_dict()).
+    trace: the profiler trace directory, if one was written."""
+
+    dataset: str
+    settings: DiagnoseSettings
+    fingerprint: dict
+    complete: bool
+    elapsed_s: float
+    stages: tuple[StageRecord, ...]
+    data: DataSummary
+    cache: CacheUse
+    static_shapes: StaticShapes
+    pipelines: tuple[PipelineFigures, ...]
+    comparisons: tuple[LoaderComparison, ...]
+    step: StepFigures | None
+    input_bound: tuple[InputBoundFigures, ...]
+    sweep: tuple[SweepAxis, ...]
+    gpu: GpuFigures | None
+    feed: tuple[FeedFigures, ...]
+    trace: str | None
+    verdicts: tuple[DiagnosisFinding, ...]
+
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+
+    def as_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "kind": "dataset", **super().as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "diagnosis") -> Diagnosis:
+        """Read back what as_dict() wrote (an older schema through its migrations), a checkpoint of an
+        interrupted run included; RecordError names a wrong schema_version, kind or field."""
+        return super().from_dict(without_kind(migrate(cls, data, where), "dataset", where), where)
+
+
+@migration(Diagnosis, 4, 5)
+def migrate_4_to_5(data: dict) -> dict:
+    """Schema 5 names its kind ('dataset'), as a --pipeline run's file names 'pipeline'."""
+    return {**data, "kind": "dataset"}

@@ -1,0 +1,84 @@
+"""The one round driver: the orders of interleaved runs, and rounds added until decided within a limit."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfsuite.measure.rounds import (
+    BUDGET_SPENT,
+    DECIDED,
+    MAX_ROUNDS_REACHED,
+    alternating,
+    interleaved,
+    rotated,
+    until_decided,
+)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@given(st.integers(1, 6), st.integers(1, 5))
+def test_every_run_sits_at_the_same_mean_position_over_a_pair_of_alternating_rounds(runs, pairs):
+    labels = [f"r{i}" for i in range(runs)]
+    orders = [alternating(labels, index) for index in range(2 * pairs)]
+    for label in labels:
+        assert sum(order.index(label) for order in orders) == pairs * (runs - 1)
+
+
+@given(st.integers(1, 6), st.integers(1, 3))
+def test_rotated_orders_put_every_run_in_every_position_equally_often(runs, cycles):
+    labels = [f"r{i}" for i in range(runs)]
+    orders = [rotated(labels, index) for index in range(2 * runs * cycles)]
+    for label in labels:
+        positions = sorted(order.index(label) for order in orders)
+        assert positions == sorted(list(range(runs)) * 2 * cycles)
+
+
+def test_interleaved_runs_warm_up_in_the_order_and_keeps_only_measured_rounds():
+    calls = []
+    runs = {label: (lambda label=label: calls.append(label) or len(calls)) for label in "abc"}
+    values, orders = interleaved(runs, rounds=2, warmup_rounds=1)
+    assert calls == list("abc") + list("cba") + list("abc")
+    assert orders == [tuple("cba"), tuple("abc")]
+    assert values == {"a": [6, 7], "b": [5, 8], "c": [4, 9]}
+
+
+@given(st.integers(0, 8), st.floats(0.1, 5.0), st.floats(0.0, 60.0), st.integers(1, 40), st.integers(1, 3),
+       st.integers(0, 2))
+def test_rounds_never_outrun_the_limit_or_max_rounds(planned, round_s, limit_s, max_rounds, step, warmup):
+    clock = FakeClock()
+
+    def one_round(index):
+        clock.now += round_s
+
+    clock.now = planned * round_s
+    start = clock.now
+    most = max(max_rounds, planned)
+    outcome = until_decided(one_round, decided=lambda: False, limit_s=limit_s + start, max_rounds=most,
+                            planned=planned, planned_s=start, step=step, warmup_rounds=warmup, clock=clock)
+    assert outcome.rounds <= most and outcome.stopped in (BUDGET_SPENT, MAX_ROUNDS_REACHED)
+    first_round_blind = planned == 0 and warmup == 0  # nothing tells what a round costs before it runs
+    assert outcome.seconds <= outcome.limit_s + 1e-9 or first_round_blind or outcome.added == 0
+    assert outcome.rounds == planned + outcome.added
+
+
+def test_decided_is_asked_only_once_min_rounds_are_measured():
+    clock, asked = FakeClock(), []
+
+    def one_round(index):
+        clock.now += 1.0
+
+    def decided():
+        asked.append(clock.now)
+        return True
+
+    outcome = until_decided(one_round, decided=decided, limit_s=100.0, max_rounds=30, min_rounds=3,
+                            warmup_rounds=1, clock=clock)
+    assert outcome.stopped == DECIDED and outcome.rounds == 3 and outcome.added == 3
+    assert asked == [4.0]  # one warm-up and three measured rounds, then the first question
+    assert outcome.note is None
