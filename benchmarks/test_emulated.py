@@ -89,7 +89,7 @@ def _round(batches, step, config):
 def _rounds(perfsuite, count, measure_round):
     """`count` rounds, through pytest-benchmark (its table shows each round's wall time)."""
     results = []
-    benchmark_adapter.run_rounds(perfsuite.benchmark, lambda: results.append(measure_round()), rounds=count)
+    benchmark_adapter.time_rounds(perfsuite.benchmark, lambda: results.append(measure_round()), rounds=count)
     while len(results) < count:  # pytest-benchmark disabled: it ran the target once
         results.append(measure_round())
     return results

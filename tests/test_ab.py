@@ -73,7 +73,7 @@ def test_paired_rounds_refuse_unequal_counts_and_non_positive_figures():
 @pytest.mark.parametrize("change,expected", [(-0.10, SLOWER), (-0.25, SLOWER), (0.10, FASTER), (0.0, NO_CHANGE)])
 def test_a_clear_change_or_none_is_decided(change, expected):
     rng = np.random.default_rng(1)
-    [verdict] = ab.decide([ab.estimate(_rounds(rng, 48, change=change), SETTINGS)], SETTINGS)
+    [verdict] = ab.decide_revisions([ab.estimate(_rounds(rng, 48, change=change), SETTINGS)], SETTINGS)
     assert verdict.verdict == expected
     assert verdict.estimate.low <= verdict.estimate.change <= verdict.estimate.high
     assert verdict.significant_slowdown == (expected == SLOWER)
@@ -82,13 +82,13 @@ def test_a_clear_change_or_none_is_decided(change, expected):
 def test_a_lower_is_better_figure_counts_a_rise_as_worse():
     rng = np.random.default_rng(2)
     times = _rounds(rng, 48, change=0.12)
-    [verdict] = ab.decide([ab.estimate(dataclasses.replace(times, higher_is_better=False), SETTINGS)], SETTINGS)
+    [verdict] = ab.decide_revisions([ab.estimate(dataclasses.replace(times, higher_is_better=False), SETTINGS)], SETTINGS)
     assert verdict.verdict == SLOWER and verdict.estimate.change < 0
 
 
 def test_few_noisy_rounds_are_inconclusive_with_an_estimate_of_the_rounds_needed():
     rng = np.random.default_rng(3)
-    [verdict] = ab.decide([ab.estimate(_rounds(rng, 12, noise=0.10), SETTINGS)], SETTINGS)
+    [verdict] = ab.decide_revisions([ab.estimate(_rounds(rng, 12, noise=0.10), SETTINGS)], SETTINGS)
     assert verdict.verdict == INCONCLUSIVE
     assert verdict.more_rounds is not None and verdict.more_rounds >= 2 and verdict.more_rounds % 2 == 0
     assert f"needs ~{verdict.more_rounds} more rounds" in verdict.label()
@@ -97,7 +97,7 @@ def test_few_noisy_rounds_are_inconclusive_with_an_estimate_of_the_rounds_needed
 def test_a_significant_change_below_the_minimum_effect_is_not_a_slowdown():
     logs = np.full(48, np.log(0.99)) + np.linspace(-1e-3, 1e-3, 48)  # 1 % slower in every round
     paired = Paired("x", tuple(np.ones(48)), tuple(np.exp(logs)))
-    [verdict] = ab.decide([ab.estimate(paired, SETTINGS)], SETTINGS)
+    [verdict] = ab.decide_revisions([ab.estimate(paired, SETTINGS)], SETTINGS)
     assert verdict.p_slower < 1e-6 and verdict.verdict == NO_CHANGE
 
 
@@ -111,7 +111,7 @@ def test_the_minimum_effect_grows_with_the_noise():
 def test_holm_keeps_one_slowdown_among_unchanged_benchmarks_and_only_it():
     rng = np.random.default_rng(5)
     rounds = [_rounds(rng, 48, change=-0.10, name="slow")] + [_rounds(rng, 48, name=f"same{i}") for i in range(9)]
-    verdicts = ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS)
+    verdicts = ab.decide_revisions([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS)
     assert [v.name for v in verdicts if v.verdict == SLOWER] == ["slow"]
     assert all(v.p_slower >= v.estimate.p_slower for v in verdicts)
 
@@ -125,9 +125,9 @@ def test_settled_only_at_a_look():
 
 def test_adaptive_rounds_keep_false_alarms_below_alpha_and_catch_ten_percent():
     rng = np.random.default_rng(7)
-    alarms = sum(ab.decide([ab.estimate(_adaptive(rng, change=0.0, noise=0.07), SETTINGS)], SETTINGS)[0].verdict
+    alarms = sum(ab.decide_revisions([ab.estimate(_adaptive(rng, change=0.0, noise=0.07), SETTINGS)], SETTINGS)[0].verdict
                  in (SLOWER, FASTER) for _ in range(300))
-    caught = sum(ab.decide([ab.estimate(_adaptive(rng, change=-0.10, noise=0.07), SETTINGS)], SETTINGS)[0].verdict
+    caught = sum(ab.decide_revisions([ab.estimate(_adaptive(rng, change=-0.10, noise=0.07), SETTINGS)], SETTINGS)[0].verdict
                  == SLOWER for _ in range(100))
     assert alarms <= 6  # alpha 1 %: 3 expected at most; 6 of 300 has probability < 8 % even at 1 %
     assert caught >= 95
@@ -145,8 +145,8 @@ def test_a_difference_between_processes_fools_the_rounds_but_not_the_passes():
     # rounds call most runs slower or faster; over 6 passes the false alarms stay near alpha.
     rng = np.random.default_rng(11)
     runs = [_passes(rng, change=0.0, process_sd=0.07) for _ in range(300)]
-    by_rounds = sum(ab.decide([ab.estimate(r[0], SETTINGS)], SETTINGS)[0].verdict in (SLOWER, FASTER) for r in runs)
-    by_passes = sum(ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict in (SLOWER, FASTER)
+    by_rounds = sum(ab.decide_revisions([ab.estimate(r[0], SETTINGS)], SETTINGS)[0].verdict in (SLOWER, FASTER) for r in runs)
+    by_passes = sum(ab.decide_revisions([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict in (SLOWER, FASTER)
                     for r in runs)
     assert by_rounds >= 150
     assert by_passes <= 6  # alpha 1 % over both directions: 3 expected
@@ -155,7 +155,7 @@ def test_a_difference_between_processes_fools_the_rounds_but_not_the_passes():
 def test_passes_catch_ten_percent_where_processes_differ_little():
     # A loader whose processes differ by SD 1.5 % (the TF-native WAV loader's A/A runs): 6 passes.
     rng = np.random.default_rng(12)
-    caught = sum(ab.decide([ab.estimate_passes(_passes(rng, change=-0.10, process_sd=0.015), SETTINGS)],
+    caught = sum(ab.decide_revisions([ab.estimate_passes(_passes(rng, change=-0.10, process_sd=0.015), SETTINGS)],
                            SETTINGS)[0].verdict == SLOWER for _ in range(200))
     assert caught >= 190
 
@@ -164,7 +164,7 @@ def test_an_estimate_over_passes_says_so():
     rng = np.random.default_rng(13)
     e = ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.07), SETTINGS)
     assert e.passes == SETTINGS.passes and e.rounds == 24 * SETTINGS.passes and e.low < e.change < e.high
-    verdict = ab.decide([e], SETTINGS)[0]
+    verdict = ab.decide_revisions([e], SETTINGS)[0]
     if verdict.verdict == INCONCLUSIVE:
         assert verdict.more_rounds is None and "more passes would narrow it" in verdict.label()
     with pytest.raises(ValueError, match="expected at least 2 passes, found 1"):
@@ -199,10 +199,10 @@ def test_more_passes_reach_no_change_where_processes_differ_without_more_false_a
     # looks they take keep the false alarms within alpha.
     rng = np.random.default_rng(21)
     fixed = ABSettings(max_passes=6)
-    six = [ab.decide([ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.046, noise=0.10), fixed)], fixed)[0]
+    six = [ab.decide_revisions([ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.046, noise=0.10), fixed)], fixed)[0]
            for _ in range(300)]
     runs = [_adaptive_passes(rng, change=0.0, process_sd=0.046) for _ in range(300)]
-    adaptive = [ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0] for r in runs]
+    adaptive = [ab.decide_revisions([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0] for r in runs]
     assert sum(v.verdict == NO_CHANGE for v in six) <= 150
     assert sum(v.verdict == NO_CHANGE for v in adaptive) >= 270
     assert sum(v.verdict in (SLOWER, FASTER) for v in adaptive) <= 6  # alpha 1 %: 3 expected
@@ -214,7 +214,7 @@ def test_adaptive_passes_stop_at_the_first_look_where_processes_differ_little():
     quiet = [_adaptive_passes(rng, change=0.0, process_sd=0.015, noise=0.03) for _ in range(100)]
     slower = [_adaptive_passes(rng, change=-0.10, process_sd=0.015, noise=0.03) for _ in range(100)]
     assert sum(len(r) == SETTINGS.passes for r in quiet) >= 95
-    assert sum(ab.decide([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict == SLOWER for r in slower) >= 95
+    assert sum(ab.decide_revisions([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict == SLOWER for r in slower) >= 95
 
 
 def _process(rng, *, work, load, rounds, hog):
@@ -238,7 +238,7 @@ def _busy_run(rng, *, load, work_b=1.0, rounds=12):
         (a, a_cpu), (b, b_cpu) = (_process(rng, work=w, load=load, rounds=rounds, hog=hog) for w in (1.0, work_b))
         passes.append(Paired("bench", a, b))
         cpu.append((a_cpu, b_cpu))
-    return ab.decide([ab.estimate_passes(passes, SETTINGS, cpu)], SETTINGS)[0]
+    return ab.decide_revisions([ab.estimate_passes(passes, SETTINGS, cpu)], SETTINGS)[0]
 
 
 def test_the_slow_state_is_counted_per_side_and_a_change_of_the_code_is_not():
@@ -294,7 +294,7 @@ def _ratio_run(rng, *, by_sides, numerator_change=0.0):
                                  a_parts=a_parts, b_parts=b_parts)
         judged = results.decided([whole]) if by_sides else [dataclasses.replace(whole, a_parts=(), b_parts=())]
         if not runner._undecided(judged, SETTINGS):
-            verdicts = ab.decide([runner._estimate(m, SETTINGS) for m in judged], SETTINGS)
+            verdicts = ab.decide_revisions([runner._estimate(m, SETTINGS) for m in judged], SETTINGS)
             return len(pass_rounds), verdicts, results.derived_ratios([whole], verdicts) if by_sides else []
 
 
@@ -429,7 +429,7 @@ def _measured(paired):
 def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
     rng = np.random.default_rng(8)
     rounds = [_rounds(rng, 48, change=-0.10, name="test_x.py::slow"), _rounds(rng, 48, name="test_x.py::same")]
-    report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
+    report = _report(ab.decide_revisions([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
     lines = present.table(report)
     assert lines[0].split()[:2] == ["benchmark", "change"]
     assert "SLOWER" in lines[1] and "no change" in lines[2]
@@ -462,7 +462,7 @@ def test_the_plot_draws_every_benchmark(tmp_path):
     pytest.importorskip("matplotlib")
     rng = np.random.default_rng(9)
     rounds = [_rounds(rng, 24, name=f"b{i}") for i in range(2)]
-    report = _report(ab.decide([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
+    report = _report(ab.decide_revisions([ab.estimate(r, SETTINGS) for r in rounds], SETTINGS), [_measured(r) for r in rounds])
     [path] = present.plot(report, tmp_path)
     assert path.stat().st_size > 1000
 

@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from perfsuite.verdict import comparison
-from perfsuite.verdict.comparison import compare_history, decide, holm, simulate_rates
+from perfsuite.verdict.comparison import compare_history, decide_history, holm, simulate_rates
 
 TIGHT = [1000.0, 1010.0, 990.0, 1005.0, 995.0]  # samples/s of five earlier runs, about 1 % apart
 
@@ -195,29 +195,29 @@ def test_decide_applies_holm_across_benchmarks_and_the_effect_gate():
     history = [1000.0, 1060.0, 940.0, 1030.0, 970.0]  # about 5 % apart
     slowdown = compare_history(history, 860.0, higher_is_better=True)  # -14 %, p about 0.02
     assert slowdown.verdict == "slower" and 0.01 < slowdown.p_worse < 0.05
-    alone = decide([slowdown])
+    alone = decide_history([slowdown])
     assert alone[0].significant_slowdown and alone[0].adjusted_p_worse == slowdown.p_worse
     unchanged = [compare_history(history, 1000.0 + i, higher_is_better=True) for i in range(19)]
-    among_many = decide([slowdown, *unchanged])
+    among_many = decide_history([slowdown, *unchanged])
     assert among_many[0].adjusted_p_worse == pytest.approx(min(1.0, 20 * slowdown.p_worse))
     assert not among_many[0].significant_slowdown and among_many[0].verdict == "no change"
     small = compare_history(TIGHT, 950.0, higher_is_better=True)  # significant but below min_effect
-    assert [d.verdict for d in decide([small])] == ["no change"]
+    assert [d.verdict for d in decide_history([small])] == ["no change"]
 
 
 def test_decide_passes_not_judged_through_and_leaves_it_out_of_m():
     fresh = compare_history([1000.0], 500.0, higher_is_better=True)
     slowdown = compare_history(TIGHT, 750.0, higher_is_better=True)
-    decisions = decide([fresh, slowdown, fresh])
+    decisions = decide_history([fresh, slowdown, fresh])
     assert [d.verdict for d in decisions] == ["not judged", "slower", "not judged"]
     assert decisions[0].adjusted_p_worse is None and not decisions[0].significant_slowdown
     assert decisions[1].adjusted_p_worse == slowdown.p_worse  # m = 1
     json.dumps([d.as_dict() for d in decisions], allow_nan=False)
-    assert decide([]) == ()
+    assert decide_history([]) == ()
 
 
 def test_decide_reports_faster_but_never_alarms_on_it():
-    decisions = decide([compare_history(TIGHT, 1300.0, higher_is_better=True)])
+    decisions = decide_history([compare_history(TIGHT, 1300.0, higher_is_better=True)])
     assert decisions[0].verdict == "faster" and not decisions[0].significant_slowdown
 
 

@@ -84,7 +84,7 @@ def test_rates_on_synthetic_rounds_meet_targets():
     assert np.mean([d.flagged for d in decisions]) >= 0.9
 
 
-def test_sign_test_keeps_detecting_when_bursts_disturb_rounds():
+def test_slower_sign_p_keeps_detecting_when_bursts_disturb_rounds():
     # A fifth of the rounds has one arm slowed by a burst of load (what the 2-core box shows): the sign
     # test loses one sign per disturbed round and still flags a 10 % slowdown, where the Wilcoxon test
     # is pulled down by the bursts' large ranks; A/A stays at or below alpha.
@@ -100,11 +100,11 @@ def test_sign_test_keeps_detecting_when_bursts_disturb_rounds():
     assert detected.wilcoxon_flagged < detected.flagged
 
 
-def test_sign_test_exact_values():
-    assert selftest.sign_test([0.1] * 8) == pytest.approx(0.5 ** 8)
-    assert selftest.sign_test([0.1] * 7 + [-0.1]) == pytest.approx(9 / 256)
-    assert selftest.sign_test([0.0, 0.0]) == 1.0
-    assert selftest.sign_test([0.0, 0.1, 0.1]) == pytest.approx(0.25)  # zeros are dropped
+def test_slower_sign_p_exact_values():
+    assert selftest.slower_sign_p([0.1] * 8) == pytest.approx(0.5 ** 8)
+    assert selftest.slower_sign_p([0.1] * 7 + [-0.1]) == pytest.approx(9 / 256)
+    assert selftest.slower_sign_p([0.0, 0.0]) == 1.0
+    assert selftest.slower_sign_p([0.0, 0.1, 0.1]) == pytest.approx(0.25)  # zeros are dropped
 
 
 def test_decision_flags_only_slower():

@@ -131,7 +131,7 @@ class Loader:
 
 
 @dataclass(frozen=True)
-class _Record:
+class _CheckedUtterance:
     id: str
     path: str  # the WAV, or the mel .npy for the cache source
     tokens_path: str  # cache source only
@@ -173,7 +173,7 @@ def build_loader(*, dataset_dir: Path, config: LoaderConfig, cache_dir: Path | N
 
 
 def preflight(*, dataset_dir: Path, config: LoaderConfig, cache_dir: Path | None,
-              mel_config: MelConfig) -> tuple[list[_Record], list[SkippedFile]]:
+              mel_config: MelConfig) -> tuple[list[_CheckedUtterance], list[SkippedFile]]:
     """Check every file's header; return the readable records and the skipped files.
 
     With ``on_error="raise"`` the first bad file raises its DataError instead.
@@ -219,7 +219,7 @@ def check_dataset(dataset_dir: Path, *, cache_dir: Path | None = None,
     return DataReport(checked=checked, problems=tuple(problems), sources=sources)
 
 
-def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _Record:
+def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _CheckedUtterance:
     keep_layouts = config.kind == "tf_native" and config.decode == "preflight"  # else nobody reads them
     if config.source == "wav":
         path = wav_path(dataset_dir, utt.id)
@@ -227,7 +227,7 @@ def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _Record
         tokens = text_codec.encode(utt.normalized_text)
         layout = read_layout(path, data_offset=info.data_offset,
                              data_bytes=info.num_frames * info.block_align) if keep_layouts else None
-        record = _Record(utt.id, str(path), "", tokens, mel_config.num_frames(info.num_frames), layout, None)
+        record = _CheckedUtterance(utt.id, str(path), "", tokens, mel_config.num_frames(info.num_frames), layout, None)
         text_len = len(tokens)
     else:
         mel_path, tokens_path = cache_paths(cache_dir, utt.id)
@@ -236,7 +236,7 @@ def _check_utterance(utt, dataset_dir, config, cache_dir, mel_config) -> _Record
         if mel_header.shape[1] != mel_config.n_mels:
             raise DataError(mel_path, expected=f"{mel_config.n_mels} mel channels", found=f"shape {mel_header.shape}")
         layouts = (_npy_layout(mel_header), _npy_layout(tokens_header)) if keep_layouts else (None, None)
-        record = _Record(utt.id, str(mel_path), str(tokens_path), np.zeros(0, np.int32), mel_header.shape[0],
+        record = _CheckedUtterance(utt.id, str(mel_path), str(tokens_path), np.zeros(0, np.int32), mel_header.shape[0],
                          *layouts)
         text_len = tokens_header.shape[0]
     if config.static_shapes and config.overlong == "reject":
@@ -255,7 +255,7 @@ def _reject_overlong(path: str, text_len: int, mel_frames: int, config: LoaderCo
                         found=f"{text_len} tokens and {mel_frames} mel frames")
 
 
-def _element_dataset(records: list[_Record], config: LoaderConfig, mel_config: MelConfig,
+def _element_dataset(records: list[_CheckedUtterance], config: LoaderConfig, mel_config: MelConfig,
                      map_extra: MapExtra | None) -> tf.data.Dataset:
     columns = {"id": [r.id for r in records], "path": [r.path for r in records]}
     if config.source == "wav":

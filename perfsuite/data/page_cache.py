@@ -18,6 +18,7 @@ from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
 
+
 class PageCacheUnavailable(PerfsuiteError, RuntimeError):
     """Files cannot be evicted from the page cache here (no posix_fadvise / RWF_NOWAIT, or ignored)."""
 

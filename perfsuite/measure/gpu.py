@@ -312,7 +312,7 @@ class GpuTimeline:
 
 
 @dataclass
-class _Recorder:
+class _DeviceBuffers:
     """Mutable per-device buffers, written only by the sampler thread until it is joined."""
 
     index: int
@@ -377,7 +377,7 @@ class GpuSampler:
         self.join_timeout_s = join_timeout_s
         self._clock = clock
         self._nvml: Any = None
-        self._recorders: list[_Recorder] = []
+        self._recorders: list[_DeviceBuffers] = []
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._start = 0.0
@@ -437,9 +437,9 @@ class GpuSampler:
             raise RuntimeError("GpuSampler.timeline: available only after the with block has exited")
         return self._timeline
 
-    def _recorder(self, nvml: Any, index: int) -> _Recorder:
+    def _recorder(self, nvml: Any, index: int) -> _DeviceBuffers:
         handle = _handle(nvml, index)
-        return _Recorder(
+        return _DeviceBuffers(
             index=index,
             name=_text(nvml.nvmlDeviceGetName(handle)),
             handle=handle,
@@ -463,7 +463,7 @@ class GpuSampler:
         except Exception as exc:  # noqa: BLE001 -- a bug, not an NVML failure: re-raised by __exit__
             self._crash = exc
 
-    def _sample(self, recorder: _Recorder) -> None:
+    def _sample(self, recorder: _DeviceBuffers) -> None:
         nvml = self._nvml
         if recorder.source != SOURCE_POLLING:
             self._read_buffer(recorder)
@@ -480,7 +480,7 @@ class GpuSampler:
             recorder.util_timestamps.append(now)
             recorder.util.append(float(rates.gpu))
 
-    def _read_buffer(self, recorder: _Recorder) -> None:
+    def _read_buffer(self, recorder: _DeviceBuffers) -> None:
         """Append the driver-buffer utilisation samples newer than the last one read."""
         nvml = self._nvml
         try:

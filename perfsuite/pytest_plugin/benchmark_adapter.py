@@ -98,7 +98,7 @@ def enabled(benchmark) -> bool:
     return not getattr(benchmark, "disabled", False)
 
 
-def run_rounds(benchmark, work: Callable[[], Any], *, rounds: int) -> Any:
+def time_rounds(benchmark, work: Callable[[], Any], *, rounds: int) -> Any:
     """``work`` timed by pytest-benchmark as ``rounds`` rounds; returns the last round's result (what
     ``pedantic`` returns). A disabled pytest-benchmark runs it once: callers that need every round
     collect them themselves. Its stats are round times (``s/round``) until ``time_per_unit`` is called."""

@@ -9,8 +9,6 @@ end of the session.
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import subprocess
 import sys
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.options import fraction, integer, named
 from perfsuite.pytest_plugin.profiles import PROFILES, RunProfile
 
 GATE_MODES = ("enforce", "report")
@@ -41,7 +40,7 @@ def pytest_addoption(parser):
                          "(for smoke runs on noisy machines). Default: enforce")
     group.addoption("--perfsuite-save-baselines", action="store_true", default=False,
                     help="record this run's figures as this machine's thresholds (with the margin)")
-    group.addoption("--perfsuite-baseline-margin", type=_fraction("--perfsuite-baseline-margin"), default=0.3,
+    group.addoption("--perfsuite-baseline-margin", type=named("--perfsuite-baseline-margin", fraction), default=0.3,
                     metavar="FRACTION", help="margin between a recorded figure and its threshold. Default: 0.3")
     group.addoption("--perfsuite-baseline-profile", default=None, metavar="NAME",
                     help="profile name to record under. Default: derived from the hardware "
@@ -50,12 +49,12 @@ def pytest_addoption(parser):
                     help="with --benchmark-compare, each benchmark's samples/s is judged against its earlier "
                          "runs on this hardware: fail (a significant slowdown fails the run) or report. "
                          "Default: fail")
-    group.addoption("--perfsuite-compare-runs", type=_count("--perfsuite-compare-runs"), default=10, metavar="N",
+    group.addoption("--perfsuite-compare-runs", type=named("--perfsuite-compare-runs", integer(1)), default=10, metavar="N",
                     help="how many of the newest earlier runs on this hardware form the history. Default: 10")
-    group.addoption("--perfsuite-compare-alpha", type=_fraction("--perfsuite-compare-alpha"), default=0.01,
+    group.addoption("--perfsuite-compare-alpha", type=named("--perfsuite-compare-alpha", fraction), default=0.01,
                     metavar="P", help="family-wise significance level over all benchmarks compared (Holm). "
                                       "Default: 0.01")
-    group.addoption("--perfsuite-compare-min-effect", type=_fraction("--perfsuite-compare-min-effect"),
+    group.addoption("--perfsuite-compare-min-effect", type=named("--perfsuite-compare-min-effect", fraction),
                     default=0.10, metavar="FRACTION",
                     help="smallest slowdown that counts as a regression. Default: 0.10")
     group.addoption("--perfsuite-data-dir", type=Path, default=None, metavar="DIR",
@@ -69,28 +68,8 @@ def pytest_addoption(parser):
                     help="instead of this run: git revision BASE against the working tree, side by side on this "
                          "machine, round by round (`perfsuite ab BASE` with this run's path, -k, -m, profile and "
                          "data dir; docs/ab.md). Exit 1 on a significant slowdown")
-    group.addoption("--perfsuite-ab-passes", type=_count("--perfsuite-ab-passes"), default=None, metavar="N",
+    group.addoption("--perfsuite-ab-passes", type=named("--perfsuite-ab-passes", integer(1)), default=None, metavar="N",
                     help="with --perfsuite-ab: passes of fresh workers (`perfsuite ab --passes`; default: ab's, 6)")
-
-
-def _fraction(option: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not 0 < value < 1:
-            raise argparse.ArgumentTypeError(f"{option}: expected a number between 0 and 1, found {text!r}")
-        return value
-    return parse
-
-
-def _count(option: str):
-    def parse(text: str) -> int:
-        if not text.isdigit() or int(text) < 1:
-            raise argparse.ArgumentTypeError(f"{option}: expected a positive integer, found {text!r}")
-        return int(text)
-    return parse
 
 
 MARKERS = {
@@ -328,13 +307,13 @@ class ReportWriter:
 def pytest_sessionfinish(session):
     """The comparison with earlier runs, decided for every benchmark together (Holm); with
     --perfsuite-compare=fail a significant slowdown beyond the minimum effect fails the run."""
-    from perfsuite.verdict.comparison import decide
+    from perfsuite.verdict.comparison import decide_history
 
     outcomes = [o for o in session.config.stash.get(SUMMARY_KEY, []) if o.comparison is not None]
     if not outcomes:
         return
     context = _context(session.config)
-    decisions = decide([o.comparison for o in outcomes], alpha=context.compare_alpha)
+    decisions = decide_history([o.comparison for o in outcomes], alpha=context.compare_alpha)
     session.config.stash[DECISIONS_KEY] = list(zip(outcomes, decisions))
     if context.compare_mode == "fail" and any(d.significant_slowdown for d in decisions):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

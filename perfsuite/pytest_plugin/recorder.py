@@ -248,7 +248,7 @@ class Recorder:
                 timed_round()
         else:
             self._benchmark_used = True
-            benchmark_adapter.run_rounds(self.benchmark, timed_round, rounds=count)
+            benchmark_adapter.time_rounds(self.benchmark, timed_round, rounds=count)
         while len(results) < count:  # pytest-benchmark disabled: it ran the round once
             timed_round()
         return results
@@ -258,7 +258,7 @@ class Recorder:
         if self._benchmark_used or not benchmark_adapter.enabled(self.benchmark):
             return work()
         self._benchmark_used = True
-        return benchmark_adapter.run_rounds(self.benchmark, work, rounds=1)
+        return benchmark_adapter.time_rounds(self.benchmark, work, rounds=1)
 
     def _interleaved(self, a, b, name: str) -> timing.ABResult:
         if self.context.round_driver is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from perfsuite._tensorflow import LOGS_VARIABLE
 from perfsuite.errors import DataError, PerfsuiteError
 from perfsuite.files import write_atomic
-from perfsuite.tools.options import check_outputs
+from perfsuite.options import check_outputs, integer, seconds
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -48,28 +48,12 @@ def _exit_code(error: PerfsuiteError) -> int:
     return EXIT_PROBLEMS if isinstance(error, DataError) else EXIT_USAGE
 
 
-def _integer(minimum: int, *, autotune: bool = False):
-    """An argparse type: an integer >= minimum, or -1 (tf.data.AUTOTUNE) when autotune."""
-    expected = f"an integer >= {minimum}" + (" or -1 (AUTOTUNE)" if autotune else "")
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or not (value >= minimum or (autotune and value == -1)):
-            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
-        return value
-
-    return parse
-
-
 def _mel_config(text: str):
     """An argparse type: the MelConfig of a --sample-rate."""
     from perfsuite.data.audio import MelConfig
 
     try:
-        return MelConfig(sample_rate=_integer(1)(text))
+        return MelConfig(sample_rate=integer(1)(text))
     except ValueError as error:  # e.g. fmax above the Nyquist frequency of that rate
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -148,17 +132,6 @@ def _history(args, parser) -> int:
     return EXIT_OK
 
 
-def _seconds(text: str) -> float:
-    """An argparse type: a number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, found {text!r}")
-    return value
-
-
 def _add_diagnose(commands) -> None:
     from perfsuite.measure.emulated import DEFAULT_STEP_PRESET  # no TensorFlow
     from perfsuite.verdict.diagnosis_figures import DEFAULT_BUDGET_S  # no TensorFlow: records and constants
@@ -174,7 +147,7 @@ def _add_diagnose(commands) -> None:
                     "step's retraces) and inspects its graph.")
     diagnose.add_argument("path", type=Path, metavar="PATH", nargs="?",
                           help="dataset directory (metadata.csv, wavs/); or give --pipeline instead")
-    diagnose.add_argument("--budget", type=_seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+    diagnose.add_argument("--budget", type=seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                           help="time for the whole run, check-data included, split across the stages "
                                "(default: %(default).0f)")
     diagnose.add_argument("--pipeline", metavar="MODULE:FUNCTION",
@@ -186,8 +159,8 @@ def _add_diagnose(commands) -> None:
                                "without it only throughput is measured")
     diagnose.add_argument("--arg", type=_key_value, action="append", metavar="KEY=VALUE",
                           help="with --pipeline: a keyword argument for the factory, passed as a string; repeatable")
-    diagnose.add_argument("--batch-size", type=_integer(1), metavar="N", help="batch size (default: 16)")
-    diagnose.add_argument("--workers", type=_integer(1, autotune=True), metavar="N",
+    diagnose.add_argument("--batch-size", type=integer(1), metavar="N", help="batch size (default: 16)")
+    diagnose.add_argument("--workers", type=integer(1, autotune=True), metavar="N",
                           help="parallel map calls, -1 for AUTOTUNE (default: 2)")
     diagnose.add_argument("--cache", type=Path, metavar="DIR",
                           help="the .npy cache (default: PATH/cache/mel-<key>, else one built in a temporary dir)")
@@ -202,7 +175,7 @@ def _add_diagnose(commands) -> None:
                           help="the GPU step to judge each pipeline against on an emulated accelerator: seconds, or "
                                f"a preset of published GPU step times (default: {DEFAULT_STEP_PRESET}; "
                                "docs/emulated.md lists them)")
-    diagnose.add_argument("--batches", type=_integer(1), metavar="N",
+    diagnose.add_argument("--batches", type=integer(1), metavar="N",
                           help="steady batches per loader and sweep round (default: 16)")
     diagnose.set_defaults(run=_diagnose)
 

@@ -31,6 +31,7 @@ from perfsuite.errors import PinningUnavailable
 from perfsuite.measure import stats
 from perfsuite.measure.rounds import interleaved, rotated
 from perfsuite.measure.stats import clopper_pearson
+from perfsuite.verdict.ab import sign_test
 from perfsuite.verdict.baselines import threshold_from_measurement
 from perfsuite.verdict.comparison import SLOWER, compare_history
 from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS, REGRESSION, check_benchmark, judge
@@ -304,13 +305,12 @@ class TrialDecision:
         return asdict(self)
 
 
-def sign_test(log_ratios) -> float:
-    """One-sided exact sign test that log(B/A) > 0 more often than not; rounds with a zero ratio are dropped."""
+def slower_sign_p(log_ratios) -> float:
+    """p of the one-sided exact sign test (verdict.ab.sign_test) that log(B/A) > 0 more often than not;
+    rounds with a zero ratio are dropped."""
     values = np.asarray(log_ratios, dtype=float)
     nonzero = values[values != 0]
-    if nonzero.size == 0:
-        return 1.0
-    return float(sps.binomtest(int(np.sum(nonzero > 0)), int(nonzero.size), 0.5, alternative="greater").pvalue)
+    return sign_test(int(np.sum(nonzero > 0)), int(nonzero.size))
 
 
 def decide_slowdown(*, base, test, gate: SlowdownGate) -> TrialDecision:
@@ -327,7 +327,7 @@ def decide_slowdown(*, base, test, gate: SlowdownGate) -> TrialDecision:
         wilcoxon = 1.0
     else:
         wilcoxon = float(sps.wilcoxon(log_ratios, alternative="greater", zero_method="zsplit").pvalue)
-    p_value = sign_test(log_ratios)
+    p_value = slower_sign_p(log_ratios)
     slower_enough = paired - 1.0 >= gate.threshold
     return TrialDecision(flagged=bool(p_value < gate.alpha and slower_enough), throughput_flagged=bool(slower_enough),
                          paired_ratio=paired, p_value=p_value, wilcoxon_p_value=wilcoxon)

@@ -380,9 +380,9 @@ class ABVerdict:
                 "raw_p_slower": self.estimate.p_slower, "raw_p_faster": self.estimate.p_faster}
 
 
-def decide(estimates: Sequence[Estimate], settings: ABSettings) -> tuple[ABVerdict, ...]:
+def decide_revisions(estimates: Sequence[Estimate], settings: ABSettings) -> tuple[ABVerdict, ...]:
     """Verdicts for every benchmark compared in one run, in the input order: Holm over the benchmarks,
-    slowdowns and speed-ups as separate families (as perfsuite.verdict.comparison.decide)."""
+    slowdowns and speed-ups as separate families (as perfsuite.verdict.comparison.decide_history)."""
     if not estimates:
         return ()
     slower = holm([e.p_slower for e in estimates])

@@ -175,7 +175,7 @@ def compare_history(history: Sequence[float], current: float, *, higher_is_bette
 
     verdict: "slower" when p_worse < alpha and change <= -min_effect; "faster" symmetrically; else
     "no change". This is the verdict for one benchmark alone; with several benchmarks per run use
-    decide(), which adjusts for multiplicity.
+    decide_history(), which adjusts for multiplicity.
     """
     _check_parameters(min_effect=min_effect, alpha=alpha, min_runs=min_runs, max_runs=max_runs)
     figures = _positive_figures(history, name="history")
@@ -238,7 +238,7 @@ def holm(p_values: Sequence[float]) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Decision:
-    """One benchmark's verdict within a run of several (see decide).
+    """One benchmark's verdict within a run of several (see decide_history).
 
     adjusted_p_worse / adjusted_p_better: Holm-adjusted over the judged benchmarks of the run (None
     when not judged). significant_slowdown: the alarm that should fail the user's CI.
@@ -254,7 +254,7 @@ class Decision:
         return asdict(self)
 
 
-def decide(comparisons: Sequence[HistoryComparison], *, alpha: float = 0.05) -> tuple[Decision, ...]:
+def decide_history(comparisons: Sequence[HistoryComparison], *, alpha: float = 0.05) -> tuple[Decision, ...]:
     """Verdicts for all benchmarks compared in one run, in the input order.
 
     A benchmark is a significant slowdown only when its Holm-adjusted p_worse < alpha AND its change
@@ -341,13 +341,13 @@ def _compare_all(history: np.ndarray, current: np.ndarray, *, alpha: float,
 
 
 def _flags(comparisons: list[HistoryComparison], *, alpha: float) -> np.ndarray:
-    return np.array([d.significant_slowdown for d in decide(comparisons, alpha=alpha)])
+    return np.array([d.significant_slowdown for d in decide_history(comparisons, alpha=alpha)])
 
 
 def simulate_rates(*, noise_cv: float, history_runs: int, benchmarks: int = 20, trials: int = 500,
                    slowdowns: Sequence[float] = (0.10, 0.25), alpha: float = 0.05, min_effect: float = 0.10,
                    seed: int = 0) -> SimulatedRates:
-    """False-alarm and detection rates of compare_history + decide on synthetic histories.
+    """False-alarm and detection rates of compare_history + decide_history on synthetic histories.
 
     Each trial is one run of `benchmarks` benchmarks, each with `history_runs` earlier runs; every
     figure (samples/s) is an independent log-normal draw with coefficient of variation noise_cv.

@@ -19,17 +19,16 @@ worker's log; 130 interrupted.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
+from perfsuite.options import check_outputs, fraction, integer, seconds
 from perfsuite.tools.ab.manager import repository_root
 from perfsuite.tools.ab.present import failures_with_logs, footnotes, markdown, plot, table
 from perfsuite.tools.ab.results import ABReport, Options, write_json
 from perfsuite.tools.ab.runner import compare_revisions
-from perfsuite.tools.options import check_outputs
 
 # --------------------------------------------------------------------------------------------- run
 
@@ -51,33 +50,6 @@ def pytest_args(args) -> list[str]:
 # --------------------------------------------------------------------------------------------- CLI
 
 
-def _fraction(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, found {text!r}")
-    return value
-
-
-def _positive(kind):
-    import argparse
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, found {text!r}")
-        return value
-
-    return parse
-
-
 def add_arguments(parser) -> None:
     """The ``perfsuite ab`` options (cli.py's _add_ab registers the command)."""
     from perfsuite.pytest_plugin.profiles import PROFILES
@@ -92,32 +64,32 @@ def add_arguments(parser) -> None:
                         help="benchmark path inside each revision (default: %(default)s)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick",
                         help="run profile of both sides: corpus and round length (default: %(default)s)")
-    parser.add_argument("--budget", type=_positive(float), default=600.0, metavar="SECONDS",
+    parser.add_argument("--budget", type=seconds, default=600.0, metavar="SECONDS",
                         help="measuring time over all benchmarks; each gets its share (at least --min-rounds), "
                              "and stops early once decided (default: %(default)g)")
-    parser.add_argument("--alpha", type=_fraction, default=0.01, metavar="P",
+    parser.add_argument("--alpha", type=fraction, default=0.01, metavar="P",
                         help="false-alarm rate over all benchmarks compared (default: %(default)g)")
-    parser.add_argument("--min-effect", type=_fraction, default=0.02, metavar="FRACTION",
+    parser.add_argument("--min-effect", type=fraction, default=0.02, metavar="FRACTION",
                         help="least change that counts; it grows with the noise to 3 standard errors "
                              "(default: %(default)g)")
-    parser.add_argument("--no-change-within", type=_fraction, default=0.05, metavar="FRACTION",
+    parser.add_argument("--no-change-within", type=fraction, default=0.05, metavar="FRACTION",
                         help="'no change' when the change's interval lies within ± this (default: %(default)g)")
-    parser.add_argument("--min-rounds", type=_positive(int), default=12, metavar="N",
+    parser.add_argument("--min-rounds", type=integer(1), default=12, metavar="N",
                         help="rounds per benchmark at least, even (default: %(default)s)")
-    parser.add_argument("--max-rounds", type=_positive(int), default=96, metavar="N",
+    parser.add_argument("--max-rounds", type=integer(1), default=96, metavar="N",
                         help="rounds per benchmark at most, even (default: %(default)s)")
-    parser.add_argument("--passes", type=_positive(int), default=ABSettings().passes, metavar="N",
+    parser.add_argument("--passes", type=integer(1), default=ABSettings().passes, metavar="N",
                         help="times the comparison runs with fresh workers on both sides; with 2 or more the pass "
                              "is the unit of the decision (a difference between two processes of the same code "
                              "is no change of the code); 1 is quicker but trusts one pair of processes "
                              "(default: %(default)s)")
-    parser.add_argument("--max-passes", type=_positive(int), metavar="N",
+    parser.add_argument("--max-passes", type=integer(1), metavar="N",
                         help="passes at most for a benchmark still undecided after --passes (looked at every "
                              "doubling; each costs what one of the first passes did for it; equal to --passes "
                              f"to keep within the budget) (default: {ABSettings().max_passes}, or --passes if more)")
-    parser.add_argument("--round-timeout", type=_positive(float), default=300.0, metavar="SECONDS",
+    parser.add_argument("--round-timeout", type=seconds, default=300.0, metavar="SECONDS",
                         help="a round taking longer is a hung side (default: %(default)g)")
-    parser.add_argument("--setup-timeout", type=_positive(float), default=1800.0, metavar="SECONDS",
+    parser.add_argument("--setup-timeout", type=seconds, default=1800.0, metavar="SECONDS",
                         help="the longest a side may take outside its rounds between two steps: start-up, "
                              "collection, fixtures, warm-up (default: %(default)g)")
     parser.add_argument("--data-dir", type=Path, metavar="DIR", help="where both sides build and reuse corpora")

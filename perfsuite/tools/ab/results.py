@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfsuite.files import write_atomic
+from perfsuite.records import Record
 from perfsuite.tools.ab.manager import ABError, Side, SideFailure
 
 EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED = 0, 1, 2, 3
@@ -16,19 +17,16 @@ AB_SCHEMA_VERSION = 2  # 1: the unversioned JSON before; 2: schema_version, benc
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(Record):
     """What the controller needs besides the decision settings."""
 
     budget_s: float = 600.0  # measuring time over all benchmarks (their rounds)
     round_timeout_s: float = 300.0
     setup_timeout_s: float = 1800.0  # collection, fixtures, warm-up, the rest of a test
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class Measured:
+class Measured(Record):
     """One benchmark's rounds on both sides (the figure: samples/s, or a compare benchmark's ratio)."""
 
     name: str
@@ -46,10 +44,6 @@ class Measured:
     b_cpu: tuple[float, ...] = ()
     a_parts: tuple[tuple[float, float], ...] = ()  # a ratio's numerator and denominator speeds per round
     b_parts: tuple[tuple[float, float], ...] = ()
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), **{k: [list(v) if isinstance(v, tuple) else v for v in getattr(self, k)]
-                                   for k in (*ROUND_KEYS, "pass_rounds")}}
 
     def cpu(self) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
         """Per pass, A's and B's CPU seconds per sample per round ([] when not reported for every round)."""
@@ -99,7 +93,7 @@ def decided(measured: list[Measured]) -> list[Measured]:
 
 
 @dataclass(frozen=True)
-class DerivedRatio:
+class DerivedRatio(Record):
     """A ratio's change derived from its sides' decided changes: (1 + numerator) / (1 + denominator) - 1,
     oriented like the ratio (worse is negative); the interval from the ends of the sides' intervals,
     which holds when both sides' do (coverage at least 1 - the two sides' misses)."""
@@ -110,9 +104,6 @@ class DerivedRatio:
     high: float
     a: tuple[float, ...]  # the ratio's rounds, as measured
     b: tuple[float, ...]
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "a": list(self.a), "b": list(self.b)}
 
 
 def derived_ratios(measured: list[Measured], verdicts) -> list[DerivedRatio]:
@@ -132,12 +123,11 @@ def derived_ratios(measured: list[Measured], verdicts) -> list[DerivedRatio]:
 
 
 @dataclass(frozen=True)
-class NotCompared:
+class NotCompared(Record):
+    """A benchmark ab did not compare, and why."""
+
     name: str
     reason: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 # ----------------------------------------------------------------------------------------- results

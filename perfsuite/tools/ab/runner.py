@@ -247,7 +247,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
     the module notes). Every benchmark gets settings.passes passes, one still undecided at a pass look
     gets more (up to settings.max_passes), each pass the same share of the budget per benchmark; a side
     failure ends the passes."""
-    from perfsuite.verdict.ab import decide
+    from perfsuite.verdict.ab import decide_revisions
 
     started, load_before = time.monotonic(), _load()
     scratch = Path(tempfile.mkdtemp(prefix="perfsuite-ab-"))
@@ -290,7 +290,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
         shutil.rmtree(scratch, ignore_errors=True)
     whole = joined([c.measured for c in controllers])
     measured = tuple(decided(whole))
-    verdicts = decide([_estimate(m, settings) for m in measured], settings)
+    verdicts = decide_revisions([_estimate(m, settings) for m in measured], settings)
     load_after = _load()
     return ABReport(sides=sides, settings=settings, options=options, measured=measured,
                     verdicts=verdicts, derived=tuple(derived_ratios(whole, verdicts)),
