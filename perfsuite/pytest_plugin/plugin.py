@@ -69,7 +69,7 @@ def pytest_addoption(parser):
                          "machine, round by round (`perfsuite ab BASE` with this run's path, -k, -m, profile and "
                          "data dir; docs/ab.md). Exit 1 on a significant slowdown")
     group.addoption("--perfsuite-ab-passes", type=named("--perfsuite-ab-passes", integer(1)), default=None, metavar="N",
-                    help="with --perfsuite-ab: passes of fresh workers (`perfsuite ab --passes`; default: ab's, 6)")
+                    help="with --perfsuite-ab: passes of fresh workers (`perfsuite ab --passes`; default: ab's, 8)")
 
 
 MARKERS = {

@@ -50,10 +50,17 @@ def pytest_args(args) -> list[str]:
 # --------------------------------------------------------------------------------------------- CLI
 
 
+# The defaults are sized for a pull request on a 2-core runner: many short passes rather than long
+# ones, since a difference between two processes of the same code outweighs the rounds' noise within
+# one (docs/ab.md, "Cost and verdicts on machine D": the measurements behind these values).
+DEFAULT_BUDGET_S = 120.0
+DEFAULT_MIN_ROUNDS = 6
+DEFAULT_PASSES = 8
+
+
 def add_arguments(parser) -> None:
     """The ``perfsuite ab`` options (cli.py's _add_ab registers the command)."""
     from perfsuite.pytest_plugin.profiles import PROFILES
-    from perfsuite.verdict.ab import ABSettings
 
     parser.add_argument("base", metavar="BASE", help="git revision of side A (e.g. HEAD~1, origin/main, a merge base)")
     parser.add_argument("head", metavar="HEAD", nargs="?", default=None,
@@ -64,7 +71,7 @@ def add_arguments(parser) -> None:
                         help="benchmark path inside each revision (default: %(default)s)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick",
                         help="run profile of both sides: corpus and round length (default: %(default)s)")
-    parser.add_argument("--budget", type=seconds, default=600.0, metavar="SECONDS",
+    parser.add_argument("--budget", type=seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help="measuring time over all benchmarks; each gets its share (at least --min-rounds), "
                              "and stops early once decided (default: %(default)g)")
     parser.add_argument("--alpha", type=fraction, default=0.01, metavar="P",
@@ -74,19 +81,19 @@ def add_arguments(parser) -> None:
                              "(default: %(default)g)")
     parser.add_argument("--no-change-within", type=fraction, default=0.05, metavar="FRACTION",
                         help="'no change' when the change's interval lies within ± this (default: %(default)g)")
-    parser.add_argument("--min-rounds", type=integer(1), default=12, metavar="N",
+    parser.add_argument("--min-rounds", type=integer(1), default=DEFAULT_MIN_ROUNDS, metavar="N",
                         help="rounds per benchmark at least, even (default: %(default)s)")
     parser.add_argument("--max-rounds", type=integer(1), default=96, metavar="N",
                         help="rounds per benchmark at most, even (default: %(default)s)")
-    parser.add_argument("--passes", type=integer(1), default=ABSettings().passes, metavar="N",
+    parser.add_argument("--passes", type=integer(1), default=DEFAULT_PASSES, metavar="N",
                         help="times the comparison runs with fresh workers on both sides; with 2 or more the pass "
                              "is the unit of the decision (a difference between two processes of the same code "
                              "is no change of the code); 1 is quicker but trusts one pair of processes "
                              "(default: %(default)s)")
     parser.add_argument("--max-passes", type=integer(1), metavar="N",
                         help="passes at most for a benchmark still undecided after --passes (looked at every "
-                             "doubling; each costs what one of the first passes did for it; equal to --passes "
-                             f"to keep within the budget) (default: {ABSettings().max_passes}, or --passes if more)")
+                             "doubling; each costs what one of the first passes did for it) (default: --passes, "
+                             "so a run's cost is fixed)")
     parser.add_argument("--round-timeout", type=seconds, default=300.0, metavar="SECONDS",
                         help="a round taking longer is a hung side (default: %(default)g)")
     parser.add_argument("--setup-timeout", type=seconds, default=1800.0, metavar="SECONDS",
@@ -108,7 +115,7 @@ def run(args, parser) -> int:
     try:
         settings = ABSettings(alpha=args.alpha, min_effect=args.min_effect, no_change_within=args.no_change_within,
                               min_rounds=args.min_rounds, max_rounds=args.max_rounds, passes=args.passes,
-                              max_passes=args.max_passes or max(ABSettings().max_passes, args.passes))
+                              max_passes=args.max_passes or args.passes)
     except ValueError as error:  # "min_rounds: expected ..." said of the option that set it
         name, _, problem = str(error).partition(": ")
         parser.error(f"--{name.replace('_', '-')}: {problem}")

@@ -20,7 +20,7 @@ AB_SCHEMA_VERSION = 2  # 1: the unversioned JSON before; 2: schema_version, benc
 class Options(Record):
     """What the controller needs besides the decision settings."""
 
-    budget_s: float = 600.0  # measuring time over all benchmarks (their rounds)
+    budget_s: float = 120.0  # measuring time over all benchmarks (their rounds)
     round_timeout_s: float = 300.0
     setup_timeout_s: float = 1800.0  # collection, fixtures, warm-up, the rest of a test
 
