@@ -36,7 +36,7 @@ SELFTEST_CORPUS = CorpusSpec(num_utterances=32, min_seconds=1.0, max_seconds=2.0
 RATES_CORPUS = CorpusSpec(num_utterances=12, min_seconds=4.0, max_seconds=6.0, seed=11)
 RATES_BASE = LoaderConfig(kind="tf_native", source="wav", batch_size=4, num_parallel_calls=1, prefetch=0)
 RATE_ARMS = ("a", "a2", "slow10", "slow25")
-ORDER_CYCLE = 2 * len(RATE_ARMS)  # rotated_orders repeats every 2 x arms rounds
+ORDER_CYCLE = 2 * len(RATE_ARMS)  # rounds.rotated repeats every 2 x arms rounds
 WARMUP_ROUNDS = ORDER_CYCLE
 PROBE_FRACTIONS = (0.02, 0.24)  # chosen to bracket the 10 % and 25 % targets (docs/selftest.md has the probe)
 TARGETS = (0.10, 0.25)

@@ -19,7 +19,7 @@ JSON rank by speed. ``extra_info["stats_unit"]`` names the unit, and so does the
 - ``s/sample of A`` (``s/round of A`` when its sides return seconds for a fixed amount of work):
   same-run ratios. The ratio of two speeds is not a time; the time per sample of its first side is, and
   the ratio itself, with its rounds and interval, is in ``extra_info``;
-- ``s/round``: work timed by ``run_rounds`` that named no unit (whole rounds, as pytest-benchmark timed
+- ``s/round``: work timed by ``time_rounds`` that named no unit (whole rounds, as pytest-benchmark timed
   them).
 
 The plugin also sets pytest-benchmark's table to show throughput first (``table_defaults``) unless the

@@ -12,9 +12,9 @@ numpy_function pipeline starves the step". A context verdict is decided and show
 run and is never counted as a passed gate.
 
 Rounds: a gate measured in rounds that is still inconclusive after the planned rounds gets more of them
-(``add_rounds_while_undecided``) until it is decided, ``max_rounds`` is reached, or the measurement has
-spent twice its time budget (the budget, or the planned rounds' time where they took longer); the
-outcome says which, so a summary can say the budget ran out undecided.
+(the fixture, through ``measure.rounds.until_decided``) until it is decided, ``max_rounds`` is reached,
+or the measurement has spent twice its time budget (the budget, or the planned rounds' time where they
+took longer); the outcome says which, so a summary can say the budget ran out undecided.
 """
 
 from __future__ import annotations

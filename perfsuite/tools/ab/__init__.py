@@ -50,7 +50,7 @@ def pytest_args(args) -> list[str]:
 # --------------------------------------------------------------------------------------------- CLI
 
 
-# The defaults are sized for a pull request on a 2-core runner: many short passes rather than long
+# The defaults are sized for a pull request on a small CI runner: many short passes rather than long
 # ones, since a difference between two processes of the same code outweighs the rounds' noise within
 # one (docs/ab.md, "Cost and verdicts on machine D": the measurements behind these values).
 DEFAULT_BUDGET_S = 120.0

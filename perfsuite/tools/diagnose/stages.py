@@ -245,18 +245,12 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
 
 
 def _mean_step_s(step, dataset, *, warmup: int, batches: int) -> float:
-    """Mean seconds per step over `batches` steps, each with its fetch, after `warmup` untimed ones (the
-    pipeline's start-up), on a fresh iterator over dataset. The mean, not a median: a pipeline that
-    stalls every few batches costs exactly its stalls."""
-    from perfsuite.measure.timing import host_readback
+    """input_bound.mean_step_s (the fixture's measurement: mean seconds per step with its fetch, after
+    `warmup` untimed steps) on a fresh iterator over dataset, closed inside the round."""
+    from perfsuite.measure.input_bound import mean_step_s
 
     batches_of = iter(dataset)
-    for _ in range(warmup):
-        host_readback(step(next(batches_of)))
-    start = time.perf_counter()
-    for _ in range(batches):
-        host_readback(step(next(batches_of)))
-    seconds = (time.perf_counter() - start) / batches
+    seconds = mean_step_s(step, batches_of, warmup=warmup, count=batches)
     del batches_of  # closed here, inside the round, not later in someone else's
     return seconds
 
