@@ -288,7 +288,8 @@ class Recorder:
                     spent_s: float, step: int = 1) -> RoundsOutcome | None:
         """Rounds added by ``one_round`` after ``rounds`` planned ones that took ``spent_s``, while
         ``undecided()``, within max_rounds and UNDECIDED_BUDGET_FACTOR x max(budget, spent_s) in all (a
-        measurement whose planned rounds alone outrun the budget may double them). ``name`` (a metric, or the measurement's) labels the outcome: extra_info gets
+        measurement whose planned rounds alone outrun the budget may double them). ``name`` (a metric,
+        or the measurement's) labels the outcome: extra_info gets
         ``<name>_rounds_outcome``, and the summary a note when the rounds ended with a gate undecided.
         Under ``perfsuite ab`` (a round_driver) none are added: such a measurement is not compared there."""
         if self.context.round_driver is not None:
