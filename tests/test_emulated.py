@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from perfsuite.data.audio import MelConfig
-from perfsuite.measure import gpu
+from perfsuite.measure import utilisation
 from perfsuite.measure.emulated import (
     SOURCE_EMULATED,
     STEP_PRESETS,
@@ -39,8 +39,7 @@ from perfsuite.measure.emulated import (
     window_coverage,
     with_coverage,
 )
-from perfsuite.measure.gpu import GpuTimeline
-from perfsuite.measure.utilisation import gpu_gate_metrics, gpu_stats
+from perfsuite.measure.utilisation import GpuTimeline, gpu_gate_metrics, gpu_stats
 from perfsuite.verdict.baselines import load_ratios
 from perfsuite.verdict.gates import FAIL, PASS, check_benchmark
 
@@ -269,8 +268,8 @@ def test_a_steady_full_busy_timeline_passes_the_gpu_gates():
     assert metrics["gpu_idle_fraction"] == 0.0
     assert metrics["gpu_oscillation"] is False
     assert stats.starvation_episodes == 0 and stats.longest_starvation_s is None
-    assert metrics["gpu_util_median"] >= gpu.MIN_UTIL_MEDIAN_PCT
-    assert metrics["gpu_idle_fraction"] <= gpu.MAX_IDLE_FRACTION
+    assert metrics["gpu_util_median"] >= utilisation.MIN_UTIL_MEDIAN_PCT
+    assert metrics["gpu_idle_fraction"] <= utilisation.MAX_IDLE_FRACTION
 
 
 def test_a_planted_duty_cycle_is_an_oscillation_with_its_period():
@@ -296,8 +295,8 @@ def test_a_starved_timeline_fails_the_idle_and_median_gates():
         t += 0.01
     stats = gpu_stats(utilisation_timeline(busy, start=0.0, end=t, interval_s=0.01))
     metrics = gpu_gate_metrics(stats)
-    assert metrics["gpu_idle_fraction"] > gpu.MAX_IDLE_FRACTION
-    assert metrics["gpu_util_median"] < gpu.MIN_UTIL_MEDIAN_PCT
+    assert metrics["gpu_idle_fraction"] > utilisation.MAX_IDLE_FRACTION
+    assert metrics["gpu_util_median"] < utilisation.MIN_UTIL_MEDIAN_PCT
     assert stats.starvation_episodes >= 35
 
 
@@ -308,7 +307,7 @@ def test_hand_over_gaps_at_full_load_are_a_ripple_not_an_oscillation():
     busy = [(i * 0.0515, i * 0.0515 + 0.05) for i in range(120)]
     per_step = gpu_stats(utilisation_timeline(busy, start=0.0, end=120 * 0.0515, interval_s=0.05))
     assert not per_step.oscillation.significant
-    assert per_step.util_median >= gpu.MIN_UTIL_MEDIAN_PCT and per_step.idle_fraction == 0.0
+    assert per_step.util_median >= utilisation.MIN_UTIL_MEDIAN_PCT and per_step.idle_fraction == 0.0
     fine = gpu_stats(utilisation_timeline(busy, start=0.0, end=120 * 0.0515, interval_s=0.01))
     assert fine.oscillation.significant and fine.oscillation_swing == pytest.approx(15, abs=1)
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfsuite.measure import gpu
+from perfsuite.measure import gpu, utilisation
 from perfsuite.measure.gpu import (
     CAUSE_DRIVER_NOT_LOADED,
     CAUSE_NO_DEVICE,
@@ -25,15 +25,13 @@ from perfsuite.measure.gpu import (
     SAMPLER_THREAD_NAME,
     SOURCE_DRIVER_BUFFER,
     SOURCE_POLLING,
-    DeviceTimeline,
     GpuIdentity,
     GpuSampler,
-    GpuTimeline,
     GpuUnavailable,
     gpu_identity,
     select_devices,
 )
-from perfsuite.measure.utilisation import gpu_gate_metrics, gpu_stats
+from perfsuite.measure.utilisation import DeviceTimeline, GpuTimeline, gpu_gate_metrics, gpu_stats
 
 STEP_S = 1 / 16  # exact in binary, so tick times and their microsecond stamps compare exactly
 ORIGIN_S = 1_700_000_000.0
@@ -326,8 +324,8 @@ def test_steady_utilisation_has_no_oscillation(monkeypatch, clock):
     assert not stats.oscillation.significant
     assert stats.oscillation_period_s is None
     metrics = gpu_gate_metrics(stats)
-    assert metrics["gpu_util_median"] >= gpu.MIN_UTIL_MEDIAN_PCT
-    assert metrics["gpu_idle_fraction"] <= gpu.MAX_IDLE_FRACTION
+    assert metrics["gpu_util_median"] >= utilisation.MIN_UTIL_MEDIAN_PCT
+    assert metrics["gpu_idle_fraction"] <= utilisation.MAX_IDLE_FRACTION
     assert metrics["gpu_oscillation"] is False
     assert metrics["gpu_complete"] is True
 

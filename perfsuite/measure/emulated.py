@@ -38,8 +38,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.data.audio import MelConfig
-from perfsuite.measure.gpu import DeviceTimeline, GpuTimeline
-from perfsuite.measure.utilisation import GpuStats, gpu_gate_metrics, gpu_stats
+from perfsuite.measure.utilisation import DeviceTimeline, GpuStats, GpuTimeline, gpu_gate_metrics, gpu_stats
 
 SOURCE_EMULATED = "emulated"
 DEVICE_NAME = "emulated accelerator"

@@ -34,13 +34,9 @@ from types import TracebackType
 from typing import Any
 
 from perfsuite.errors import GpuUnavailable
+from perfsuite.measure.utilisation import DeviceTimeline, GpuTimeline, gpu_stats
 
 DEFAULT_INTERVAL_S = 0.05
-IDLE_THRESHOLD_PCT = 10.0
-# Defaults for a GPU runner's gates (issue 5): the compiled step fed by the TF-native cache pipeline
-# should keep the GPU busy.
-MIN_UTIL_MEDIAN_PCT = 85.0
-MAX_IDLE_FRACTION = 0.05
 
 SOURCE_DRIVER_BUFFER = "driver_buffer"
 SOURCE_POLLING = "polling"
@@ -242,73 +238,6 @@ def _optional(nvml: Any, read: Callable[[], Any]) -> Any:
 def _cuda_version(encoded: int) -> str:
     # NVML encodes CUDA versions as 1000 * major + 10 * minor (12040 is 12.4).
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
-
-
-# ---------------------------------------------------------------------------------------------- timeline
-
-
-@dataclass(frozen=True)
-class DeviceTimeline:
-    """One device's samples within the measured window, in time order; timestamps in clock seconds.
-
-    Utilisation has its own time axis because the driver buffer samples at the driver's rate; the
-    polled series (memory utilisation, memory used, SM clock) share `timestamps`. With polling the two
-    axes are the same. Each utilisation value is the share of the driver's last sample period (1/6 s to
-    1 s depending on the GPU) in which a kernel ran, stamped at the period's end.
-    """
-
-    index: int
-    name: str
-    source: str | None  # SOURCE_DRIVER_BUFFER, SOURCE_POLLING, or None when no read succeeded
-    util_timestamps: tuple[float, ...]
-    util: tuple[float, ...]  # percent
-    timestamps: tuple[float, ...]
-    mem_util: tuple[float, ...]  # percent of time the memory was being read or written
-    mem_used: tuple[int, ...]  # bytes
-    sm_clock: tuple[int, ...]  # MHz
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "source": self.source,
-            "util_timestamps": list(self.util_timestamps),
-            "util": list(self.util),
-            "timestamps": list(self.timestamps),
-            "mem_util": list(self.mem_util),
-            "mem_used": list(self.mem_used),
-            "sm_clock": list(self.sm_clock),
-        }
-
-
-@dataclass(frozen=True)
-class GpuTimeline:
-    start: float
-    end: float
-    interval_s: float
-    devices: tuple[DeviceTimeline, ...]
-    complete: bool  # False when an NVML error stopped sampling early
-    error: str | None
-
-    @property
-    def source(self) -> str:
-        """The utilisation source, or the sources joined by '+' when devices differ."""
-        return "+".join(sorted({d.source or "none" for d in self.devices}))
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "start": self.start,
-            "end": self.end,
-            "interval_s": self.interval_s,
-            "source": self.source,
-            "complete": self.complete,
-            "error": self.error,
-            "devices": [d.as_dict() for d in self.devices],
-        }
 
 
 @dataclass
@@ -532,8 +461,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpuUnavailable as exc:
         print(f"GPU unavailable ({exc.cause}): {exc.reason}", file=sys.stderr)
         return 1
-    from perfsuite.measure.utilisation import gpu_stats  # it imports this module
-
     for series in sampler.timeline.devices:
         print(json.dumps(gpu_stats(sampler.timeline, device=series.index).as_dict(), sort_keys=True))
     return 0

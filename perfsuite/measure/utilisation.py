@@ -1,6 +1,7 @@
-"""Utilisation statistics of a GPU timeline: median and mean, idle share, oscillation, starvation
-episodes, and the flat gate metrics. Both timelines use them: the NVML sampler's (perfsuite.measure.gpu)
-and the emulated accelerator's (perfsuite.measure.emulated), so the same gates apply to both.
+"""A GPU utilisation timeline and its statistics: median and mean, idle share, oscillation, starvation
+episodes, and the flat gate metrics. Both sources produce the timeline: the NVML sampler
+(perfsuite.measure.gpu) and the emulated accelerator (perfsuite.measure.emulated), so the same gates
+apply to both.
 Utilisation is in percent (0-100), NVML's unit; the idle fraction is a fraction (0-1)."""
 
 from __future__ import annotations
@@ -11,8 +12,80 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from perfsuite.measure.gpu import IDLE_THRESHOLD_PCT, DeviceTimeline, GpuTimeline
 from perfsuite.measure.stats import Cycle, detect_cycle, summarize
+
+IDLE_THRESHOLD_PCT = 10.0
+# Defaults for a GPU runner's gates (issue 5): the compiled step fed by the TF-native cache pipeline
+# should keep the GPU busy.
+MIN_UTIL_MEDIAN_PCT = 85.0
+MAX_IDLE_FRACTION = 0.05
+
+
+# ---------------------------------------------------------------------------------------------- timeline
+
+
+@dataclass(frozen=True)
+class DeviceTimeline:
+    """One device's samples within the measured window, in time order; timestamps in clock seconds.
+
+    Utilisation has its own time axis because the driver buffer samples at the driver's rate; the
+    polled series (memory utilisation, memory used, SM clock) share `timestamps`. With polling the two
+    axes are the same. Each utilisation value is the share of the driver's last sample period (1/6 s to
+    1 s depending on the GPU) in which a kernel ran, stamped at the period's end.
+    """
+
+    index: int
+    name: str
+    source: str | None  # SOURCE_DRIVER_BUFFER, SOURCE_POLLING, or None when no read succeeded
+    util_timestamps: tuple[float, ...]
+    util: tuple[float, ...]  # percent
+    timestamps: tuple[float, ...]
+    mem_util: tuple[float, ...]  # percent of time the memory was being read or written
+    mem_used: tuple[int, ...]  # bytes
+    sm_clock: tuple[int, ...]  # MHz
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "source": self.source,
+            "util_timestamps": list(self.util_timestamps),
+            "util": list(self.util),
+            "timestamps": list(self.timestamps),
+            "mem_util": list(self.mem_util),
+            "mem_used": list(self.mem_used),
+            "sm_clock": list(self.sm_clock),
+        }
+
+
+@dataclass(frozen=True)
+class GpuTimeline:
+    start: float
+    end: float
+    interval_s: float
+    devices: tuple[DeviceTimeline, ...]
+    complete: bool  # False when an NVML error stopped sampling early
+    error: str | None
+
+    @property
+    def source(self) -> str:
+        """The utilisation source, or the sources joined by '+' when devices differ."""
+        return "+".join(sorted({d.source or "none" for d in self.devices}))
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "interval_s": self.interval_s,
+            "source": self.source,
+            "complete": self.complete,
+            "error": self.error,
+            "devices": [d.as_dict() for d in self.devices],
+        }
 
 # A significant cycle whose swing (peak to trough of the utilisation averaged per phase of the cycle) is
 # smaller than this many percentage points is a ripple, not an oscillation: at full load, a beat between

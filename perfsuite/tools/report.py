@@ -110,7 +110,7 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
 
 
 def plot_gpu_timeline(timeline: dict, path: Path, title: str | None = None) -> Path:
-    """Utilisation of each sampled device over a window (a gpu.GpuTimeline.as_dict() record: NVML's, or
+    """Utilisation of each sampled device over a window (a utilisation.GpuTimeline.as_dict() record: NVML's, or
     an emulated accelerator's)."""
     plt = pyplot()
     figure, ax = plt.subplots(figsize=(9, 3))

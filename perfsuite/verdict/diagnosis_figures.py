@@ -328,7 +328,7 @@ class SweepAxis(Record):
 @dataclass(frozen=True)
 class GpuFigures(Record):
     """GPU utilisation while the input-bound steps ran. stats: utilisation.GpuStats.as_dict(), timeline:
-    gpu.GpuTimeline.as_dict(); reason says why either is missing."""
+    utilisation.GpuTimeline.as_dict(); reason says why either is missing."""
 
     available: bool
     reason: str | None = None
