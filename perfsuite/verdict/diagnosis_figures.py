@@ -193,7 +193,6 @@ class StaticShapes(Record):
 
 
 LOADER_KEYS = ("samples_per_s", "batches", "cycle_significant", "cycle_period")  # what the verdicts read
-GAIN_KEYS = ("ratios", "ratio_median", "ratio_low", "ratio_high", "wins", "rounds", "p_value", "significant")
 
 
 @dataclass(frozen=True)
