@@ -584,6 +584,41 @@ def test_a_planted_slowdown_is_flagged_and_only_it(repo):
     assert _leftovers(repo) == (0, [])
 
 
+def test_a_worker_serves_its_passes_each_running_the_test_afresh(repo):
+    runs = repo.parent / "runs.log"
+    extra = f"""
+
+import pytest
+
+
+SETUPS = []
+
+
+@pytest.fixture
+def fresh():
+    SETUPS.append(1)
+    return len(SETUPS)
+
+
+def test_logged(perfsuite, fresh):
+    with open({str(runs)!r}, "a") as log:
+        log.write(f"{{os.environ['PERFSUITE_AB_SIDE']}} {{os.getpid()}} {{fresh}}\\n")
+    _measure(perfsuite, 0.001)
+"""
+    _commit(repo, "logged", extra=extra)
+    result = _ab(repo, "HEAD", "HEAD", "-k", "logged", "--budget", "5", "--passes", "3", "--passes-per-worker", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.split() for line in runs.read_text().splitlines()]
+    for side in "AB":
+        mine = [line for line in lines if line[0] == side]
+        assert len(mine) == 3  # one run of the test per pass
+        assert len({pid for _, pid, _ in mine}) == 2  # passes 1-2 in one worker, pass 3 in a fresh one
+        assert [setups for _, _, setups in mine] == ["1", "2", "1"]  # the fixture made afresh each pass
+    assert "pass 2: the same workers, each test run afresh" in result.stderr
+    assert "pass 3: fresh workers on both sides" in result.stderr
+    assert _leftovers(repo) == (0, [])
+
+
 def test_a_benchmark_marked_not_in_ab_is_left_out_with_its_reason_before_it_runs(repo):
     marked = """
 
@@ -639,7 +674,7 @@ def test_the_json_loader_refuses_another_schema_version(tmp_path):
 
 def test_a_hung_round_is_stopped_at_its_deadline(repo):
     _commit(repo, "hangs", hang=40)
-    result = _ab(repo, "HEAD~1", "--round-timeout", "2", "--budget", "20")  # B: the working tree, at "hangs"
+    result = _ab(repo, "HEAD~1", "--round-timeout", "2", "--budget", "20", "--min-rounds", "16")  # B: the working tree, at "hangs"
     assert result.returncode == 3, result.stdout + result.stderr
     assert "side B in test_tiny.py::test_changed: no answer within 2 s while measuring round" in result.stdout
     assert _leftovers(repo) == (0, [])
