@@ -11,14 +11,9 @@ drives a revision older than this feature: the side's Recorder gets the round dr
 Protocol: one JSON object per line. Events (worker -> controller): started, collect_error, collected,
 ready (a benchmark's warm-up is done; it waits), round (one round's figure; with the process CPU
 seconds of the round and per unit of work, and for a compare its two sides' speeds), done (a benchmark's
-outcome), pass_done (every benchmark of a run command ran), finished, fatal. Commands (controller ->
-worker): run (the benchmarks to run, in order; after pass_done, the next pass's), end (no more passes),
+outcome), finished, fatal. Commands (controller -> worker): run (the benchmarks to run, in order),
 go (one round), stop (no more rounds for this measurement), skip (skip this benchmark). A worker whose
 controller has gone (end of file on its commands) exits at once.
-
-A pass after the first in the same worker runs each test again: its function-scoped fixtures and the
-pipelines it builds are fresh, the process (its imports, session fixtures) is not. Why that samples
-what fresh processes do: docs/ab.md, "Passes in a warm worker".
 """
 
 from __future__ import annotations
@@ -99,7 +94,9 @@ class RoundDriver:
     def pairs(self, a, b, *, name: str):
         from perfsuite.measure import stats, timing
 
-        timing.interleave(a=a, b=b, rounds=1, warmup_rounds=1)  # warm-up: A B, then B A, discarded
+        # Warm-up: one pair (A then B), discarded: each side's first call (its start-up: first batches,
+        # tracing) is no round. One pair, not the Recorder's two: every pass pays it on both sides.
+        timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0)
         self._ready("pairs", name)
         result = None
         while self._go():
@@ -190,7 +187,6 @@ class WorkerPlugin:
         self.channel = channel
         self.driver = RoundDriver(channel)
         self.outcomes: dict[str, tuple[str, str]] = {}
-        self.collected: dict[str, pytest.Item] = {}
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session):
@@ -215,32 +211,11 @@ class WorkerPlugin:
                           left_out=left_out)
         command = self.channel.receive()
         wanted = command.get("items", [])
-        self.collected = {item.nodeid: item for item in items}
+        by_id = {item.nodeid: item for item in items}
         dropped = [item for item in items if item.nodeid not in set(wanted)]
-        items[:] = [self.collected[nodeid] for nodeid in wanted if nodeid in self.collected]
+        items[:] = [by_id[nodeid] for nodeid in wanted if nodeid in by_id]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session):
-        """pytest's loop over the items, once per pass: after each pass, pass_done, then the next
-        pass's items or the end. nextitem None at a pass's end tears every fixture down (session
-        scope too), so the next pass may start with any test."""
-        if session.testsfailed and not session.config.option.continue_on_collection_errors:
-            raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
-        items = list(session.items)
-        while True:
-            for position, item in enumerate(items):
-                nextitem = items[position + 1] if position + 1 < len(items) else None
-                item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-                if session.shouldfail or session.shouldstop:
-                    raise session.Failed(session.shouldfail) if session.shouldfail else \
-                        session.Interrupted(session.shouldstop)
-            self.channel.send("pass_done")
-            command = self.channel.receive()
-            if command.get("cmd") != "run":
-                return True
-            items = [self.collected[nodeid] for nodeid in command.get("items", []) if nodeid in self.collected]
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.driver.start(nodeid)

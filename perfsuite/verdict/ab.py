@@ -18,9 +18,7 @@ Both revisions run on the same machine in the same job, one round of A and one o
 Passes. The rounds of one pair of worker processes are not independent of that pair: two processes
 of the same revision can differ for their whole life, drifting within it, by more on some benchmarks
 than on others (docs/ab.md has the measurements); a round-level test reads such a difference as a
-change. The difference belongs to the pipeline instance more than to the process: a pipeline built
-again in the same process differs from the last as much as one in a fresh process. So the comparison
-runs in ``passes``, each test run afresh in each (fresh workers every few passes), and
+change. So the comparison runs in ``passes`` (fresh workers each), and
 with two or more the pass is the unit (``estimate_passes``): each pass's median log ratio, their mean
 with a Student-t interval and a two-sided t-test over the passes, min_effect from their standard error.
 One pass keeps the round-level rule above, which holds only where process effects are negligible.

@@ -56,7 +56,6 @@ def pytest_args(args) -> list[str]:
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_MIN_ROUNDS = 4
 DEFAULT_PASSES = 8
-DEFAULT_PASSES_PER_WORKER = 4
 
 
 def add_arguments(parser) -> None:
@@ -95,10 +94,6 @@ def add_arguments(parser) -> None:
                         help="passes at most for a benchmark still undecided after --passes (looked at every "
                              "doubling; each costs what one of the first passes did for it) (default: --passes, "
                              "so a run's cost is fixed)")
-    parser.add_argument("--passes-per-worker", type=integer(1), default=DEFAULT_PASSES_PER_WORKER, metavar="N",
-                        help="passes a pair of workers serves, each test run afresh in each, before fresh workers "
-                             "start: a pipeline built again differs from the last as one in a fresh process does, "
-                             "without the process's start-up (docs/ab.md) (default: %(default)s)")
     parser.add_argument("--round-timeout", type=seconds, default=300.0, metavar="SECONDS",
                         help="a round taking longer is a hung side (default: %(default)g)")
     parser.add_argument("--setup-timeout", type=seconds, default=1800.0, metavar="SECONDS",
@@ -124,8 +119,7 @@ def run(args, parser) -> int:
     except ValueError as error:  # "min_rounds: expected ..." said of the option that set it
         name, _, problem = str(error).partition(": ")
         parser.error(f"--{name.replace('_', '-')}: {problem}")
-    options = Options(budget_s=args.budget, round_timeout_s=args.round_timeout, setup_timeout_s=args.setup_timeout,
-                      passes_per_worker=args.passes_per_worker)
+    options = Options(budget_s=args.budget, round_timeout_s=args.round_timeout, setup_timeout_s=args.setup_timeout)
     start = time.monotonic()
 
     def progress(message: str) -> None:

@@ -34,7 +34,7 @@ def footnotes(report: ABReport) -> list[str]:
     if s.passes > 1:
         more = (f", up to {s.max_passes} for one still undecided (looks at {', '.join(map(str, s.pass_looks))})"
                 if s.max_passes > s.passes else "")
-        rule = (f"mean over the passes ({s.passes}{more}; each test run afresh, fresh workers every {report.options.passes_per_worker}) of each pass's median paired-round "
+        rule = (f"mean over the passes ({s.passes}{more}; fresh workers each) of each pass's median paired-round "
                 f"change, Student-t interval at {s.confidence(s.passes):.1%}; p: two-sided t-test over the passes, "
                 f"corrected for {len(s.pass_looks)} look(s), Holm")
     else:

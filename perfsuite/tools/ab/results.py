@@ -23,7 +23,6 @@ class Options(Record):
     budget_s: float = 120.0  # measuring time over all benchmarks (their rounds)
     round_timeout_s: float = 300.0
     setup_timeout_s: float = 1800.0  # collection, fixtures, warm-up, the rest of a test
-    passes_per_worker: int = 4  # passes a pair of workers serves before fresh ones start
 
 
 @dataclass(frozen=True)

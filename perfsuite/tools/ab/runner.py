@@ -1,7 +1,7 @@
-"""The controller's loop of ``perfsuite ab`` (pyperf's ``_runner``): per pass, a worker per side
-(perfsuite.tools.ab.manager; fresh ones every few passes), every benchmark run afresh and driven round
-by round, A then B, the order reversed every round; a benchmark still undecided after its passes gets
-more; the decision is perfsuite.verdict.ab's."""
+"""The controller's loop of ``perfsuite ab`` (pyperf's ``_runner``): per pass, fresh workers on both
+sides (perfsuite.tools.ab.manager), every benchmark driven round by round, A then B, the order
+reversed every round; a benchmark still undecided after its passes gets more; the decision is
+perfsuite.verdict.ab's."""
 
 from __future__ import annotations
 
@@ -55,11 +55,10 @@ class Controller:
     """Drives both workers benchmark by benchmark, in the same order, round by round."""
 
     def __init__(self, pool: dict[str, Worker], settings, options: Options, progress: Callable[[str], None],
-                 *, only: set[str] | None = None, collected: Collected | None = None):
-        """only: the node ids to run (None: every benchmark both sides collected). collected: what these
-        workers collected in an earlier pass (None: fresh workers, collecting now)."""
+                 *, only: set[str] | None = None):
+        """only: the node ids to run (None: every benchmark both sides collected)."""
         self.pool, self.settings, self.options, self.progress = pool, settings, options, progress
-        self.only, self.collected = only, collected
+        self.only = only
         self.scheduled: list[str] = []
         self.measured: list[Measured] = []
         self.not_compared: list[NotCompared] = []
@@ -68,29 +67,19 @@ class Controller:
         self.spent_s = 0.0
 
     def run(self) -> None:
-        """One pass: every scheduled benchmark on both workers; they wait for the next pass after it."""
-        if self.collected is None:
-            self.collected = self.collect()
-            self.notes += self.collected.notes
-            self.not_compared += [NotCompared(display_name(n), f"not_in_ab: {why}")
-                                  for n, why in self.collected.left_out.items()]
-            for side, nodeids in self.collected.only.items():
-                other = "B" if side == "A" else "A"
-                self.not_compared += [NotCompared(display_name(n), f"only on side {side} (not collected on {other})")
-                                      for n in nodeids]
-        self.scheduled = [n for n in self.collected.common if self.only is None or n in self.only]
+        collected = self.collect()
+        self.notes += collected.notes
+        self.not_compared += [NotCompared(display_name(n), f"not_in_ab: {why}") for n, why in collected.left_out.items()]
+        for side, nodeids in collected.only.items():
+            other = "B" if side == "A" else "A"
+            self.not_compared += [NotCompared(display_name(n), f"only on side {side} (not collected on {other})")
+                                  for n in nodeids]
+        self.scheduled = [n for n in collected.common if self.only is None or n in self.only]
         for worker in self.pool.values():
             worker.send("run", items=self.scheduled)
         for position, nodeid in enumerate(self.scheduled):
             self.progress(f"[{position + 1}/{len(self.scheduled)}] {display_name(nodeid)}")
             self.benchmark(nodeid, remaining=len(self.scheduled) - position, count=len(self.scheduled))
-        for worker in self.pool.values():
-            self._until(worker, "pass_done", waiting_for="finishing the pass")
-
-    def end(self) -> None:
-        """No more passes for these workers: their pytest sessions finish."""
-        for worker in self.pool.values():
-            worker.send("end")
         for worker in self.pool.values():
             self._until(worker, "finished", waiting_for="finishing the pytest session")
 
@@ -254,11 +243,10 @@ def _load() -> dict:
 
 def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_arguments: list[str], settings,
                       options: Options, progress: Callable[[str], None], logs_to: Path | None = None) -> ABReport:
-    """Check both revisions out; per pass, drive every round of every benchmark on a worker per side;
-    decide (see the module notes). Every benchmark gets settings.passes passes, one still undecided at a
-    pass look gets more (up to settings.max_passes), each pass the same share of the budget per
-    benchmark; a side failure ends the passes. Workers serve options.passes_per_worker passes (each
-    test run afresh in each), then fresh ones start."""
+    """Check both revisions out; per pass, run fresh workers on both and drive every round; decide (see
+    the module notes). Every benchmark gets settings.passes passes, one still undecided at a pass look
+    gets more (up to settings.max_passes), each pass the same share of the budget per benchmark; a side
+    failure ends the passes."""
     from perfsuite.verdict.ab import decide_revisions
 
     started, load_before = time.monotonic(), _load()
@@ -272,34 +260,26 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not (side.root / pytest_arguments[0]).exists():
                     raise ABError(f"side {side.name}: expected benchmarks at {pytest_arguments[0]}, found nothing "
                                   f"there in {side.revision}")
-            index = 0
-            while index < settings.max_passes and failure is None and only != set():
-                with workers(sides, pytest_arguments, scratch, f"-pass{index + 1}" if settings.passes > 1 else "") as pool:
-                    collected = None
-                    for _ in range(options.passes_per_worker):
-                        if settings.passes > 1:
-                            progress(f"pass {index + 1}: " + ("fresh workers on both sides" if collected is None else
-                                                              "the same workers, each test run afresh") + (
-                                f", {len(only)} undecided benchmark(s)" if only is not None else ""))
-                        share = replace(options, budget_s=options.budget_s / settings.passes if per_benchmark_s is None
-                                        else per_benchmark_s * len(only))
-                        controllers.append(Controller(pool, settings, share, progress, only=only, collected=collected))
-                        try:
-                            controllers[-1].run()
-                        except SideFailure as error:
-                            failure = error
-                            break
-                        index, collected = index + 1, controllers[-1].collected
-                        if per_benchmark_s is None:
-                            per_benchmark_s = options.budget_s / settings.passes / max(len(controllers[0].scheduled), 1)
-                        only = _undecided(decided(joined([c.measured for c in controllers])), settings)
-                        if index >= settings.max_passes or not only:
-                            break
-                    if failure is None:
-                        try:
-                            controllers[-1].end()
-                        except SideFailure as error:
-                            failure = error
+            for index in range(settings.max_passes):
+                suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
+                if settings.passes > 1:
+                    progress(f"pass {index + 1}: fresh workers on both sides" + (
+                        f", {len(only)} undecided benchmark(s)" if only is not None else ""))
+                share = replace(options, budget_s=options.budget_s / settings.passes if per_benchmark_s is None
+                                else per_benchmark_s * len(only))
+                with workers(sides, pytest_arguments, scratch, suffix) as pool:
+                    controllers.append(Controller(pool, settings, share, progress, only=only))
+                    try:
+                        controllers[-1].run()
+                    except SideFailure as error:
+                        failure = error
+                if failure is not None:
+                    break
+                if per_benchmark_s is None:
+                    per_benchmark_s = options.budget_s / settings.passes / max(len(controllers[0].scheduled), 1)
+                only = _undecided(decided(joined([c.measured for c in controllers])), settings)
+                if not only:
+                    break
     finally:
         for raised in (f for c in controllers for f in c.failures):  # the log's tail once pytest has ended
             raised.log_tail = log_tail(scratch / raised.log) or raised.log_tail
