@@ -251,7 +251,7 @@ def test_emulated_feed_rate(perfsuite, perfsuite_corpus, perfsuite_cache, tensor
 
     _rounds(perfsuite, 1, search_all)
     for name, result in results.items():
-        perfsuite.record({**result.as_dict(), "presets_fed": _presets_fed(result)}, prefix=f"emulated_{name}_")
+        perfsuite.record({**result.extra_info(), "presets_fed": _presets_fed(result)}, prefix=f"emulated_{name}_")
     cache, wav, floor = (results[name].steps_per_s for name in ("tf_native_cache", "numpy_function_wav", "host_floor"))
     assert None not in (cache, wav, floor), [result.note for result in results.values()]
     # One ratio per pair of bisections (cache's i-th answer against the WAV pipeline's i-th): the gate is

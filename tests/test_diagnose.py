@@ -303,9 +303,9 @@ def test_every_loader_gets_a_feed_rate_and_a_judgement_its_interval_supports(run
         feed, step_s = figures["feed"], figures["step_s"]
         assert figures["step_time"] == DiagnoseSettings().step_time and step_s > 0
         if figures["keeps_busy"] is True:
-            assert step_s >= feed["feed_step_high_s"]
+            assert step_s >= feed["step_high_s"]
         elif figures["keeps_busy"] is False:
-            assert feed["feed_step_s"] is None or step_s <= feed["feed_step_low_s"]
+            assert feed["step_s"] is None or step_s <= feed["step_low_s"]
         assert figures["timeline"]["devices"][0]["util"]  # the round at the step was sampled
     topics = {verdict.topic for verdict in run.diagnosis.verdicts}
     assert {f"feed-{label}" for label in measured} <= topics
@@ -344,7 +344,7 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
     from perfsuite.measure.machine import machine_fingerprint
 
     result = run.result
-    assert result["schema_version"] == SCHEMA_VERSION == 5 and result["kind"] == "dataset"
+    assert result["schema_version"] == SCHEMA_VERSION == 6 and result["kind"] == "dataset"
     assert result["settings"]["batch_size"] == 4 and result["settings"]["model"] == "tiny"
     assert result["settings"]["batches"] == 4 and result["settings"]["budget_s"] == BUDGET_S
     assert set(result["fingerprint"]) == set(machine_fingerprint().as_dict())
@@ -407,8 +407,8 @@ def test_json_round_trips_through_diagnosis_from_dict(run):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5], found 3"),
-    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 5), found None"),
+    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6], found 3"),
+    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 6), found None"),
     (lambda d: d.update(kind="pipeline"), "kind: expected 'dataset', found 'pipeline'"),
     (lambda d: d.pop("complete"), "complete: expected a value (required key), found no such key"),
     (lambda d: d["step"]["modes"].pop("xla"),
@@ -856,7 +856,7 @@ def test_a_fast_source_keeps_a_long_step_busy():
 def test_a_per_frame_preset_on_batches_without_lengths_is_left_out_with_the_reason():
     figures = feed_figures(produced(0.0, mel_len=False), label="no-lengths", step_time="fastpitch-a100-tf32",
                            share_s=2.0)
-    assert figures.feed["feed_step_s"] is not None  # the feed rate needs no step time
+    assert figures.feed.step_s is not None  # the feed rate needs no step time
     assert figures.step_s is None and figures.timeline is None
     assert "mel_len" in figures.reason and "--step-time SECONDS" in figures.reason
     assert figures.reason in feed_verdict(figures).finding
@@ -870,10 +870,20 @@ def test_a_bad_step_time_is_refused_when_parsed(spec, capsys):
         DiagnoseSettings(step_time=spec)
 
 
-def test_a_schema_4_file_of_yesterdays_diagnose_loads_through_its_migration():
-    stored = json.loads((Path(__file__).parent / "data" / "diagnose_schema4.json").read_text())
-    assert stored["schema_version"] == 4 and "kind" not in stored
-    loaded = Diagnosis.from_dict(stored)
-    assert loaded.as_dict()["schema_version"] == SCHEMA_VERSION == 5 and loaded.as_dict()["kind"] == "dataset"
-    assert loaded.as_dict() == {**stored, "schema_version": 5, "kind": "dataset"}
+def test_stored_files_of_schemas_4_and_5_load_through_their_migrations():
+    stored = {version: json.loads((Path(__file__).parent / "data" / f"diagnose_schema{version}.json").read_text())
+              for version in (4, 5)}  # each written by the diagnose of its schema
+    assert stored[4]["schema_version"] == 4 and "kind" not in stored[4] and stored[5]["schema_version"] == 5
+    loaded = Diagnosis.from_dict(stored[5])
+    assert Diagnosis.from_dict(stored[4]) == loaded
+    written = loaded.as_dict()
+    assert written["schema_version"] == SCHEMA_VERSION == 6 and written["kind"] == "dataset"
+    assert {k: v for k, v in written.items() if k not in ("schema_version", "feed")} == \
+        {k: v for k, v in stored[5].items() if k not in ("schema_version", "feed")}
+    for old, new in zip(stored[5]["feed"], loaded.feed, strict=True):  # schema 6: the feed rate as its record
+        flat = old["feed"]
+        assert (new.feed.step_s, new.feed.step_low_s, new.feed.step_high_s) == \
+            (flat["feed_step_s"], flat["feed_step_low_s"], flat["feed_step_high_s"])
+        assert new.feed.steps_per_s == flat["feed_steps_per_s"] and list(new.feed.answers) == flat["feed_answers_s"]
+        assert [t.as_dict() for t in new.feed.trials] == flat["feed_trials"] and new.feed.note == flat["feed_note"]
     assert Diagnosis.from_dict(loaded.as_dict()) == loaded

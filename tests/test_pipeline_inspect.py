@@ -180,11 +180,21 @@ def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measur
     assert "perfsuite diagnose [throughput] share " in err and "s of the budget left" in err
 
 
+def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(measured):
+    from perfsuite.measure.emulated import FeedRate
+
+    result = measured[3]
+    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 3
+    flat = FeedRate.from_dict(result["feed"]["feed"]).extra_info()  # what schema 2 wrote: FeedRate's flat figures
+    old = {**result, "schema_version": 2, "feed": {**result["feed"], "feed": flat}}
+    assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)
+
+
 def test_the_feed_rate_is_measured_and_a_preset_that_needs_mel_lengths_says_why_it_is_left_out(measured):
     _, _, _, result, report = measured
     feed = result["feed"]
-    assert feed["pipeline"].endswith(":make") and feed["feed"]["feed_steps_per_s"] > 0
-    assert feed["feed"]["feed_audio_s_per_s"] is None  # tensors, not mel batches: no audio seconds
+    assert feed["pipeline"].endswith(":make") and feed["feed"]["step_s"] > 0
+    assert feed["feed"]["audio_s_per_batch"] is None  # tensors, not mel batches: no audio seconds
     assert feed["step_time"] == "fastpitch-a100-tf32" and feed["step_s"] is None  # the default preset
     assert "'mel_len'" in feed["reason"] and "--step-time SECONDS" in feed["reason"]
     topics = {v["topic"]: v for v in result["verdicts"]}

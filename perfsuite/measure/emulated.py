@@ -39,6 +39,7 @@ import numpy as np
 
 from perfsuite.data.audio import MelConfig
 from perfsuite.measure.utilisation import DeviceTimeline, GpuStats, GpuTimeline, gpu_gate_metrics, gpu_stats
+from perfsuite.records import Record
 
 SOURCE_EMULATED = "emulated"
 DEVICE_NAME = "emulated accelerator"
@@ -509,7 +510,7 @@ class FeedRateConfig:
 
 
 @dataclass(frozen=True)
-class Trial:
+class Trial(Record):
     """One round at one step time: its busy fraction and whether it passed. search: the bisection it
     belongs to, None for the bracketing rounds."""
 
@@ -518,12 +519,9 @@ class Trial:
     passed: bool
     search: int | None
 
-    def as_dict(self) -> dict:
-        return {"step_s": self.step_s, "busy": self.busy, "passed": self.passed, "search": self.search}
-
 
 @dataclass(frozen=True)
-class FeedRate:
+class FeedRate(Record):
     """The shortest fixed step the pipeline keeps ≥ target busy.
 
     answers: each bisection's shortest passing step; step_s: their median. The interval
@@ -564,7 +562,9 @@ class FeedRate:
     def _audio(self, rate: float | None) -> float | None:
         return None if rate is None or self.audio_s_per_batch is None else rate * self.audio_s_per_batch
 
-    def as_dict(self) -> dict:
+    def extra_info(self) -> dict:
+        """Flat feed_* keys with the derived rates, for pytest-benchmark's extra_info (as_dict() is the
+        record itself)."""
         return {"feed_target": self.target, "feed_step_s": self.step_s, "feed_step_low_s": self.step_low_s,
                 "feed_step_high_s": self.step_high_s, "feed_answers_s": list(self.answers),
                 "feed_steps_per_s": self.steps_per_s, "feed_steps_per_s_interval": list(self.steps_per_s_interval),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfsuite.measure.stats import Cycle, detect_cycle, summarize
+from perfsuite.records import Record
 
 IDLE_THRESHOLD_PCT = 10.0
 # Defaults for a GPU runner's gates (issue 5): the compiled step fed by the TF-native cache pipeline
@@ -25,7 +26,7 @@ MAX_IDLE_FRACTION = 0.05
 
 
 @dataclass(frozen=True)
-class DeviceTimeline:
+class DeviceTimeline(Record):
     """One device's samples within the measured window, in time order; timestamps in clock seconds.
 
     Utilisation has its own time axis because the driver buffer samples at the driver's rate; the
@@ -44,22 +45,11 @@ class DeviceTimeline:
     mem_used: tuple[int, ...]  # bytes
     sm_clock: tuple[int, ...]  # MHz
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "source": self.source,
-            "util_timestamps": list(self.util_timestamps),
-            "util": list(self.util),
-            "timestamps": list(self.timestamps),
-            "mem_util": list(self.mem_util),
-            "mem_used": list(self.mem_used),
-            "sm_clock": list(self.sm_clock),
-        }
-
 
 @dataclass(frozen=True)
-class GpuTimeline:
+class GpuTimeline(Record):
+    """The sampled window (clock seconds) and each device's samples in it; as_dict() is its JSON."""
+
     start: float
     end: float
     interval_s: float
@@ -75,17 +65,6 @@ class GpuTimeline:
     @property
     def duration_s(self) -> float:
         return self.end - self.start
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "start": self.start,
-            "end": self.end,
-            "interval_s": self.interval_s,
-            "source": self.source,
-            "complete": self.complete,
-            "error": self.error,
-            "devices": [d.as_dict() for d in self.devices],
-        }
 
 # A significant cycle whose swing (peak to trough of the utilisation averaged per phase of the cycle) is
 # smaller than this many percentage points is a ripple, not an oscillation: at full load, a beat between

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
 from perfsuite.measure.speech import FrameCounter
-from perfsuite.records import Record, migrate
+from perfsuite.records import Record, migrate, migration
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
     MIN_STEP_BATCHES,
@@ -66,10 +66,11 @@ from perfsuite.verdict.diagnosis_figures import (
     StageRecord,
     check_step_time,
     estimate,
+    feed_figures_5_to_6,
     without_kind,
 )
 
-PIPELINE_SCHEMA_VERSION = 2
+PIPELINE_SCHEMA_VERSION = 3
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "feed": 2.0}
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
@@ -167,6 +168,12 @@ class PipelineDiagnosis(Record):
     def from_dict(cls, data: Any, where: str = "diagnosis") -> PipelineDiagnosis:
         """Read back what as_dict() wrote; RecordError names a wrong schema_version, kind or field."""
         return super().from_dict(without_kind(migrate(cls, data, where), "pipeline", where), where)
+
+
+@migration(PipelineDiagnosis, 2, 3)
+def migrate_2_to_3(data: dict) -> dict:
+    """Schema 3 holds the feed rate as its record (diagnose's schema 6 change)."""
+    return {**data, "feed": feed_figures_5_to_6(data.get("feed"))}
 
 
 # ------------------------------------------------------------------------------------------ the run

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfsuite.measure.utilisation import GpuTimeline
 from perfsuite.plotting import draw_timeline, pyplot, save
 from perfsuite.verdict.diagnosis import feed_words, point_label
 from perfsuite.verdict.diagnosis_figures import (
@@ -109,16 +110,14 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
     return save(plt, figure, path)
 
 
-def plot_gpu_timeline(timeline: dict, path: Path, title: str | None = None) -> Path:
-    """Utilisation of each sampled device over a window (a utilisation.GpuTimeline.as_dict() record: NVML's, or
-    an emulated accelerator's)."""
+def plot_gpu_timeline(timeline: GpuTimeline, path: Path, title: str | None = None) -> Path:
+    """Utilisation of each sampled device over a window (NVML's, or an emulated accelerator's)."""
     plt = pyplot()
     figure, ax = plt.subplots(figsize=(9, 3))
     if title:
         ax.set_title(title, fontsize=9)
-    for device in timeline["devices"]:
-        start = timeline["start"]
-        ax.plot([t - start for t in device["util_timestamps"]], device["util"], label=f"GPU {device['index']}")
+    for device in timeline.devices:
+        ax.plot([t - timeline.start for t in device.util_timestamps], device.util, label=f"GPU {device.index}")
     ax.set_xlabel("seconds")
     ax.set_ylabel("utilisation %")
     ax.set_ylim(0, 100)

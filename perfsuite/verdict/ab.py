@@ -271,17 +271,17 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings, cpu: Cpu = (
     """The change over independent passes (fresh processes each): the mean of the passes' median log
     ratios, its Student-t interval at settings.confidence(passes) and t-tests (passes - 1 degrees of freedom),
     each direction at alpha / 2 (its one-sided p doubled, then multiplied by the pass looks), so that
-    slower and faster together stay within alpha. The standard error is the passes' spread, and never
-    less than what the rounds within the passes allow (a few passes can agree by chance). With ``cpu``
-    (per pass), the CPU change and each side's slow-state processes (``slow_processes``)."""
+    slower and faster together stay within alpha. The standard error is the passes' spread alone: each
+    pass median carries its rounds' noise, so the spread holds it, and the t quantile pays for a spread
+    that few passes estimate. With ``cpu`` (per pass), the CPU change and each side's slow-state
+    processes (``slow_processes``)."""
     if len(passes) < 2:
         raise ValueError(f"expected at least 2 passes, found {len(passes)}")
     per_pass = [estimate(paired, settings) for paired in passes]
     medians = np.array([math.log1p(e.change) for e in per_pass])
     count, mean = medians.size, float(np.mean(medians))
     between = float(np.std(medians, ddof=1))
-    within = math.sqrt(sum((MEDIAN_SE_FACTOR * e.noise) ** 2 / e.rounds for e in per_pass)) / count
-    standard_error = max(between / math.sqrt(count), within)
+    standard_error = between / math.sqrt(count)
     df = count - 1
     confidence = settings.confidence(count)
     half = float(sps.t.ppf((1 + confidence) / 2, df)) * standard_error

@@ -332,9 +332,8 @@ def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
     """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval;
     the round at the step is the evidence (its busy fraction, idle share, oscillation)."""
     label, feed = figures.pipeline, figures.feed
-    evidence = {"feed_step_s": feed["feed_step_s"], "feed_step_low_s": feed["feed_step_low_s"],
-                "feed_step_high_s": feed["feed_step_high_s"], "feed_steps_per_s": feed["feed_steps_per_s"],
-                "feed_audio_s_per_s": feed["feed_audio_s_per_s"]}
+    evidence = {"feed_step_s": feed.step_s, "feed_step_low_s": feed.step_low_s, "feed_step_high_s": feed.step_high_s,
+                "feed_steps_per_s": feed.steps_per_s, "feed_audio_s_per_s": feed.audio_s_per_s}
     topic, fed = f"feed-{label}", feed_words(figures)
     if figures.step_s is None:
         return DiagnosisFinding(topic, f"{label} {fed}; {figures.reason}", evidence, None)
@@ -372,10 +371,10 @@ def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
 def feed_words(figures: FeedFigures) -> str:
     """'feeds steps down to 3.1 ms (327 steps/s, interval 275-463)' or why there is no figure."""
     feed = figures.feed
-    if feed["feed_step_s"] is None:
-        return f"kept no step up to {feed['feed_step_low_s'] * 1e3:.4g} ms >= 90 % busy"
-    low, high = feed["feed_steps_per_s_interval"]
+    if feed.step_s is None:
+        return f"kept no step up to {feed.step_low_s * 1e3:.4g} ms >= 90 % busy"
+    low, high = feed.steps_per_s_interval
     upper = "no upper end" if high is None else f"{high:.4g}"
-    audio = feed["feed_audio_s_per_s"]
-    return (f"feeds steps down to {feed['feed_step_s'] * 1e3:.3g} ms ({feed['feed_steps_per_s']:.4g} steps/s, "
+    audio = feed.audio_s_per_s
+    return (f"feeds steps down to {feed.step_s * 1e3:.3g} ms ({feed.steps_per_s:.4g} steps/s, "
             f"interval {low:.4g}-{upper}" + (f"; {audio:,.0f} audio-s/s)" if audio is not None else ")"))

@@ -9,11 +9,13 @@ from typing import Any, ClassVar
 
 from perfsuite.measure.emulated import (  # no TensorFlow
     DEFAULT_STEP_PRESET,
+    FeedRate,
     parse_step_time,
 )
+from perfsuite.measure.utilisation import GpuTimeline
 from perfsuite.records import Record, RecordError, migrate, migration
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SOURCES = ("wav", "cache")
 STEP_MODES = ("eager", "graph", "xla")
 STEP_RATIOS = {"graph_over_eager": ("graph", "eager"), "xla_over_graph": ("xla", "graph")}
@@ -327,32 +329,32 @@ class SweepAxis(Record):
 @dataclass(frozen=True)
 class GpuFigures(Record):
     """GPU utilisation while the input-bound steps ran. stats: utilisation.GpuStats.as_dict(), timeline:
-    utilisation.GpuTimeline.as_dict(); reason says why either is missing."""
+    the sampled window; reason says why either is missing."""
 
     available: bool
     reason: str | None = None
     stats: dict | None = None
-    timeline: dict | None = None
+    timeline: GpuTimeline | None = None
 
 
 @dataclass(frozen=True)
 class FeedFigures(Record):
-    """One pipeline feeding an emulated accelerator (perfsuite.measure.emulated). feed: FeedRate.as_dict(),
-    the shortest step the pipeline keeps >= 90 % busy with its interval. step_time: the step asked for (a
+    """One pipeline feeding an emulated accelerator (perfsuite.measure.emulated). feed: the shortest step
+    the pipeline keeps >= 90 % busy with its interval. step_time: the step asked for (a
     preset or seconds); step_s: that step on this data (the median over a round's batches); keeps_busy:
     whether step_s is at or above the feed interval (True), below it (False), or inside it (None);
     round: EmulatedRun.as_dict() of one round at the step, stats its utilisation statistics
-    (emulated_figures), timeline its GpuTimeline.as_dict(). reason: why the round at the step is missing
+    (emulated_figures), timeline its utilisation timeline. reason: why the round at the step is missing
     (its fields are None then)."""
 
     pipeline: str
-    feed: dict
+    feed: FeedRate
     step_time: str | None
     step_s: float | None
     keeps_busy: bool | None
     round: dict | None
     stats: dict | None
-    timeline: dict | None
+    timeline: GpuTimeline | None
     reason: str | None = None
 
 
@@ -449,3 +451,26 @@ class Diagnosis(Record):
 def migrate_4_to_5(data: dict) -> dict:
     """Schema 5 names its kind ('dataset'), as a --pipeline run's file names 'pipeline'."""
     return {**data, "kind": "dataset"}
+
+
+@migration(Diagnosis, 5, 6)
+def migrate_5_to_6(data: dict) -> dict:
+    """Schema 6 holds each feed rate as its record (FeedRate's fields), not its flat feed_* figures."""
+    feed = data.get("feed")
+    return {**data, "feed": [feed_figures_5_to_6(f) for f in feed] if isinstance(feed, list) else feed}
+
+
+# FeedRate's fields under their flat schema-5 names; the rest of those keys were derived from them.
+_FEED_FIELDS_5 = {"target": "feed_target", "step_s": "feed_step_s", "step_low_s": "feed_step_low_s",
+                  "step_high_s": "feed_step_high_s", "answers": "feed_answers_s",
+                  "free_running_batch_s": "feed_free_running_batch_s",
+                  "audio_s_per_batch": "feed_audio_s_per_batch", "trials": "feed_trials", "note": "feed_note"}
+
+
+def feed_figures_5_to_6(figures: Any) -> Any:
+    """One FeedFigures of diagnose schema 5 (pipeline schema 2): its feed as FeedRate's fields. A value
+    that is not what schema 5 wrote is left for the validator to name."""
+    if not (isinstance(figures, dict) and isinstance(figures.get("feed"), dict)):
+        return figures
+    flat = figures["feed"]
+    return {**figures, "feed": {name: flat.get(old) for name, old in _FEED_FIELDS_5.items()}}

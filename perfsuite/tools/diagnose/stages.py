@@ -302,22 +302,22 @@ def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s
     result = feed_rate(source, config=FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s), mel_config=mel_config)
     missing = {"step_s": None, "keeps_busy": None, "round": None, "stats": None, "timeline": None}
     if step_time is None:
-        return FeedFigures(pipeline=label, feed=result.as_dict(), step_time=None, **missing,
+        return FeedFigures(pipeline=label, feed=result, step_time=None, **missing,
                            reason="no step time given (--step-time)")
     step = parse_step_time(step_time)
     try:
         first_step_s = step.seconds(next(source))
     except ValueError as error:
-        return FeedFigures(pipeline=label, feed=result.as_dict(), step_time=step_time, **missing,
+        return FeedFigures(pipeline=label, feed=result, step_time=step_time, **missing,
                            reason=f"step {step_time}: {error}; give --step-time SECONDS for a fixed step")
     fits = FEED_ROUND_SAMPLES * max(first_step_s, MIN_INTERVAL_S) <= (1 - FEED_SEARCH_SHARE) * share_s
     run = run_emulated(source, step=step, mel_config=mel_config, config=EmulatedRunConfig(
         batches=8, warmup_batches=1, min_samples=FEED_ROUND_SAMPLES if fits else 0))
     step_s = statistics.median(run.step_s)
-    return FeedFigures(pipeline=label, feed=result.as_dict(), step_time=step_time, step_s=step_s,
+    return FeedFigures(pipeline=label, feed=result, step_time=step_time, step_s=step_s,
                        keeps_busy=keeps_busy(result.step_s, result.step_low_s, result.step_high_s, step_s),
                        round=run.as_dict(), stats=emulated_figures(emulated_stats(run)),
-                       timeline=run.timeline.as_dict())
+                       timeline=run.timeline)
 
 
 def keeps_busy(fed_s: float | None, low_s: float | None, high_s: float | None, step_s: float) -> bool | None:
@@ -504,6 +504,6 @@ class GpuWindow:
         try:
             figures = gpu_stats(timeline).as_dict()
         except ValueError as error:  # sampled, but no utilisation sample fell in the window
-            return GpuFigures(available=True, reason=str(error), timeline=timeline.as_dict())
-        return GpuFigures(available=True, stats=figures, timeline=timeline.as_dict())
+            return GpuFigures(available=True, reason=str(error), timeline=timeline)
+        return GpuFigures(available=True, stats=figures, timeline=timeline)
 
