@@ -46,3 +46,19 @@ def tiny_cache(tiny_corpus):
     from perfsuite.data.corpus import build_cache
 
     return build_cache(tiny_corpus)
+
+
+# --- xdist: tests sharing a whole diagnose run go to one worker ------------------------------------
+
+# Module-scoped fixtures that run a whole diagnosis (tens of seconds). Under xdist every worker that
+# runs one of their tests would run the fixture again; the xdist_group marker sends those tests to one
+# worker (pytest.ini's --dist loadgroup), the rest are spread as usual.
+SHARED_RUNS = {"test_diagnose.py": "run", "test_pipeline_inspect.py": "measured"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        fixture = SHARED_RUNS.get(item.path.name)
+        if fixture is not None and fixture in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(f"{item.path.name}::{fixture}"))

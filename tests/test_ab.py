@@ -603,7 +603,7 @@ def test_marked(perfsuite):
 
 def test_a_crash_during_a_round_names_the_side_and_the_benchmark(repo):
     _commit(repo, "crashes", crash=40)
-    result = _ab(repo, "HEAD~1", "HEAD", "--budget", "20")
+    result = _ab(repo, "HEAD~1", "HEAD", "--budget", "20", "--min-rounds", "16")
     assert result.returncode == 3, result.stdout + result.stderr
     assert "FAILED: side B in test_tiny.py::test_changed: the worker exited with status 3 while measuring round" \
         in result.stdout

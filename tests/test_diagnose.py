@@ -73,12 +73,13 @@ from perfsuite.verdict.diagnosis_figures import (
     StepMode,
     StepRatio,
     estimate,
+    migrate_5_to_6,
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 BAD = ("pcm24", "not_a_wav")
 PIPELINES = {("tf_native", "wav"), ("numpy_function", "wav"), ("tf_native", "cache"), ("numpy_function", "cache")}
-BUDGET_S = 40
+BUDGET_S = 25
 
 
 @pytest.fixture(scope="module")
@@ -878,8 +879,12 @@ def test_stored_files_of_schemas_4_and_5_load_through_their_migrations():
     assert Diagnosis.from_dict(stored[4]) == loaded
     written = loaded.as_dict()
     assert written["schema_version"] == SCHEMA_VERSION == 6 and written["kind"] == "dataset"
-    assert {k: v for k, v in written.items() if k not in ("schema_version", "feed")} == \
-        {k: v for k, v in stored[5].items() if k not in ("schema_version", "feed")}
+    assert {k: v for k, v in written.items() if k not in ("schema_version", "feed", "gpu")} == \
+        {k: v for k, v in stored[5].items() if k not in ("schema_version", "feed", "gpu")}
+    assert written["gpu"] == stored[5]["gpu"]  # no GPU where it was written: nothing to migrate there
+    timeline = {"start": 1.0, "end": 2.0, "interval_s": 0.1, "devices": [], "complete": True, "error": None}
+    migrated = migrate_5_to_6({"gpu": {"available": True, "timeline": {**timeline, "source": "nvml"}}, "feed": []})
+    assert migrated["gpu"]["timeline"] == timeline  # schema 5's derived 'source' dropped
     for old, new in zip(stored[5]["feed"], loaded.feed, strict=True):  # schema 6: the feed rate as its record
         flat = old["feed"]
         assert (new.feed.step_s, new.feed.step_low_s, new.feed.step_high_s) == \

@@ -455,9 +455,18 @@ def migrate_4_to_5(data: dict) -> dict:
 
 @migration(Diagnosis, 5, 6)
 def migrate_5_to_6(data: dict) -> dict:
-    """Schema 6 holds each feed rate as its record (FeedRate's fields), not its flat feed_* figures."""
-    feed = data.get("feed")
-    return {**data, "feed": [feed_figures_5_to_6(f) for f in feed] if isinstance(feed, list) else feed}
+    """Schema 6 holds each feed rate as its record (FeedRate's fields), not its flat feed_* figures, and
+    each utilisation timeline as its record (without the derived 'source' schema 5 wrote beside them)."""
+    feed, gpu = data.get("feed"), data.get("gpu")
+    if isinstance(gpu, dict):
+        gpu = {**gpu, "timeline": _timeline_5_to_6(gpu.get("timeline"))}
+    return {**data, "gpu": gpu, "feed": [feed_figures_5_to_6(f) for f in feed] if isinstance(feed, list) else feed}
+
+
+def _timeline_5_to_6(timeline: Any) -> Any:
+    if not isinstance(timeline, dict):
+        return timeline
+    return {key: value for key, value in timeline.items() if key != "source"}
 
 
 # FeedRate's fields under their flat schema-5 names; the rest of those keys were derived from them.
@@ -468,9 +477,10 @@ _FEED_FIELDS_5 = {"target": "feed_target", "step_s": "feed_step_s", "step_low_s"
 
 
 def feed_figures_5_to_6(figures: Any) -> Any:
-    """One FeedFigures of diagnose schema 5 (pipeline schema 2): its feed as FeedRate's fields. A value
-    that is not what schema 5 wrote is left for the validator to name."""
+    """One FeedFigures of diagnose schema 5 (pipeline schema 2): its feed as FeedRate's fields, its
+    timeline without 'source'. A value that is not what schema 5 wrote is left for the validator to name."""
     if not (isinstance(figures, dict) and isinstance(figures.get("feed"), dict)):
         return figures
     flat = figures["feed"]
-    return {**figures, "feed": {name: flat.get(old) for name, old in _FEED_FIELDS_5.items()}}
+    return {**figures, "feed": {name: flat.get(old) for name, old in _FEED_FIELDS_5.items()},
+            "timeline": _timeline_5_to_6(figures.get("timeline"))}
