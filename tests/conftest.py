@@ -4,6 +4,7 @@ PERFSUITE_HYPOTHESIS_PROFILE=thorough runs many more examples than the CI defaul
 """
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,22 @@ def tiny_cache(tiny_corpus):
 
 # Module-scoped fixtures that run a whole diagnosis (tens of seconds). Under xdist every worker that
 # runs one of their tests would run the fixture again; the xdist_group marker sends those tests to one
-# worker (pytest.ini's --dist loadgroup), the rest are spread as usual.
+# worker, the rest are spread as usual. Not --dist in pytest.ini's addopts: without -n it leaves
+# pytest-benchmark's --benchmark-json empty (the benchmarks share that file).
 SHARED_RUNS = {"test_diagnose.py": "run", "test_pipeline_inspect.py": "measured"}
+
+
+def pytest_configure(config):
+    """-n without --dist: the controller schedules by group (loadgroup) and each worker marks the groups
+    in its node ids (xdist derives that on a worker from the command line alone, hence both here)."""
+    worker = getattr(config, "workerinput", None)
+    argv = worker["mainargv"] if worker else sys.argv
+    if any(arg == "--dist" or arg.startswith("--dist=") for arg in argv):
+        return
+    if worker:
+        config.option.loadgroup = True
+    elif getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
