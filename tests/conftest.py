@@ -54,7 +54,7 @@ def tiny_cache(tiny_corpus):
 # Module-scoped fixtures that run a whole diagnosis (tens of seconds). Under xdist every worker that
 # runs one of their tests would run the fixture again; the xdist_group marker sends those tests to one
 # worker, the rest are spread as usual. Not --dist in pytest.ini's addopts: without -n it leaves
-# pytest-benchmark's --benchmark-json empty (the benchmarks share that file).
+# pytest-benchmark's --benchmark-json empty (the benchmark runs read this pytest.ini too).
 SHARED_RUNS = {"test_diagnose.py": "run", "test_pipeline_inspect.py": "measured"}
 
 

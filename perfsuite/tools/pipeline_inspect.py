@@ -173,7 +173,7 @@ class PipelineDiagnosis(Record):
 @migration(PipelineDiagnosis, 2, 3)
 def migrate_2_to_3(data: dict) -> dict:
     """Schema 3 holds the feed rate as its record (diagnose's schema 6 change)."""
-    return {**data, "feed": feed_figures_5_to_6(data.get("feed"))}
+    return {**data, "feed": feed_figures_5_to_6(data["feed"])} if "feed" in data else data
 
 
 # ------------------------------------------------------------------------------------------ the run

@@ -457,10 +457,12 @@ def migrate_4_to_5(data: dict) -> dict:
 def migrate_5_to_6(data: dict) -> dict:
     """Schema 6 holds each feed rate as its record (FeedRate's fields), not its flat feed_* figures, and
     each utilisation timeline as its record (without the derived 'source' schema 5 wrote beside them)."""
-    feed, gpu = data.get("feed"), data.get("gpu")
-    if isinstance(gpu, dict):
-        gpu = {**gpu, "timeline": _timeline_5_to_6(gpu.get("timeline"))}
-    return {**data, "gpu": gpu, "feed": [feed_figures_5_to_6(f) for f in feed] if isinstance(feed, list) else feed}
+    data = dict(data)  # a missing or mistyped key is left for the validator to name
+    if isinstance(data.get("gpu"), dict) and "timeline" in data["gpu"]:
+        data["gpu"] = {**data["gpu"], "timeline": _timeline_5_to_6(data["gpu"]["timeline"])}
+    if isinstance(data.get("feed"), list):
+        data["feed"] = [feed_figures_5_to_6(f) for f in data["feed"]]
+    return data
 
 
 def _timeline_5_to_6(timeline: Any) -> Any:
@@ -482,5 +484,7 @@ def feed_figures_5_to_6(figures: Any) -> Any:
     if not (isinstance(figures, dict) and isinstance(figures.get("feed"), dict)):
         return figures
     flat = figures["feed"]
-    return {**figures, "feed": {name: flat.get(old) for name, old in _FEED_FIELDS_5.items()},
-            "timeline": _timeline_5_to_6(figures.get("timeline"))}
+    figures = {**figures, "feed": {name: flat[old] for name, old in _FEED_FIELDS_5.items() if old in flat}}
+    if "timeline" in figures:
+        figures["timeline"] = _timeline_5_to_6(figures["timeline"])
+    return figures
