@@ -7,7 +7,7 @@ instance warmed up, then 6 rounds of at least 0.25 s, its median samples/s kept.
 Prints each process's instance medians, the SD of the instances within a process (log scale), and the
 SD of the processes' means beside what the instances' spread alone predicts for it (SD / sqrt(instances)).
 A between-process SD no larger than predicted says the offset belongs to the pipeline instance, not the
-process, for processes run one at a time. Why ``perfsuite ab`` still starts fresh workers every pass
+process; a larger one, that processes carry an offset of their own. Why ``perfsuite ab`` still starts fresh workers every pass
 (its workers alternate, frozen in turn, and there passes in one worker shared an offset): docs/ab.md,
 "Why not reuse the workers".
 """
