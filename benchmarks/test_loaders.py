@@ -179,7 +179,7 @@ def test_loader_ratio(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow, 
         return lambda: measure_dataset(dataset=dataset, warmup_batches=profile.warmup_batches,
                                        measure_batches=profile.measure_batches, min_seconds=profile.min_round_s)
 
-    result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b))
+    result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b), sides=RATIOS[ratio])
     # How much of each side's batch time is the timing loop's own (it weighs most on the fast side).
     for side, dataset, rates in (("a", a, result.a_values), ("b", b, result.b_values)):
         batch_s = RATIO_BATCH / statistics.median(rates)

@@ -49,5 +49,6 @@ def test_step_ratio(perfsuite, ratio):
 
     for train in (a, b):  # trace and compile before the first round
         round_of(train)()
-    result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b))
+    result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b),
+                               sides=tuple(f"{mode}_step" for mode in RATIOS[ratio]))
     assert len(result.ratios) >= profile.min_rounds

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import numpy as np
@@ -386,6 +387,44 @@ def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio(
     assert [e["value"] for e in channel.events if e["event"] == "round"] == [2.0] * 4  # A twice as fast as B
     assert [e["parts"] for e in channel.events if e["event"] == "round"] == [[1.0, 0.5]] * 4  # 1 / seconds
     assert channel.events[0]["metric"] == "cache_over_wav_ratio"
+
+
+def test_a_compare_of_named_sides_measures_each_side_once_per_worker():
+    # Two compares share side "n": the second measures only its new side and reuses n's rounds.
+    channel = FakeChannel([{"cmd": "go"}] * 2 + [{"cmd": "stop"}] + [{"cmd": "go"}] * 2 + [{"cmd": "stop"}]
+                          + [{"cmd": "go"}] * 3 + [{"cmd": "stop"}])
+    driver = ab_worker.RoundDriver(channel)
+    driver.start("benchmarks/test_x.py::t[first]")
+    calls = []
+
+    def side(name, seconds):
+        return lambda: calls.append(name) or seconds
+
+    first = _recorder(driver).compare("cache_over_wav_ratio", a=side("n", 1.0), b=side("d1", 2.0), sides=("n", "d1"))
+    driver.start("benchmarks/test_x.py::t[second]")
+    second = _recorder(driver).compare("cache_over_wav_ratio", a=side("n", 1.0), b=side("d2", 4.0), sides=("n", "d2"))
+    assert calls == ["n"] * 3 + ["d1"] * 3 + ["d2"] * 4  # a warm-up call each, then its rounds
+    ready = [(e["nodeid"], e["side"], e["metric"]) for e in channel.events if e["event"] == "ready"]
+    assert ready == [("benchmarks/test_x.py::t[first]", "n", "calls_per_s"),
+                     ("benchmarks/test_x.py::t[first]", "d1", "calls_per_s"),
+                     ("benchmarks/test_x.py::t[second]", "d2", "calls_per_s")]
+    rounds = [e["value"] for e in channel.events if e["event"] == "round"]
+    assert rounds == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.25]  # each side's speed, 1 / seconds
+    ratios = [e for e in channel.events if e["event"] == "ratio"]
+    assert [(e["nodeid"], e["sides"]) for e in ratios] == [("benchmarks/test_x.py::t[first]", ["n", "d1"]),
+                                                           ("benchmarks/test_x.py::t[second]", ["n", "d2"])]
+    assert first.ratios == (2.0, 2.0) and second.ratios == (4.0, 4.0)  # n's two rounds stand in for it
+
+
+def test_a_ratio_of_named_sides_is_derived_from_its_side_rows():
+    def verdict(name, change, low, high):
+        return types.SimpleNamespace(name=name, estimate=types.SimpleNamespace(change=change, low=low, high=high))
+
+    verdicts = [verdict("t side n", -0.10, -0.12, -0.08), verdict("t side d", 0.0, -0.02, 0.02)]
+    [derived] = results.derived_ratios([], verdicts, {"t[r]": ("t side n", "t side d"), "t[s]": ("t side n", "x")})
+    assert (derived.name, derived.numerator, derived.denominator) == ("t[r]", "t side n", "t side d")
+    assert derived.change == pytest.approx(-0.10)
+    assert derived.low == pytest.approx(0.88 / 1.02 - 1) and derived.high == pytest.approx(0.92 / 0.98 - 1)
 
 
 def test_a_skip_from_the_controller_skips_the_benchmark():

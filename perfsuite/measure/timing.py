@@ -377,7 +377,8 @@ class ABResult:
         }
 
 
-def _round_value(result: Any, side: str) -> tuple[float, str]:
+def round_value(result: Any, side: str) -> tuple[float, str]:
+    """One call's figure and its unit: a Measurement's samples/s, or seconds (a float) for fixed work."""
     if isinstance(result, Measurement):
         return result.samples_per_s, "samples/s"
     if isinstance(result, int | float) and not isinstance(result, bool):
@@ -438,7 +439,7 @@ def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1) -> Rou
     _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
     if len(runs) < 1:
         raise ValueError("runs: expected at least one callable, found none")
-    timed = {label: (lambda run=run, label=label: _round_value(run(), str(label))) for label, run in runs.items()}
+    timed = {label: (lambda run=run, label=label: round_value(run(), str(label))) for label, run in runs.items()}
     results, order = interleaved(timed, rounds=rounds, warmup_rounds=warmup_rounds)
     units = {unit for per_round in results.values() for _, unit in per_round}
     if len(units) != 1:

@@ -73,6 +73,7 @@ class RoundDriver:
         self.channel = channel
         self.nodeid = ""
         self.index = 0
+        self.sides_measured: dict[str, tuple[tuple[float, ...], str]] = {}  # a named compare side: its rounds
 
     def start(self, nodeid: str) -> None:
         self.nodeid, self.index = nodeid, 0
@@ -91,9 +92,11 @@ class RoundDriver:
             pytest.skip("perfsuite ab: stopped before any round")
         return results
 
-    def pairs(self, a, b, *, name: str):
+    def pairs(self, a, b, *, name: str, sides: tuple[str, str] | None = None):
         from perfsuite.measure import stats, timing
 
+        if sides is not None:
+            return self._named_sides(a, b, name=name, sides=sides)
         # Warm-up: one pair (A then B), discarded: each side's first call (its start-up: first batches,
         # tracing) is no round. One pair, not the Recorder's two: every pass pays it on both sides.
         timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0)
@@ -109,8 +112,49 @@ class RoundDriver:
             pytest.skip("perfsuite ab: stopped before any round")
         return result
 
-    def _ready(self, kind: str, metric: str) -> None:
-        self.channel.send_and_freeze("ready", nodeid=self.nodeid, index=self.index, kind=kind, metric=metric)
+    def _named_sides(self, a, b, *, name: str, sides: tuple[str, str]):
+        """A compare whose sides are named: each side's own rounds, compared A against B across the
+        workers like any benchmark, the ratio's change derived from its sides' by the controller (told
+        by a "ratio" event). A side is measured once per worker: a later compare naming the same side
+        (by its contract, the same measurement) takes the rounds already measured in this process for
+        the result its test sees, and the controller compares that side once."""
+        from perfsuite.measure import stats, timing
+
+        (a_values, unit), (b_values, b_unit) = (self._side(run, side) for run, side in zip((a, b), sides))
+        if unit != b_unit:
+            raise TypeError(f"sides {sides}: expected both to return the same kind of value, found {unit}, {b_unit}")
+        self.channel.send("ratio", nodeid=self.nodeid, name=name, sides=list(sides))
+        n = min(len(a_values), len(b_values))
+        a_values, b_values = a_values[:n], b_values[:n]
+        ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
+        return timing.ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios,
+                               summary=stats.ratio_summary(ratios), order=("AB",) * n)
+
+    def _side(self, run, side: str) -> tuple[tuple[float, ...], str]:
+        """One named side's rounds (its values, its unit) after one warm-up call, or those measured for
+        it earlier in this process."""
+        from perfsuite.measure import timing
+
+        if side not in self.sides_measured:
+            _, unit = timing.round_value(run(), side)  # warm-up: its start-up is no round
+            self._ready("rounds", "samples_per_s" if unit == "samples/s" else "calls_per_s", side=side)
+            values = []
+            while self._go():
+                start, cpu_start = time.perf_counter(), time.process_time()
+                value, unit = timing.round_value(run(), side)
+                seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+                speed = 1 / value if unit == "s" else value  # a speed either way: higher is better
+                values.append(value)
+                self.channel.send_and_freeze("round", value=speed, seconds=seconds, cpu_s=cpu_s,
+                                             cpu_per_unit=cpu_s / (speed * seconds) if speed * seconds > 0 else None)
+            if not values:
+                pytest.skip("perfsuite ab: stopped before any round")
+            self.sides_measured[side] = (tuple(values), unit)
+        return self.sides_measured[side]
+
+    def _ready(self, kind: str, metric: str, **fields) -> None:
+        self.channel.send_and_freeze("ready", nodeid=self.nodeid, index=self.index, kind=kind, metric=metric,
+                                     **fields)
         self.index += 1
 
     def _go(self) -> bool:

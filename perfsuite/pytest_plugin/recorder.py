@@ -207,20 +207,24 @@ class Recorder:
         benchmark_adapter.time_per_unit(self.benchmark, [1 / result.batches_per_s], unit="s/step")
         return self.record(result)
 
-    def compare(self, name: str, *, a: Callable[[], Any], b: Callable[[], Any],
-                rounds: int | None = None) -> timing.ABResult:
+    def compare(self, name: str, *, a: Callable[[], Any], b: Callable[[], Any], rounds: int | None = None,
+                sides: tuple[str, str] | None = None) -> timing.ABResult:
         """Interleaved rounds of ``a`` and ``b`` (A B, B A, ...; each returns seconds for a fixed amount
         of work, or a Measurement), after one warm-up round; records the median per-round ratio of A's
         speed over B's as ``name`` (a metric declared in the registry, e.g. ``*_ratio``), with every
         round's ratio. Rounds follow the budget; while the gate on ``name`` is inconclusive, pairs of
         rounds are added until it is decided, ``max_rounds`` is reached or twice the budget is spent.
-        A given ``rounds`` fixes the count instead."""
+        A given ``rounds`` fixes the count instead. ``sides`` names what a and b measure: compares that
+        name a side alike measure the same thing, so ``perfsuite ab`` compares each named side once a
+        pass and derives the ratio's change from its sides'."""
         metric_registry.lookup(name)
+        if sides is not None and (len(sides) != 2 or len(set(sides)) != 2 or not all(sides)):
+            raise ValueError(f"sides: expected two different names (A's, B's), found {sides!r}")
         started = time.perf_counter()
         if rounds is not None:
             result = self._once(lambda: timing.interleave(a=a, b=b, rounds=rounds, warmup_rounds=1))
         else:
-            result = self._once(lambda: self._interleaved(a, b, name))
+            result = self._once(lambda: self._interleaved(a, b, name, sides))
         self.add(name, result.summary.median, rounds=result.ratios,
                  extra={f"{name}_detail": result.as_dict(), f"{name}_seconds": time.perf_counter() - started})
         per_sample = result.unit == "samples/s"
@@ -260,9 +264,11 @@ class Recorder:
         self._benchmark_used = True
         return benchmark_adapter.time_rounds(self.benchmark, work, rounds=1)
 
-    def _interleaved(self, a, b, name: str) -> timing.ABResult:
+    def _interleaved(self, a, b, name: str, sides: tuple[str, str] | None = None) -> timing.ABResult:
         if self.context.round_driver is not None:
-            return self.context.round_driver.pairs(a, b, name=name)
+            if sides is None:  # a driver older than named sides takes no such argument
+                return self.context.round_driver.pairs(a, b, name=name)
+            return self.context.round_driver.pairs(a, b, name=name, sides=tuple(sides))
         start = time.perf_counter()
         result = timing.interleave(a=a, b=b, rounds=1, warmup_rounds=1)  # warm-up A B, then B A
         pair_s = (time.perf_counter() - start) / 2

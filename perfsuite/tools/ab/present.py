@@ -48,8 +48,9 @@ def footnotes(report: ABReport) -> list[str]:
                  f"(more work raises it with the wall time; waiting for a core does not); 'machine busy': "
                  f"processes of both sides spent over {s.busy_cpu_excess:.0%} more CPU per sample than the leanest "
                  "of their side (a slow state of waiting), so no slower/faster is claimed")
-    lines += [f"ratio {d.name}: {d.change:+.1%} [{d.low:+.1%}, {d.high:+.1%}], derived from its [numerator] and "
-              "[denominator] above (decided on their own)" for d in report.derived]
+    lines += [f"ratio {d.name}: {d.change:+.1%} [{d.low:+.1%}, {d.high:+.1%}], derived from "
+              f"{d.numerator or 'its [numerator]'} over {d.denominator or 'its [denominator]'} above (decided on "
+              "their own)" for d in report.derived]
     lines += [f"not compared: {n.name}: {n.reason}" for n in report.not_compared]
     lines += list(report.notes)
     if report.failure is not None:

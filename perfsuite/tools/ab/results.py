@@ -96,30 +96,44 @@ def decided(measured: list[Measured]) -> list[Measured]:
 class DerivedRatio(Record):
     """A ratio's change derived from its sides' decided changes: (1 + numerator) / (1 + denominator) - 1,
     oriented like the ratio (worse is negative); the interval from the ends of the sides' intervals,
-    which holds when both sides' do (coverage at least 1 - the two sides' misses)."""
+    which holds when both sides' do (coverage at least 1 - the two sides' misses). numerator,
+    denominator: the rows of its sides."""
 
     name: str
     change: float
     low: float
     high: float
-    a: tuple[float, ...]  # the ratio's rounds, as measured
+    a: tuple[float, ...]  # the ratio's rounds, as measured (empty: its sides were measured apart)
     b: tuple[float, ...]
+    numerator: str = ""
+    denominator: str = ""
 
 
-def derived_ratios(measured: list[Measured], verdicts) -> list[DerivedRatio]:
-    """Per ratio decided by its sides, its change from theirs (``verdicts`` keyed by name)."""
+def derived_ratios(measured: list[Measured], verdicts, named: dict[str, tuple[str, str]] | None = None
+                   ) -> list[DerivedRatio]:
+    """Per ratio decided by its sides, its change from theirs (``verdicts`` keyed by name): a ratio
+    measured with its sides' speeds, and each compare of named sides (``named``: its sides' rows; a
+    ratio of speeds, higher is better)."""
     by_name = {v.name: v.estimate for v in verdicts}
     out = []
     for m in measured:
         sides = m.sides_of_ratio()
-        if not sides:
-            continue
-        n, d = (by_name[s.name] for s in sides)
-        ends = [(1 + n.change) / (1 + d.change), (1 + n.low) / (1 + d.high), (1 + n.high) / (1 + d.low)]
-        if not m.higher_is_better:
-            ends = [1 / e for e in ends]
-        out.append(DerivedRatio(m.name, ends[0] - 1, min(ends[1:]) - 1, max(ends[1:]) - 1, m.a, m.b))
+        if sides:
+            out.append(_derived(m.name, *(s.name for s in sides), by_name, higher_is_better=m.higher_is_better,
+                                a=m.a, b=m.b))
+    for name, (numerator, denominator) in (named or {}).items():
+        if numerator in by_name and denominator in by_name:
+            out.append(_derived(name, numerator, denominator, by_name, higher_is_better=True))
     return out
+
+
+def _derived(name: str, numerator: str, denominator: str, by_name: dict, *, higher_is_better: bool,
+             a: tuple[float, ...] = (), b: tuple[float, ...] = ()) -> DerivedRatio:
+    n, d = by_name[numerator], by_name[denominator]
+    ends = [(1 + n.change) / (1 + d.change), (1 + n.low) / (1 + d.high), (1 + n.high) / (1 + d.low)]
+    if not higher_is_better:
+        ends = [1 / e for e in ends]
+    return DerivedRatio(name, ends[0] - 1, min(ends[1:]) - 1, max(ends[1:]) - 1, a, b, numerator, denominator)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,12 @@ def display_name(nodeid: str, index: int = 0) -> str:
     return name if index == 0 else f"{name} (measurement {index + 1})"
 
 
+def side_name(nodeid: str, side: str) -> str:
+    """The row of a compare's named side: one per test function and side, whichever of its
+    parametrized compares measured it."""
+    return f"{display_name(nodeid.split('[', 1)[0])} side {side}"
+
+
 def _higher_is_better(metric: str) -> bool:
     from perfsuite.verdict import metrics
 
@@ -64,6 +70,7 @@ class Controller:
         self.not_compared: list[NotCompared] = []
         self.notes: list[str] = []
         self.failures: list[SideFailure] = []  # benchmarks that raised on a side: the run fails (exit 3)
+        self.ratios: dict[str, tuple[str, str]] = {}  # a compare of named sides: its sides' rows
         self.spent_s = 0.0
 
     def run(self) -> None:
@@ -139,11 +146,14 @@ class Controller:
                         pending[side] = event
                     elif event.get("event") == "done":
                         done[side] = event
+                    elif event.get("event") == "ratio":
+                        self.ratios[display_name(event["nodeid"])] = tuple(
+                            side_name(event["nodeid"], s) for s in event["sides"])
                     elif event.get("event") == "finished":
                         raise self.pool[side].failure("pytest finished before this benchmark ran", benchmark=name)
             a, b = pending["A"], pending["B"]
             if a is not None and b is not None:
-                if a["index"] == b["index"]:
+                if a["index"] == b["index"] and a.get("side") == b.get("side"):
                     ended = self.drive(a, b, remaining=remaining, count=count)
                     done.update(ended)
                     compared, failed = compared or not ended, failed or bool(ended)
@@ -185,7 +195,7 @@ class Controller:
         from perfsuite.verdict.ab import estimate, settled
 
         nodeid, metric = a_ready["nodeid"], a_ready["metric"]
-        name = display_name(nodeid, a_ready["index"])
+        name = side_name(nodeid, a_ready["side"]) if a_ready.get("side") else display_name(nodeid, a_ready["index"])
         higher = _higher_is_better(metric)
         allotted = max(0.0, self.options.budget_s - self.spent_s) / max(remaining, 1)
         values, seconds, cpu, parts = ({s: [] for s in SIDES} for _ in range(4))
@@ -293,13 +303,18 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
     verdicts = decide_revisions([_estimate(m, settings) for m in measured], settings)
     load_after = _load()
     return ABReport(sides=sides, settings=settings, options=options, measured=measured,
-                    verdicts=verdicts, derived=tuple(derived_ratios(whole, verdicts)),
+                    verdicts=verdicts, derived=tuple(derived_ratios(whole, verdicts, _ratios(controllers))),
                     not_compared=tuple(_unique(n for c in controllers for n in c.not_compared)),
                     notes=tuple(_unique(n for c in controllers for n in c.notes)), failure=failure,
                     benchmark_failures=tuple(f for c in controllers for f in c.failures),
                     elapsed_s=time.monotonic() - started,
                     load={"before": load_before["average_1min"], "after": load_after["average_1min"],
                           "cpus": load_after["cpus"]})
+
+
+def _ratios(controllers: list[Controller]) -> dict[str, tuple[str, str]]:
+    """Every compare of named sides any pass ran: its sides' rows."""
+    return {name: sides for c in controllers for name, sides in c.ratios.items()}
 
 
 def _undecided(measured: list[Measured], settings) -> set[str]:
