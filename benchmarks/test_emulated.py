@@ -98,7 +98,7 @@ def _rounds(perfsuite, count, measure_round):
 def _figures(results, prefix="emulated_"):
     """Per round and over rounds (median and its order-statistic interval): the run's figures and the
     NVML statistics of its timeline."""
-    rounds = [{**run.as_dict(), **emulated_figures(stats)} for run, stats in results]
+    rounds = [{**run.figures().as_dict(), **emulated_figures(stats)} for run, stats in results]
     over = {
         "busy_fraction": [run.busy_fraction for run, _ in results],
         "util_median": [stats.util_median for _, stats in results],

@@ -35,17 +35,17 @@ def pyplot():
     return plt
 
 
-def draw_timeline(ax, name: str, figures: dict, *, unit: str = "batch", round_lengths=None) -> None:
-    """One per-batch (or per-call) time series from a timing.Measurement.as_dict() record, a detected
-    cycle's period marked by red dotted lines and, when round_lengths (batches per round, in order) are
-    given, the boundaries between measurement rounds by grey dashed ones."""
-    times_ms = [s * 1e3 for s in figures["batch_s"]]
+def draw_timeline(ax, name: str, batch_s, samples_per_s: float, period: int | None, *, unit: str = "batch",
+                  round_lengths=None) -> None:
+    """One per-batch (or per-call) time series in seconds, a detected cycle's period (None: no significant
+    cycle) marked by red dotted lines and, when round_lengths (batches per round, in order) are given, the
+    boundaries between measurement rounds by grey dashed ones."""
+    times_ms = [s * 1e3 for s in batch_s]
     for x in itertools.accumulate((round_lengths or [])[:-1]):
         ax.axvline(x - 0.5, color="grey", linestyle="--", linewidth=0.6, alpha=0.6)
     ax.plot(range(len(times_ms)), times_ms, marker=".", linewidth=0.8)
-    title = f"{name}: {figures['samples_per_s']:.0f} samples/s"
-    if figures.get("cycle_significant"):
-        period = figures["cycle_period"]
+    title = f"{name}: {samples_per_s:.0f} samples/s"
+    if period is not None:
         for x in range(0, len(times_ms), period):
             ax.axvline(x, color="red", linestyle=":", linewidth=0.8)
         title += f", cycle every {period} {'batches' if unit == 'batch' else unit + 's'}"

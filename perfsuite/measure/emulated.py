@@ -62,7 +62,7 @@ DEFAULT_MEL = MelConfig()  # the loaders' mel: audio seconds = mel frames x hop 
 
 
 @dataclass(frozen=True)
-class StepTime:
+class StepTime(Record):
     """Device time of one step: fixed_s + per_frame_s x frames of the batch.
 
     frames="padded" counts batch size x padded frames of ``mel`` (what a static-shape step computes);
@@ -85,10 +85,6 @@ class StepTime:
         if not self.per_frame_s:
             return self.fixed_s
         return self.fixed_s + self.per_frame_s * batch_frames(batch, frames=self.frames)
-
-    def as_dict(self) -> dict:
-        return {"fixed_s": self.fixed_s, "per_frame_s": self.per_frame_s, "frames": self.frames,
-                "source": self.source}
 
 
 def fixed_step(seconds: float) -> StepTime:
@@ -264,7 +260,7 @@ def utilisation_timeline(busy: Iterable[tuple[float, float]], *, start: float, e
 
 
 @dataclass(frozen=True)
-class Coverage:
+class Coverage(Record):
     """How much of a timeline's window its first device's utilisation samples cover. A sample stamped at
     t stands for [t - interval_s, t]. covered_share: the union of those intervals within the window over
     the window; longest_gap_s: the longest stretch without a stamp (start to the first, between stamps,
@@ -289,10 +285,6 @@ class Coverage:
         return (f"the utilisation samples cover {self.covered_share:.0%} of the {self.window_s:.3g} s window "
                 f"(at least {MIN_COVERAGE:.0%} expected) and leave a gap of {self.longest_gap_s:.3g} s "
                 f"(at most {MAX_GAP_INTERVALS:g} sample intervals of {self.interval_s:.3g} s expected)")
-
-    def as_dict(self) -> dict:
-        return {"samples": self.samples, "covered_share": self.covered_share, "longest_gap_s": self.longest_gap_s,
-                "complete": self.complete}
 
 
 def window_coverage(timeline: GpuTimeline) -> Coverage:
@@ -319,7 +311,7 @@ def with_coverage(timeline: GpuTimeline) -> GpuTimeline:
 
 
 @dataclass(frozen=True)
-class EmulatedRunConfig:
+class EmulatedRunConfig(Record):
     """One round: `warmup_batches` steps unmeasured, then steps until there are at least `batches`, the
     window lasts `min_seconds` and holds `min_samples` utilisation samples (the cycle detector needs 32).
 
@@ -350,13 +342,27 @@ class EmulatedRunConfig:
             return self.interval_s
         return max(MIN_INTERVAL_S, statistics.median(step_s)) if step_s else MIN_INTERVAL_S
 
-    def as_dict(self) -> dict:
-        return {"batches": self.batches, "warmup_batches": self.warmup_batches, "min_seconds": self.min_seconds,
-                "min_samples": self.min_samples, "interval_s": self.interval_s}
+
+@dataclass(frozen=True)
+class RunFigures(Record):
+    """The figures of one emulated round (EmulatedRun.figures()): its window in seconds, the batches it
+    took, its busy fraction, its timeline's coverage (window_coverage), its rates, and the median device
+    time and the median and longest host wait per batch."""
+
+    duration_s: float
+    batches: int
+    busy_fraction: float
+    timeline_covered_share: float
+    timeline_longest_gap_s: float
+    steps_per_s: float
+    audio_s_per_s: float | None
+    step_s_median: float
+    wait_s_median: float
+    wait_s_max: float
 
 
 @dataclass(frozen=True)
-class EmulatedRun:
+class EmulatedRun(Record):
     """One emulated round. Times are epoch seconds (perf_counter precision), like the NVML timeline's.
 
     busy: the device's busy intervals in the window; step_s: their device times; wait_s: the host's time
@@ -389,13 +395,14 @@ class EmulatedRun:
     def audio_s_per_s(self) -> float | None:
         return None if self.audio_s is None else self.audio_s / self.duration_s
 
-    def as_dict(self) -> dict:
+    def figures(self) -> RunFigures:
+        """The round's figures (as_dict() is the round itself: every interval, step and wait)."""
         coverage = window_coverage(self.timeline)
-        return {"duration_s": self.duration_s, "batches": len(self.step_s), "busy_fraction": self.busy_fraction,
-                "timeline_covered_share": coverage.covered_share, "timeline_longest_gap_s": coverage.longest_gap_s,
-                "steps_per_s": self.steps_per_s, "audio_s_per_s": self.audio_s_per_s,
-                "step_s_median": statistics.median(self.step_s), "wait_s_median": statistics.median(self.wait_s),
-                "wait_s_max": max(self.wait_s)}
+        return RunFigures(duration_s=self.duration_s, batches=len(self.step_s), busy_fraction=self.busy_fraction,
+                          timeline_covered_share=coverage.covered_share,
+                          timeline_longest_gap_s=coverage.longest_gap_s, steps_per_s=self.steps_per_s,
+                          audio_s_per_s=self.audio_s_per_s, step_s_median=statistics.median(self.step_s),
+                          wait_s_median=statistics.median(self.wait_s), wait_s_max=max(self.wait_s))
 
 
 def run_emulated(batches: Iterable, *, step: float | StepTime | Callable[[Any], float],
@@ -468,8 +475,8 @@ def emulated_gate_metrics(stats: GpuStats) -> dict[str, Any]:
 
 
 def emulated_figures(stats: GpuStats) -> dict[str, Any]:
-    """`GpuStats.as_dict()` renamed emulated_*, for extra_info."""
-    return _emulated_names(stats.as_dict())
+    """`GpuStats.extra_info()` renamed emulated_*, for extra_info."""
+    return _emulated_names(stats.extra_info())
 
 
 # ------------------------------------------------------------------------------------------ feed rate

@@ -462,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"GPU unavailable ({exc.cause}): {exc.reason}", file=sys.stderr)
         return 1
     for series in sampler.timeline.devices:
-        print(json.dumps(gpu_stats(sampler.timeline, device=series.index).as_dict(), sort_keys=True))
+        print(json.dumps(gpu_stats(sampler.timeline, device=series.index).extra_info(), sort_keys=True))
     return 0
 
 

@@ -25,9 +25,11 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from perfsuite.records import Record
 
 # ISA extensions TensorFlow's CPU kernels (Eigen, oneDNN, XNNPACK) dispatch on. Only these are kept:
 # the full flag list also carries kernel and hypervisor details (e.g. "hypervisor") that would make
@@ -60,7 +62,7 @@ _X86_VENDORS = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": 
 
 
 @dataclass(frozen=True)
-class MachineFingerprint:
+class MachineFingerprint(Record):
     """What a baseline profile is tied to. None means "could not be read here" (or no GPU / no
     TensorFlow); two None values are equal. ``isa`` is sorted so that equal sets compare equal."""
 
@@ -83,14 +85,12 @@ class MachineFingerprint:
     gpu_cuda_driver: str | None  # informational: follows from the driver
     gpu_power_limit_w: int | None
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain types only (the ISA set as a list), in field order: what a profile file holds."""
-        return {**asdict(self), "isa": list(self.isa)}
-
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> MachineFingerprint:
-        """The inverse of ``as_dict``. Every key is required and no other is allowed (a profile's
-        ``format`` says which keys exist); FingerprintFieldError names the key that is wrong."""
+    def from_dict(cls, values: Mapping[str, Any], where: str | None = None) -> MachineFingerprint:
+        """The inverse of ``as_dict`` (plain types, the ISA as a list, in field order: what a profile
+        file holds). Every key is required and no other is allowed (a profile's ``format`` says which
+        keys exist); FingerprintFieldError names the key that is wrong. ``where`` is unused: the caller
+        names the file. Nested in another record, a fingerprint is read by the records' validator."""
         for key in values:
             if key not in _KINDS:
                 raise FingerprintFieldError(key, f"one of {', '.join(_KINDS)}", key, unknown=True)

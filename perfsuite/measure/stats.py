@@ -13,6 +13,8 @@ import numpy as np
 from scipy import special as spspecial
 from scipy import stats as sps
 
+from perfsuite.records import Record
+
 # 1.4826 * MAD estimates the standard deviation of normally distributed data (1 / Phi^-1(3/4)),
 # so the robust CV is directly comparable to std/mean on well-behaved data.
 MAD_TO_STD = 1.4826
@@ -39,13 +41,14 @@ def _mad(array: np.ndarray) -> float:
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(Record):
     """Descriptive statistics of one sample.
 
     std is the sample standard deviation (ddof=1; 0.0 for a single value). p50 is the median; p95 and
     p99 use numpy's default linear interpolation. variation_ratio = std / mean. robust_cv = 1.4826 * MAD / median,
     where MAD is the median absolute deviation from the median; the 1.4826 factor makes it equal the
-    coefficient of variation for normal data while ignoring the occasional stall.
+    coefficient of variation for normal data while ignoring the occasional stall. Either is None when its
+    denominator is 0 (an all-zero sample has no scale to compare to).
     """
 
     n: int
@@ -57,16 +60,13 @@ class Summary:
     p50: float
     p95: float
     p99: float
-    variation_ratio: float
-    robust_cv: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+    variation_ratio: float | None
+    robust_cv: float | None
 
 
-def _ratio(numerator: float, denominator: float) -> float:
+def _ratio(numerator: float, denominator: float) -> float | None:
     # A zero mean or median only happens for all-zero samples; there is no scale to compare to.
-    return numerator / denominator if denominator != 0 else math.nan
+    return numerator / denominator if denominator != 0 else None
 
 
 def summarize(values) -> Summary:
@@ -123,25 +123,23 @@ def stability_warnings(values, *, min_samples: int = 20) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Cycle:
+class Cycle(Record):
     """Result of detect_cycle.
 
     period: lag (in samples) of the cycle, None when not significant. strength: autocorrelation at
     the reported lag (the period, or the strongest lag tested when nothing is significant).
-    threshold: the significance band at that lag. lags_tested: how many lags were tested (the
-    Bonferroni count m). note: why the result is what it is, in words.
+    threshold: the significance band at that lag; strength and threshold are None when no lag was tested
+    (too few points, a constant series). lags_tested: how many lags were tested (the Bonferroni count m).
+    note: why the result is what it is, in words.
     """
 
     significant: bool
     period: int | None
-    strength: float
-    threshold: float
+    strength: float | None
+    threshold: float | None
     n: int
     lags_tested: int
     note: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 # Robust z-scores are clipped here: a periodic stall (2x the baseline amid 10 % noise sits about 7
@@ -208,7 +206,7 @@ def detect_cycle(values, *, alpha: float = 0.05, min_points: int = 32, max_lag: 
         bad = int(np.flatnonzero(array <= 0)[0])
         raise ValueError(f"values: expected positive times, found {array[bad]} at index {bad}")
     if n < min_points:
-        return Cycle(significant=False, period=None, strength=math.nan, threshold=math.nan, n=n, lags_tested=0,
+        return Cycle(significant=False, period=None, strength=None, threshold=None, n=n, lags_tested=0,
                      note=f"too few points: {n} < min_points={min_points}")
     if max_lag is None:
         max_lag = n // 4
@@ -218,7 +216,7 @@ def detect_cycle(values, *, alpha: float = 0.05, min_points: int = 32, max_lag: 
     z_scores = _robust_z(np.log(array))
     m = max_lag - 1
     if z_scores is None:
-        return Cycle(significant=False, period=None, strength=math.nan, threshold=math.nan, n=n, lags_tested=m,
+        return Cycle(significant=False, period=None, strength=None, threshold=None, n=n, lags_tested=m,
                      note="constant series: no variation to correlate")
     r = _autocorrelation(_detrend(z_scores), max_lag + 1)
 
@@ -272,7 +270,7 @@ def ratio_of(a, b) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class RatioSummary:
+class RatioSummary(Record):
     """Summary of paired ratios, computed in log space so that inverting every ratio (swapping A and
     B) inverts median, swaps and inverts low/high, and leaves spread unchanged.
 
@@ -287,11 +285,6 @@ class RatioSummary:
     spread: float
     n: int
     values: tuple[float, ...]
-
-    def as_dict(self) -> dict:
-        result = asdict(self)
-        result["values"] = list(self.values)
-        return result
 
 
 def ratio_summary(ratios) -> RatioSummary:
@@ -317,7 +310,7 @@ def ratio_summary(ratios) -> RatioSummary:
 
 
 @dataclass(frozen=True)
-class PairedGain:
+class PairedGain(Record):
     """Is a candidate faster than a reference beyond the round-to-round noise? Measured in the same
     rounds (interleaved), so each round gives one ratio candidate / reference of a higher-is-better
     figure (samples/s).
@@ -340,11 +333,9 @@ class PairedGain:
     min_effect: float
     min_win_share: float
 
-    def as_dict(self) -> dict:
-        return {"ratios": list(self.ratios), "ratio_median": self.summary.median, "ratio_low": self.summary.low,
-                "ratio_high": self.summary.high, "ratio_spread": self.summary.spread, "wins": self.wins,
-                "rounds": self.summary.n, "p_value": self.p_value, "significant": self.significant,
-                "alpha": self.alpha, "min_effect": self.min_effect, "min_win_share": self.min_win_share}
+    @property
+    def rounds(self) -> int:
+        return self.summary.n
 
 
 def paired_gain(*, candidate, reference, alpha: float = 0.05, min_effect: float = 0.10,

@@ -24,6 +24,7 @@ import numpy as np
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
 from perfsuite.measure.rounds import interleaved
+from perfsuite.records import Record
 
 
 def _json_number(value: float | None) -> float | None:
@@ -109,8 +110,8 @@ def tracing_count(fn: Callable) -> int | None:
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """A measured pipeline or step.
+class Measurement(Record):
+    """A measured pipeline or step; as_dict() is the record itself, extra_info() its flat figures.
 
     first_ns: the first batch / call (start-up, trace, compile), also warmup_ns[0].
     warmup_ns: all warm-up batches / calls, not part of the steady state.
@@ -134,16 +135,41 @@ class Measurement:
     traces: int | None = None
     retraces: int | None = None
 
-    def as_dict(self) -> dict:
+    @property
+    def first_s(self) -> float:
+        return self.first_ns / 1e9
+
+    @property
+    def warmup_s(self) -> tuple[float, ...]:
+        return tuple(ns / 1e9 for ns in self.warmup_ns)
+
+    @property
+    def batch_s(self) -> tuple[float, ...]:
+        """Every steady batch / call, in seconds."""
+        return tuple(ns / 1e9 for ns in self.batch_ns)
+
+    @property
+    def batches(self) -> int:
+        return len(self.batch_ns)
+
+    @property
+    def samples(self) -> int:
+        return sum(self.batch_samples)
+
+    @property
+    def steady_s(self) -> float:
+        return sum(self.batch_ns) / 1e9
+
+    def extra_info(self) -> dict:
         """Flat JSON-ready figures (seconds, not ns) for pytest-benchmark's extra_info."""
         summary = self.summary
         return {
             "name": self.name,
-            "first_s": self.first_ns / 1e9,
-            "warmup_s": [ns / 1e9 for ns in self.warmup_ns],
-            "batches": len(self.batch_ns),
-            "samples": sum(self.batch_samples),
-            "steady_s": sum(self.batch_ns) / 1e9,
+            "first_s": self.first_s,
+            "warmup_s": list(self.warmup_s),
+            "batches": self.batches,
+            "samples": self.samples,
+            "steady_s": self.steady_s,
             "samples_per_s": self.samples_per_s,
             "batches_per_s": self.batches_per_s,
             "batch_mean_s": summary.mean,
@@ -164,7 +190,7 @@ class Measurement:
             "cycle_note": self.cycle.note,
             "traces": self.traces,
             "retraces": self.retraces,
-            "batch_s": [ns / 1e9 for ns in self.batch_ns],
+            "batch_s": list(self.batch_s),
         }
 
 

@@ -74,8 +74,9 @@ MIN_OSCILLATION_SWING_PCT = 10.0
 
 
 @dataclass(frozen=True)
-class GpuStats:
+class GpuStats(Record):
     """Utilisation statistics of one device's timeline; utilisation in percent, idle as a fraction.
+    as_dict() is the record itself, extra_info() its flat gpu_* figures.
 
     Both utilisation sources compute these here: the NVML sampler's timeline and the emulated
     accelerator's (perfsuite.measure.emulated), so the same gates apply to both.
@@ -101,9 +102,8 @@ class GpuStats:
     complete: bool
     error: str | None
 
-    def as_dict(self) -> dict[str, Any]:
-        """Flat keys for pytest-benchmark's extra_info."""
-        strength = self.oscillation.strength
+    def extra_info(self) -> dict[str, Any]:
+        """Flat gpu_* keys for pytest-benchmark's extra_info."""
         return {
             "gpu_device": self.device_index,
             "gpu_name": self.device_name,
@@ -118,8 +118,7 @@ class GpuStats:
             "gpu_oscillation": self.oscillation.significant,
             "gpu_oscillation_period_samples": self.oscillation.period,  # None when not significant
             "gpu_oscillation_period_s": self.oscillation_period_s,
-            # NaN (too few samples, constant series) is not JSON; None says "not measured".
-            "gpu_oscillation_strength": None if math.isnan(strength) else strength,
+            "gpu_oscillation_strength": self.oscillation.strength,  # None: not measured
             "gpu_oscillation_note": self.oscillation.note,
             "gpu_oscillation_swing": self.oscillation_swing,
             "gpu_starvation_episodes": self.starvation_episodes,

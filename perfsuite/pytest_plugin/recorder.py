@@ -328,7 +328,10 @@ class Recorder:
         Without a prefix a Measurement is the benchmark's primary measurement: its declared metrics
         (samples/s, variation, traces ...) are judged and compared with earlier runs.
         """
-        as_dict = figures.as_dict() if hasattr(figures, "as_dict") else dict(figures)
+        if hasattr(figures, "extra_info"):  # a record with flat figures for extra_info (Measurement, GpuStats)
+            as_dict = figures.extra_info()
+        else:
+            as_dict = figures.as_dict() if hasattr(figures, "as_dict") else dict(figures)
         for key, value in as_dict.items():
             self.benchmark.extra_info[f"{prefix}{key}"] = value
         if isinstance(figures, timing.Measurement) and not prefix:
@@ -366,7 +369,7 @@ class Recorder:
                   "decision": v.decision} for v in (check.verdicts if check is not None else ())]
         return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid, "gates": gates,
                 "metrics": {k: v for k, v in self.metrics.items() if v is None or isinstance(v, int | float)},
-                "measurement": None if self.primary is None else self.primary.as_dict(),
+                "measurement": None if self.primary is None else self.primary.extra_info(),
                 "unit": self.primary_unit, "round_lengths": self.primary_round_lengths,
                 "ratio_rounds": {k: list(v) for k, v in self.rounds.items() if metric_registry.lookup(k).same_run}}
 

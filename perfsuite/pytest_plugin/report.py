@@ -22,7 +22,7 @@ def write_benchmark_report(records: list[dict], directory: Path, *, title: str =
     interleaved rounds were recorded, their range); summary.md linking them. Returns summary.md's path.
 
     records: what the plugin collects per benchmark: benchmark_id, outcome, metrics (the gated
-    figures), measurement (Measurement.as_dict() of the primary measurement, or None), ratio_rounds
+    figures), measurement (Measurement.extra_info() of the primary measurement, or None), ratio_rounds
     ({metric: per-round ratios} for ratios measured by Recorder.compare).
     """
     directory = Path(directory)
@@ -44,7 +44,9 @@ def plot_benchmark_timeline(record: dict, path: Path) -> Path:
     measurement = record["measurement"]
     unit = record.get("unit") or "batch"
     figure, ax = plt.subplots(figsize=(9, 2.6))
-    draw_timeline(ax, record["benchmark_id"], measurement, unit=unit, round_lengths=record.get("round_lengths"))
+    period = measurement["cycle_period"] if measurement.get("cycle_significant") else None
+    draw_timeline(ax, record["benchmark_id"], measurement["batch_s"], measurement["samples_per_s"], period, unit=unit,
+                  round_lengths=record.get("round_lengths"))
     ax.set_xlabel(f"steady {unit} (rounds joined" + ("; grey lines: round boundaries)" if record.get("round_lengths")
                                                      else ")"))
     return save(plt, figure, path)

@@ -59,10 +59,16 @@ def plot_batch_timeline(diagnosis: Diagnosis, path: Path) -> Path:
     figure, axes = plt.subplots(len(pipelines), 1, figsize=(9, 2.2 * len(pipelines)), squeeze=False)
     batches = diagnosis.settings.batches
     for ax, figures in zip(axes[:, 0], pipelines):
-        rounds = len(figures.loader["batch_s"]) // batches
-        draw_timeline(ax, figures.pipeline.label, figures.loader, round_lengths=[batches] * rounds)
+        loader = figures.loader
+        draw_timeline(ax, figures.pipeline.label, loader.batch_s, loader.samples_per_s, _period(loader.cycle),
+                      round_lengths=[batches] * (loader.batches // batches))
     axes[-1, 0].set_xlabel("steady batch (rounds joined; grey lines: round boundaries)")
     return save(plt, figure, path)
+
+
+def _period(cycle) -> int | None:
+    """A stats.Cycle's period when it is significant, else None (no cycle, or none measured)."""
+    return cycle.period if cycle is not None and cycle.significant else None
 
 
 def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
@@ -92,11 +98,11 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
     left.set_title(f"tf_native WAV loader vs {label} ({sweep.rounds} interleaved rounds)", fontsize=9)
     for x, point in zip(xs, points):
         gain = point.vs_current
-        ratios = [1.0] * sweep.rounds if gain is None else gain["ratios"]
-        colour = "tab:orange" if gain is None else ("tab:green" if gain["significant"] else "tab:grey")
+        ratios = [1.0] * sweep.rounds if gain is None else gain.ratios
+        colour = "tab:orange" if gain is None else ("tab:green" if gain.significant else "tab:grey")
         right.plot([x] * len(ratios), ratios, "o", color=colour, alpha=0.8)
         if gain is not None:
-            right.plot([x - 0.2, x + 0.2], [gain["ratio_median"]] * 2, color=colour, linewidth=2)
+            right.plot([x - 0.2, x + 0.2], [gain.summary.median] * 2, color=colour, linewidth=2)
     right.axhline(1.0, color="black", linewidth=0.8)
     right.axhline(1 + sweep.min_gain, color="tab:green", linestyle="--", linewidth=0.8,
                   label=f"+{sweep.min_gain:.0%}: minimum gain")
@@ -104,7 +110,7 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
     right.set_xlabel(label)
     right.set_ylabel("samples/s ÷ current, per round")
     right.legend(fontsize=7)
-    clear = [name for name, point in zip(names, points) if point.vs_current and point.vs_current["significant"]]
+    clear = [name for name, point in zip(names, points) if point.vs_current and point.vs_current.significant]
     verdict = f"clear gain: {', '.join(clear)}" if clear else "no clear winner over the current setting"
     right.set_title(f"same-round ratio to current ({verdict})", fontsize=9)
     return save(plt, figure, path)
@@ -151,12 +157,12 @@ def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
             lines.append(f"| {figures.pipeline} | {fed} | {figures.reason} | - | - | - | - | - |")
             continue
         stats = figures.stats
-        period = stats["emulated_oscillation_period_s"]
+        period = stats.oscillation_period_s
         keeps = {True: "yes", False: "no", None: "undecided"}[figures.keeps_busy]
         lines.append(f"| {figures.pipeline} | {fed} | {figures.step_s * 1e3:.3g} ms ({figures.step_time}) | "
-                     f"{figures.round['busy_fraction']:.0%} | {stats['emulated_util_median']:.0f} % | "
-                     f"{stats['emulated_idle_fraction']:.0%} | "
-                     f"{f'every {period:.3g} s' if stats['emulated_oscillation'] else 'none'} | {keeps} |")
+                     f"{figures.round.busy_fraction:.0%} | {stats.util_median:.0f} % | "
+                     f"{stats.idle_fraction:.0%} | "
+                     f"{f'every {period:.3g} s' if stats.oscillation.significant else 'none'} | {keeps} |")
     return lines
 
 
@@ -171,7 +177,7 @@ def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
     figures = {}
     for p in diagnosis.pipelines:
         if p.pipeline == Pipeline("tf_native", "wav"):
-            figures["the loader comparison"] = p.loader["samples_per_s"]
+            figures["the loader comparison"] = p.loader.samples_per_s
     figures.update({f"the {sweep.axis.replace('_', '-')} sweep": _current_samples_per_s(sweep)
                     for sweep in diagnosis.sweep})
     values = list(figures.values())
@@ -269,7 +275,7 @@ def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
     lines = ["", "## Loaders", "", "| pipeline | samples/s | per-batch variation | cycle |", "|---|---|---|---|"]
     for figures in diagnosis.pipelines:
         loader = figures.loader
-        cycle = f"every {loader['cycle_period']}" if loader["cycle_significant"] else "none"
+        cycle = f"every {loader.cycle.period}" if loader.cycle.significant else "none"
         lines.append(f"| {figures.pipeline.label} | {interval_cell(figures.samples_per_s, lambda v: f'{v:.1f}')} | "
                      f"{interval_cell(figures.variation, _percent)} | {cycle} |")
     lines += ["", "| compared | same-round ratio | decided |", "|---|---|---|"]
@@ -319,9 +325,9 @@ def _sweep_lines(sweep: SweepAxis) -> list[str]:
         if gain is None:
             lines.append(f"| {name} (current) | {point.samples_per_s:.1f} | {spread} | 1 | - | - | - |")
             continue
-        p_value = "-" if gain["p_value"] is None else f"{gain['p_value']:.2g}"
+        p_value = "-" if gain.p_value is None else f"{gain.p_value:.2g}"
         lines.append(f"| {name} | {point.samples_per_s:.1f} | {spread} | {interval_cell(point.ratio, _times)} | "
-                     f"{gain['wins']}/{gain['rounds']} | {p_value} | {'yes' if gain['significant'] else 'no'} |")
+                     f"{gain.wins}/{gain.rounds} | {p_value} | {'yes' if gain.significant else 'no'} |")
     return lines
 
 
@@ -337,11 +343,9 @@ def write_pipeline_report(diagnosis, directory: Path) -> Path:
     if throughput is not None and throughput.batch_s:
         plt = pyplot()
         figure, ax = plt.subplots(figsize=(9, 2.6))
-        cycle = throughput.cycle or {}
-        figures = {"batch_s": list(throughput.batch_s), "samples_per_s": throughput.rate.median,
-                   "cycle_significant": cycle.get("significant", False), "cycle_period": cycle.get("period")}
         rounds = len(throughput.batch_s) // throughput.batches_per_round
-        draw_timeline(ax, diagnosis.target.pipeline, figures, round_lengths=[throughput.batches_per_round] * rounds)
+        draw_timeline(ax, diagnosis.target.pipeline, throughput.batch_s, throughput.rate.median,
+                      _period(throughput.cycle), round_lengths=[throughput.batches_per_round] * rounds)
         ax.set_xlabel("steady batch (rounds joined; grey lines: round boundaries)")
         plots.append(save(plt, figure, directory / "batch_timeline.png"))
     if diagnosis.feed is not None:
