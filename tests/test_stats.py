@@ -257,7 +257,7 @@ def test_paired_gain_needs_gain_consistency_and_significance():
     steady = stats.paired_gain(candidate=[150, 162, 149], reference=[100, 105, 98])
     assert steady.significant and steady.wins == 3 and steady.p_value < 0.05
     assert steady.summary.median == pytest.approx(1.52, abs=0.01)
-    assert steady.as_dict()["rounds"] == 3
+    assert steady.rounds == 3 and stats.PairedGain.from_dict(steady.as_dict()) == steady
     erratic = stats.paired_gain(candidate=[105, 180, 130], reference=[100, 100, 100])
     assert erratic.wins == 3 and erratic.summary.median == pytest.approx(1.3) and erratic.p_value > 0.05
     assert not erratic.significant
