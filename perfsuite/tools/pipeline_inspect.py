@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
+from perfsuite.measure.machine import MachineFingerprint
 from perfsuite.measure.speech import FrameCounter
+from perfsuite.measure.stats import Cycle
 from perfsuite.records import Record, migrate, migration
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
@@ -67,10 +69,11 @@ from perfsuite.verdict.diagnosis_figures import (
     check_step_time,
     estimate,
     feed_figures_5_to_6,
+    gpu_stats_6_to_7,
     without_kind,
 )
 
-PIPELINE_SCHEMA_VERSION = 3
+PIPELINE_SCHEMA_VERSION = 4
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "feed": 2.0}
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
@@ -112,7 +115,7 @@ class Throughput(Record):
     """The pipeline alone, one iterator: first_batch_s (start-up) and warmup_s apart, then rounds of
     batches_per_round steady batches. unit: 'samples' (the leading dimension of a batch) or 'batches'
     when a batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the
-    batch times; batch_s: every steady batch, rounds joined; cycle: stats.Cycle.as_dict() of batch_s;
+    batch times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s;
     restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
 
     first_batch_s: float
@@ -122,7 +125,7 @@ class Throughput(Record):
     variation: RoundsEstimate | None
     batches_per_round: int
     batch_s: tuple[float, ...]
-    cycle: dict | None
+    cycle: Cycle | None
     restarts: int
     audio_s_per_s: RoundsEstimate | None = None
     padding_efficiency: float | None = None
@@ -148,7 +151,7 @@ class PipelineDiagnosis(Record):
 
     target: Target
     settings: PipelineSettings
-    fingerprint: dict
+    fingerprint: MachineFingerprint
     complete: bool
     elapsed_s: float
     stages: tuple[StageRecord, ...]
@@ -174,6 +177,13 @@ class PipelineDiagnosis(Record):
 def migrate_2_to_3(data: dict) -> dict:
     """Schema 3 holds the feed rate as its record (diagnose's schema 6 change)."""
     return {**data, "feed": feed_figures_5_to_6(data["feed"])} if "feed" in data else data
+
+
+@migration(PipelineDiagnosis, 3, 4)
+def migrate_3_to_4(data: dict) -> dict:
+    """Schema 4 holds the feed round's utilisation statistics as their GpuStats (diagnose's schema 7
+    change). The throughput's cycle (stats.Cycle's fields) and the fingerprint keep their shape."""
+    return {**data, "feed": gpu_stats_6_to_7(data["feed"])} if "feed" in data else data
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -203,7 +213,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     first_batch, first_s, warmup_s = _start(stream, settings.warmup)
     tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
     first_step = _first_calls(step, first_batch, target.step) if step is not None else None
-    head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint().as_dict(), "graph": graph}
+    head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint(), "graph": graph}
     run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
                    parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None}, budget=budget,
                    progress=progress, checkpoint=checkpoint)
@@ -333,7 +343,7 @@ def _throughput_stage(stage: Stage, stream: _Stream, first_s: float, warmup_s: t
                       variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
                                          VARIATION_BOUNDARIES) if rounds else None,
                       batches_per_round=batches, batch_s=batch_s,
-                      cycle=stats.detect_cycle(batch_s).as_dict() if batch_s else None, restarts=stream.restarts,
+                      cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=stream.restarts,
                       audio_s_per_s=estimate(audio) if audio and len(audio) == len(rounds) else None,
                       padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None)
 
@@ -457,10 +467,10 @@ def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
                            "frames, the rest padding", {**estimate_evidence("audio_s_per_s", audio),
                                                         "padding_efficiency": figures.padding_efficiency},
                            None, audio))
-    cycle, variation = figures.cycle or {}, figures.variation
-    if cycle.get("significant"):
-        out.append(DiagnosisFinding("cycle", f"per-batch times repeat every {cycle['period']} batches", {
-            "period": cycle["period"], "strength": cycle["strength"], "threshold": cycle["threshold"]},
+    cycle, variation = figures.cycle, figures.variation
+    if cycle is not None and cycle.significant:
+        out.append(DiagnosisFinding("cycle", f"per-batch times repeat every {cycle.period} batches", {
+            "period": cycle.period, "strength": cycle.strength, "threshold": cycle.threshold},
             "periodic stalls: a slow element every period (long files, GC, a shared disk); raise prefetch or "
             "parallelism so the stall is hidden"))
     elif variation is not None and variation.median >= UNSTABLE_VARIATION:

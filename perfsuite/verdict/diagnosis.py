@@ -255,10 +255,10 @@ def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[Diagnosis
     out = []
     for figures in pipelines:
         loader, name, figure = figures.loader, figures.pipeline.label, figures.variation
-        evidence = {**estimate_evidence("variation", figure), "batches": loader["batches"],
-                    "cycle_period": loader["cycle_period"]}
-        if loader["cycle_significant"]:
-            out.append(DiagnosisFinding(f"cycle-{name}", f"{name}: per-batch times repeat every {loader['cycle_period']} "
+        evidence = {**estimate_evidence("variation", figure), "batches": loader.batches,
+                    "cycle_period": loader.cycle.period}
+        if loader.cycle.significant:
+            out.append(DiagnosisFinding(f"cycle-{name}", f"{name}: per-batch times repeat every {loader.cycle.period} "
                                "batches", evidence,
                                "periodic stalls: a slow element every period (long files, GC, a shared disk); "
                                "raise prefetch or parallelism so the stall is hidden"))
@@ -286,20 +286,20 @@ def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
     compared = [point for point in figures.points if point.vs_current is not None]
     if not compared:
         return None
-    clear = [point for point in compared if point.vs_current["significant"] and point.ratio.decided]
+    clear = [point for point in compared if point.vs_current.significant and point.ratio.decided]
     chosen = max(clear or compared, key=lambda point: point.ratio.median)
     gain, figure = chosen.vs_current, chosen.ratio
     best, now = point_label(axis, chosen.point), point_label(axis, figures.current)
     prefix = "w" if axis == "workers" else "bs"
     evidence = {f"{prefix}{point.point}_samples_per_s": point.samples_per_s for point in figures.points}
     evidence.update({"current": now, "best": best, "ratio_median": figure.median, "ratio_low": figure.low,
-                     "ratio_high": figure.high, "rounds_faster": f"{gain['wins']}/{rounds}",
+                     "ratio_high": figure.high, "rounds_faster": f"{gain.wins}/{rounds}",
                      "coverage": round(figure.coverage, 3)})
-    if gain["p_value"] is not None:
-        evidence["p_value"] = gain["p_value"]
+    if gain.p_value is not None:
+        evidence["p_value"] = gain.p_value
     per_round = (f"{figure.median:.2f}x (interval {figure.low:.2f}-{figure.high:.2f}x, "
-                 f"faster in {gain['wins']}/{rounds} rounds"
-                 + (f", p={gain['p_value']:.2g})" if gain["p_value"] is not None else ")"))
+                 f"faster in {gain.wins}/{rounds} rounds"
+                 + (f", p={gain.p_value:.2g})" if gain.p_value is not None else ")"))
     setting = "worker count" if axis == "workers" else "batch size"
     if clear:
         return DiagnosisFinding(axis, f"the tf_native WAV loader with {best} delivers {per_round} the samples/s "
@@ -338,14 +338,13 @@ def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
     if figures.step_s is None:
         return DiagnosisFinding(topic, f"{label} {fed}; {figures.reason}", evidence, None)
     stats = figures.stats
-    evidence.update({"step_s": figures.step_s, "busy_fraction": figures.round["busy_fraction"],
-                     "util_median_pct": stats["emulated_util_median"],
-                     "idle_fraction": stats["emulated_idle_fraction"],
-                     "oscillation_period_s": stats["emulated_oscillation_period_s"]})
+    evidence.update({"step_s": figures.step_s, "busy_fraction": figures.round.busy_fraction,
+                     "util_median_pct": stats.util_median, "idle_fraction": stats.idle_fraction,
+                     "oscillation_period_s": stats.oscillation_period_s})
     step = f"a {figures.step_s * 1e3:.3g} ms step ({figures.step_time})"
-    measured = f"busy {figures.round['busy_fraction']:.0%} in a round at that step"
-    if stats["emulated_oscillation"]:
-        measured += f", utilisation oscillating every {stats['emulated_oscillation_period_s']:.3g} s"
+    measured = f"busy {figures.round.busy_fraction:.0%} in a round at that step"
+    if stats.oscillation.significant:
+        measured += f", utilisation oscillating every {stats.oscillation_period_s:.3g} s"
     if figures.keeps_busy:
         return DiagnosisFinding(topic, f"{label} keeps {step} >= 90 % busy: it {fed}; {measured}", evidence, None)
     if figures.keeps_busy is False:
@@ -357,15 +356,15 @@ def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
 
 
 def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
-    if not gpu.available or not gpu.stats:
+    if not gpu.available or gpu.stats is None:
         return []
     stats = gpu.stats
-    evidence = {"util_median_pct": stats["gpu_util_median"], "idle_fraction": stats["gpu_idle_fraction"],
-                "oscillation_period_s": stats["gpu_oscillation_period_s"]}
-    if stats["gpu_util_median"] < GPU_IDLE_MEDIAN_PCT:
-        return [DiagnosisFinding("gpu", f"GPU busy only {stats['gpu_util_median']:.0f}% (median) while training", evidence,
+    evidence = {"util_median_pct": stats.util_median, "idle_fraction": stats.idle_fraction,
+                "oscillation_period_s": stats.oscillation_period_s}
+    if stats.util_median < GPU_IDLE_MEDIAN_PCT:
+        return [DiagnosisFinding("gpu", f"GPU busy only {stats.util_median:.0f}% (median) while training", evidence,
                         "the GPU waits: see the input-bound findings above")]
-    return [DiagnosisFinding("gpu", f"GPU busy {stats['gpu_util_median']:.0f}% (median)", evidence, None)]
+    return [DiagnosisFinding("gpu", f"GPU busy {stats.util_median:.0f}% (median)", evidence, None)]
 
 
 def feed_words(figures: FeedFigures) -> str:

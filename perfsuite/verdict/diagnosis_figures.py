@@ -10,12 +10,16 @@ from typing import Any, ClassVar
 from perfsuite.measure.emulated import (  # no TensorFlow
     DEFAULT_STEP_PRESET,
     FeedRate,
+    RunFigures,
     parse_step_time,
 )
-from perfsuite.measure.utilisation import GpuTimeline
+from perfsuite.measure.machine import MachineFingerprint
+from perfsuite.measure.stats import PairedGain
+from perfsuite.measure.timing import Measurement
+from perfsuite.measure.utilisation import GpuStats, GpuTimeline, gpu_stats
 from perfsuite.records import Record, RecordError, migrate, migration
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SOURCES = ("wav", "cache")
 STEP_MODES = ("eager", "graph", "xla")
 STEP_RATIOS = {"graph_over_eager": ("graph", "eager"), "xla_over_graph": ("xla", "graph")}
@@ -194,24 +198,16 @@ class StaticShapes(Record):
     max_mel_frames: int
 
 
-LOADER_KEYS = ("samples_per_s", "batches", "cycle_significant", "cycle_period")  # what the verdicts read
-
-
 @dataclass(frozen=True)
 class PipelineFigures(Record):
-    """One loader measured alone. loader: its steady batches, rounds joined (timing.Measurement.as_dict():
+    """One loader measured alone. loader: its steady batches, rounds joined (a timing.Measurement:
     per-batch times, variation, cycle). samples_per_s, variation: over the rounds (per-round samples/s,
     per-round standard deviation / mean of the batch times)."""
 
     pipeline: Pipeline
-    loader: dict
+    loader: Measurement
     samples_per_s: RoundsEstimate
     variation: RoundsEstimate
-
-    def __post_init__(self):
-        missing = [key for key in LOADER_KEYS if key not in self.loader]
-        if missing:
-            raise ValueError(f"loader: expected the keys {', '.join(LOADER_KEYS)}, found no {', '.join(missing)}")
 
 
 @dataclass(frozen=True)
@@ -294,7 +290,7 @@ class InputBoundFigures(Record):
 @dataclass(frozen=True)
 class SweepPoint(Record):
     """tf_native WAV samples/s at one point of a sweep axis over the rounds: median, range, relative
-    spread, per round, and interval (a RoundsEstimate). vs_current: stats.PairedGain.as_dict() against the
+    spread, per round, and interval (a RoundsEstimate). vs_current: the stats.PairedGain against the
     current setting in the same rounds, and ratio its RoundsEstimate against SWEEP_BOUNDARIES (both None for
     the current point). batches: steady batches per round (None when not recorded)."""
 
@@ -307,7 +303,7 @@ class SweepPoint(Record):
     samples_per_s_spread: float
     samples_per_s_rounds: tuple[float, ...]
     interval: RoundsEstimate
-    vs_current: dict | None
+    vs_current: PairedGain | None
     ratio: RoundsEstimate | None
 
 
@@ -328,12 +324,12 @@ class SweepAxis(Record):
 
 @dataclass(frozen=True)
 class GpuFigures(Record):
-    """GPU utilisation while the input-bound steps ran. stats: utilisation.GpuStats.as_dict(), timeline:
+    """GPU utilisation while the input-bound steps ran. stats: its utilisation.GpuStats, timeline:
     the sampled window; reason says why either is missing."""
 
     available: bool
     reason: str | None = None
-    stats: dict | None = None
+    stats: GpuStats | None = None
     timeline: GpuTimeline | None = None
 
 
@@ -343,8 +339,8 @@ class FeedFigures(Record):
     the pipeline keeps >= 90 % busy with its interval. step_time: the step asked for (a
     preset or seconds); step_s: that step on this data (the median over a round's batches); keeps_busy:
     whether step_s is at or above the feed interval (True), below it (False), or inside it (None);
-    round: EmulatedRun.as_dict() of one round at the step, stats its utilisation statistics
-    (emulated_figures), timeline its utilisation timeline. reason: why the round at the step is missing
+    round: the figures of one round at the step (EmulatedRun.figures()), stats its utilisation statistics
+    (emulated_stats), timeline its utilisation timeline. reason: why the round at the step is missing
     (its fields are None then)."""
 
     pipeline: str
@@ -352,8 +348,8 @@ class FeedFigures(Record):
     step_time: str | None
     step_s: float | None
     keeps_busy: bool | None
-    round: dict | None
-    stats: dict | None
+    round: RunFigures | None
+    stats: GpuStats | None
     timeline: GpuTimeline | None
     reason: str | None = None
 
@@ -413,12 +409,12 @@ def interval_words(figure: RoundsEstimate) -> str:
 class Diagnosis(Record):
     """Everything one diagnosis measured and concluded. complete: False while stages are missing (an
     interrupted run's checkpoint); stages: those that ran, in order. The measured parts are empty (or
-    None) until their stage has ended. fingerprint: the machine's (machine.MachineFingerprint.as_dict()).
+    None) until their stage has ended. fingerprint: the machine's.
     trace: the profiler trace directory, if one was written."""
 
     dataset: str
     settings: DiagnoseSettings
-    fingerprint: dict
+    fingerprint: MachineFingerprint
     complete: bool
     elapsed_s: float
     stages: tuple[StageRecord, ...]
@@ -488,3 +484,75 @@ def feed_figures_5_to_6(figures: Any) -> Any:
     if "timeline" in figures:
         figures["timeline"] = _timeline_5_to_6(figures["timeline"])
     return figures
+
+
+@migration(Diagnosis, 6, 7)
+def migrate_6_to_7(data: dict) -> dict:
+    """Schema 7 holds every measured result as its record, not as flat figures read back by key: a
+    loader's timing.Measurement, a sweep point's stats.PairedGain, the utilisation statistics as
+    utilisation.GpuStats. The fingerprint and an emulated round's figures keep their shape."""
+    data = dict(data)  # a missing or mistyped key is left for the validator to name
+    if isinstance(data.get("pipelines"), list):
+        data["pipelines"] = [_pipeline_6_to_7(p) for p in data["pipelines"]]
+    if isinstance(data.get("sweep"), list):
+        data["sweep"] = [_sweep_6_to_7(axis) for axis in data["sweep"]]
+    if isinstance(data.get("gpu"), dict):
+        data["gpu"] = gpu_stats_6_to_7(data["gpu"])
+    if isinstance(data.get("feed"), list):
+        data["feed"] = [gpu_stats_6_to_7(f) for f in data["feed"]]
+    return data
+
+
+def _pipeline_6_to_7(figures: Any) -> Any:
+    """A loader's flat Measurement figures (seconds) as the Measurement, rebuilt by the code that measured
+    it from the stored batch times: the summary and the cycle follow from them. Schema 6 kept the
+    samples of the whole window only; they are spread evenly over its batches."""
+    from perfsuite.measure.timing import _measurement
+
+    if not (isinstance(figures, dict) and isinstance(figures.get("loader"), dict)):
+        return figures
+    flat = figures["loader"]
+    try:
+        batches, samples = len(flat["batch_s"]), flat["samples"]
+        each, extra = divmod(samples, batches)
+        loader = _measurement(name=flat["name"], warmup_ns=[round(s * 1e9) for s in flat["warmup_s"]],
+                              batch_ns=[round(s * 1e9) for s in flat["batch_s"]],
+                              batch_samples=[each + (i < extra) for i in range(batches)],
+                              traces=flat["traces"], retraces=flat["retraces"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return figures  # not what schema 6 wrote: the validator names it
+    return {**figures, "loader": loader.as_dict()}
+
+
+def _sweep_6_to_7(axis: Any) -> Any:
+    if not (isinstance(axis, dict) and isinstance(axis.get("points"), list)):
+        return axis
+    return {**axis, "points": [_point_6_to_7(point) for point in axis["points"]]}
+
+
+# PairedGain's summary (stats.RatioSummary) under its flat schema-6 names.
+_SUMMARY_6 = {"median": "ratio_median", "low": "ratio_low", "high": "ratio_high", "spread": "ratio_spread",
+              "n": "rounds", "values": "ratios"}
+
+
+def _point_6_to_7(point: Any) -> Any:
+    if not (isinstance(point, dict) and isinstance(point.get("vs_current"), dict)):
+        return point
+    flat = point["vs_current"]
+    gain = {key: value for key, value in flat.items() if key not in _SUMMARY_6.values()}
+    gain["ratios"] = flat.get("ratios")
+    gain["summary"] = {name: flat[old] for name, old in _SUMMARY_6.items() if old in flat}
+    return {**point, "vs_current": gain}
+
+
+def gpu_stats_6_to_7(figures: Any) -> Any:
+    """GpuFigures or FeedFigures of diagnose schema 6 (pipeline schema 3): the flat gpu_* / emulated_*
+    statistics as the GpuStats of the stored timeline, computed again as the run computed them (gpu_stats
+    with its defaults; the emulated accelerator's are the same function)."""
+    if not (isinstance(figures, dict) and isinstance(figures.get("stats"), dict)):
+        return figures
+    try:
+        timeline = GpuTimeline.from_dict(figures.get("timeline"), "schema 6 timeline")
+        return {**figures, "stats": gpu_stats(timeline).as_dict()}
+    except (RecordError, ValueError):
+        return figures  # not what schema 6 wrote: the validator names it

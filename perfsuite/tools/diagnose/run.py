@@ -96,7 +96,7 @@ def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path |
                                      round_samples=round_samples(settings)))
     shapes = StaticShapes(max_text_len=max(len(r.tokens) for r in records),
                           max_mel_frames=max(r.mel_frames for r in records))
-    head = {"dataset": str(dataset_dir), "settings": settings, "fingerprint": machine_fingerprint().as_dict(),
+    head = {"dataset": str(dataset_dir), "settings": settings, "fingerprint": machine_fingerprint(),
             "data": data, "static_shapes": shapes}
     with (usable_cache(dataset_dir, cache_dir, ids, mel_config, budget, progress) as (cache, built),
           measured_view(dataset_dir, cache, ids, copies, budget, progress) as (measured_dir, measured_cache)):

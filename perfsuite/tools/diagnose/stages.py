@@ -13,7 +13,6 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     MIN_INTERVAL_S,
     EmulatedRunConfig,
     FeedRateConfig,
-    emulated_figures,
     emulated_stats,
     feed_rate,
     parse_step_time,
@@ -106,7 +105,7 @@ def _pipeline_figures(pipeline: Pipeline, measurements: list) -> PipelineFigures
 
     steady = measurements[1:]
     joined = timing.combine(steady, name=pipeline.label, first=measurements[0])
-    return PipelineFigures(pipeline=pipeline, loader=joined.as_dict(),
+    return PipelineFigures(pipeline=pipeline, loader=joined,
                            samples_per_s=estimate([m.samples_per_s for m in steady]),
                            variation=estimate([m.summary.variation_ratio for m in steady], VARIATION_BOUNDARIES))
 
@@ -316,7 +315,7 @@ def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s
     step_s = statistics.median(run.step_s)
     return FeedFigures(pipeline=label, feed=result, step_time=step_time, step_s=step_s,
                        keeps_busy=keeps_busy(result.step_s, result.step_low_s, result.step_high_s, step_s),
-                       round=run.as_dict(), stats=emulated_figures(emulated_stats(run)),
+                       round=run.figures(), stats=emulated_stats(run),
                        timeline=run.timeline)
 
 
@@ -425,7 +424,7 @@ def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: d
         if point != current:
             paired = stats.paired_gain(candidate=per_round, reference=values[current], alpha=SWEEP_ALPHA,
                                        min_effect=SWEEP_MIN_GAIN, min_win_share=SWEEP_MIN_WIN_SHARE)
-            gain, ratio = paired.as_dict(), estimate(paired.ratios, SWEEP_BOUNDARIES)
+            gain, ratio = paired, estimate(paired.ratios, SWEEP_BOUNDARIES)
         points.append(SweepPoint(point=point, current=point == current, batches=(batches or {}).get(point),
                                  samples_per_s=median, samples_per_s_low=min(per_round),
                                  samples_per_s_high=max(per_round),
@@ -502,7 +501,7 @@ class GpuWindow:
 
         timeline = self._sampler.timeline
         try:
-            figures = gpu_stats(timeline).as_dict()
+            figures = gpu_stats(timeline)
         except ValueError as error:  # sampled, but no utilisation sample fell in the window
             return GpuFigures(available=True, reason=str(error), timeline=timeline)
         return GpuFigures(available=True, stats=figures, timeline=timeline)
