@@ -252,7 +252,7 @@ def test_a_window_with_too_few_samples_is_incomplete():
 def test_a_run_s_timeline_covers_its_window():
     run = run_emulated(produced(0.002), step=0.01, config=EmulatedRunConfig(batches=4, min_samples=10))
     assert run.timeline.complete, run.timeline.error
-    assert run.as_dict()["timeline_covered_share"] >= 0.9
+    assert run.figures().timeline_covered_share >= 0.9
 
 
 def duty_cycle(*, on: int, off: int, cycles: int, interval: float = 0.01) -> list[tuple[float, float]]:

@@ -267,7 +267,7 @@ def test_driver_buffer_is_preferred_to_polling(monkeypatch, clock):
     assert set(series.mem_util) == {77 // 2}  # memory utilisation is still polled
     assert stats.util_median == LOW
     assert stats.oscillation.significant and stats.oscillation.period == PERIOD
-    assert stats.as_dict()["gpu_source"] == SOURCE_DRIVER_BUFFER
+    assert stats.extra_info()["gpu_source"] == SOURCE_DRIVER_BUFFER
 
 
 def test_buffer_samples_are_every_driver_sample_inside_the_window_only(monkeypatch, clock):
@@ -330,10 +330,11 @@ def test_steady_utilisation_has_no_oscillation(monkeypatch, clock):
     assert metrics["gpu_complete"] is True
 
 
-def test_stats_as_dict_is_flat_json_for_extra_info(monkeypatch, clock):
+def test_stats_extra_info_is_flat_json_and_as_dict_the_record(monkeypatch, clock):
     fake = use(monkeypatch, FakeNvml(clock=clock, buffer=False))
     stats = gpu_stats(run_window(fake))
-    info = stats.as_dict()
+    assert type(stats).from_dict(json.loads(json.dumps(stats.as_dict(), allow_nan=False))) == stats
+    info = stats.extra_info()
 
     assert json.loads(json.dumps(info, allow_nan=False)) == info
     assert all(not isinstance(v, (dict, list)) for v in info.values())
@@ -390,7 +391,7 @@ def test_an_idle_gpu_and_a_short_window_give_json_safe_stats():
     short = gpu_stats(timeline_of([5.0, 50.0] * 5))
     assert not short.oscillation.significant and "too few points" in short.oscillation.note
     for stats in (idle, short):
-        info = stats.as_dict()
+        info = stats.extra_info()
         assert json.loads(json.dumps(info, allow_nan=False)) == info
 
 
@@ -417,7 +418,7 @@ def test_stats_device_must_be_a_sampled_one():
 
 
 def test_incomplete_timeline_is_reported_in_stats():
-    info = gpu_stats(timeline_of([50.0] * 40, complete=False, error="NVMLError_Unknown: x")).as_dict()
+    info = gpu_stats(timeline_of([50.0] * 40, complete=False, error="NVMLError_Unknown: x")).extra_info()
     assert info["gpu_complete"] is False
     assert info["gpu_error"] == "NVMLError_Unknown: x"
 
@@ -552,7 +553,7 @@ def test_nvml_error_mid_run_marks_the_timeline_incomplete(monkeypatch, clock, fa
     assert len(series.util) >= 30  # what was sampled before the error is kept
     assert max(series.util_timestamps) <= FakeClock.time_of(40)
     assert len(series.timestamps) == len(series.mem_used) == len(series.sm_clock)
-    info = gpu_stats(timeline).as_dict()
+    info = gpu_stats(timeline).extra_info()
     assert info["gpu_complete"] is False and "GpuIsLost" in info["gpu_error"]
 
 

@@ -47,7 +47,8 @@ def test_measure_dataset_structure_and_rates():
     assert result.retraces is None
     assert any("only 10 values" in w for w in result.warnings)
     assert not result.cycle.significant and "too few points" in result.cycle.note
-    info = result.as_dict()
+    assert timing.Measurement.from_dict(json.loads(json.dumps(result.as_dict(), allow_nan=False))) == result
+    info = result.extra_info()
     json.dumps(info, allow_nan=False)  # extra_info must be plain JSON
     assert info["name"] == "tiny" and info["samples"] == 40 and len(info["batch_s"]) == 10
     assert info["batch_p95_s"] == result.summary.p95 and info["cycle_strength"] is None
