@@ -273,7 +273,7 @@ def test_a_dataset_smaller_than_a_round_is_measured_repeated_and_says_so(run, ti
     assert "[data-size] only 24 usable utterance(s)" in run.out
     for pipeline in run.result["pipelines"]:  # full batches only
         loader = pipeline["loader"]
-        assert loader["samples"] == 4 * loader["batches"]
+        assert sum(loader["batch_samples"]) == 4 * len(loader["batch_ns"])
 
 
 def test_the_run_keeps_to_its_budget_and_records_every_stage(run):
@@ -345,14 +345,14 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
     from perfsuite.measure.machine import machine_fingerprint
 
     result = run.result
-    assert result["schema_version"] == SCHEMA_VERSION == 6 and result["kind"] == "dataset"
+    assert result["schema_version"] == SCHEMA_VERSION == 7 and result["kind"] == "dataset"
     assert result["settings"]["batch_size"] == 4 and result["settings"]["model"] == "tiny"
     assert result["settings"]["batches"] == 4 and result["settings"]["budget_s"] == BUDGET_S
     assert set(result["fingerprint"]) == set(machine_fingerprint().as_dict())
     assert {_pipeline_key(p) for p in result["pipelines"]} == PIPELINES
     for pipeline in result["pipelines"]:
         loader, rounds = pipeline["loader"], pipeline["samples_per_s"]["rounds"]
-        assert loader["samples_per_s"] > 0 and len(loader["batch_s"]) == loader["batches"] == 4 * rounds
+        assert loader["samples_per_s"] > 0 and len(loader["batch_ns"]) == 4 * rounds
         assert pipeline["variation"]["rounds"] == rounds
     assert {(c["a"]["kind"], c["a"]["source"], c["b"]["kind"], c["b"]["source"]) for c in result["comparisons"]} == {
         ("tf_native", "wav", "numpy_function", "wav"), ("tf_native", "cache", "numpy_function", "cache"),
@@ -408,15 +408,14 @@ def test_json_round_trips_through_diagnosis_from_dict(run):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6], found 3"),
-    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 6), found None"),
+    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6, 7], found 3"),
+    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 7), found None"),
     (lambda d: d.update(kind="pipeline"), "kind: expected 'dataset', found 'pipeline'"),
     (lambda d: d.pop("complete"), "complete: expected a value (required key), found no such key"),
     (lambda d: d["step"]["modes"].pop("xla"),
      "step: expected a valid StepFigures, found modes: expected eager, graph, xla, found eager, graph"),
-    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"), ("pipelines[1]: expected a valid PipelineFigures, "
-     "found loader: expected the keys samples_per_s, batches, cycle_significant, cycle_period, "
-     "found no samples_per_s")),
+    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"),
+     "pipelines[1].loader.samples_per_s: expected a value (required key), found no such key"),
     (lambda d: d["input_bound"][0]["share"].pop("rounds"),
      "input_bound[0].share.rounds: expected a value (required key), found no such key"),
     (lambda d: d["stages"][0].pop("status"), "stages[0].status: expected a value (required key), found no such key"),
@@ -564,9 +563,15 @@ def _ab(source, ratio, *, rounds=3, kind_b="numpy_function", source_b=None):
 
 
 def _loaders(kind, source, *, samples_per_s=100.0, variation=0.02, cycle=None):
-    return PipelineFigures(pipeline=Pipeline(kind, source),
-                           loader={"samples_per_s": samples_per_s, "batches": 40,
-                                   "cycle_significant": cycle is not None, "cycle_period": cycle},
+    from perfsuite.measure.stats import Cycle, summarize
+    from perfsuite.measure.timing import Measurement
+
+    found = Cycle(significant=cycle is not None, period=cycle, strength=0.5, threshold=0.3, n=40, lags_tested=9,
+                  note="planted")
+    loader = Measurement(name=f"{kind}-{source}", first_ns=10**7, warmup_ns=(10**7,), batch_ns=(10**7,) * 40,
+                         batch_samples=(1,) * 40, samples_per_s=samples_per_s, batches_per_s=samples_per_s,
+                         summary=summarize([0.01] * 40), warnings=(), cycle=found)
+    return PipelineFigures(pipeline=Pipeline(kind, source), loader=loader,
                            samples_per_s=_figure([samples_per_s] * 3), variation=_figure([variation] * 3, (0.10,)))
 
 
@@ -659,8 +664,14 @@ def test_step_cycle_and_gpu_rules_follow_the_figures():
     assert "every 8 batches" in cycle["cycle-tf_native-wav"].finding
     noisy = _topics(variation_verdicts((_loaders("tf_native", "wav", variation=0.3),)))["variation-tf_native-wav"]
     assert "vary by 30%" in noisy.finding and noisy.interval.rounds == 3
-    gpu = GpuFigures(available=True, stats={"gpu_util_median": 12.0, "gpu_idle_fraction": 0.7,
-                                            "gpu_oscillation_period_s": None})
+    from perfsuite.measure.utilisation import GpuStats
+
+    gpu = GpuFigures(available=True, stats=GpuStats(
+        device_index=0, device_name="gpu", source="polling", samples=40, sample_spacing_s=0.1, util_median=12.0,
+        util_mean=15.0, idle_fraction=0.7, idle_threshold=10.0, variation_ratio=0.5,
+        oscillation=_loaders("tf_native", "wav").loader.cycle, oscillation_period_s=None, oscillation_swing=None,
+        starvation_episodes=3, longest_starvation_s=1.0, mem_used_max=None, sm_clock_median=None, complete=True,
+        error=None))
     assert "12%" in _topics(gpu_verdicts(gpu))["gpu"].finding
     assert gpu_verdicts(GpuFigures(available=False, reason="no NVML")) == []
 
@@ -720,8 +731,8 @@ def test_a_point_faster_in_every_round_beyond_the_noise_is_recommended():
     rows = {row.point: row for row in figures.points}
     assert rows[2].vs_current is None and rows[2].samples_per_s == 155.0 and rows[2].current
     assert rows[2].samples_per_s_spread == pytest.approx(10 / 155)
-    assert rows[4].vs_current["ratios"] == pytest.approx([240 / 150, 250 / 160, 245 / 155])
-    assert rows[4].vs_current["significant"] and not rows[1].vs_current["significant"]
+    assert rows[4].vs_current.ratios == pytest.approx([240 / 150, 250 / 160, 245 / 155])
+    assert rows[4].vs_current.significant and not rows[1].vs_current.significant
     verdict = _sweep_verdict("workers", 2, values)
     assert verdict.recommendation == "set num_parallel_calls=4"
     assert verdict.evidence["best"] == "4 workers" and verdict.evidence["rounds_faster"] == "3/3"
@@ -841,16 +852,16 @@ def test_a_source_that_cannot_keep_up_would_starve_the_step_and_says_so():
     # 20 ms per batch in the consumer's thread against a 5 ms step: busy about 5 / 25.
     figures = feed_figures(produced(0.02), label="slow", step_time="0.005", share_s=4.0)
     assert figures.keeps_busy is False and figures.step_s == pytest.approx(0.005)
-    assert figures.round["busy_fraction"] < 0.5
+    assert figures.round.busy_fraction < 0.5
     assert FeedFigures.from_dict(json.loads(json.dumps(figures.as_dict()))) == figures
     verdict = feed_verdict(figures)
     assert verdict.topic == "feed-slow" and "would starve a 5 ms step (0.005)" in verdict.finding
-    assert verdict.recommendation and verdict.evidence["busy_fraction"] == figures.round["busy_fraction"]
+    assert verdict.recommendation and verdict.evidence["busy_fraction"] == figures.round.busy_fraction
 
 
 def test_a_fast_source_keeps_a_long_step_busy():
     figures = feed_figures(produced(0.0), label="fast", step_time="0.05", share_s=4.0)
-    assert figures.keeps_busy is True and figures.stats["emulated_util_median"] > 85
+    assert figures.keeps_busy is True and figures.stats.util_median > 85
     assert "keeps a 50 ms step (0.05) >= 90 % busy" in feed_verdict(figures).finding
 
 
@@ -877,10 +888,10 @@ def test_stored_files_of_schemas_4_and_5_load_through_their_migrations():
     assert stored[4]["schema_version"] == 4 and "kind" not in stored[4] and stored[5]["schema_version"] == 5
     loaded = Diagnosis.from_dict(stored[5])
     assert Diagnosis.from_dict(stored[4]) == loaded
-    written = loaded.as_dict()
-    assert written["schema_version"] == SCHEMA_VERSION == 6 and written["kind"] == "dataset"
-    assert {k: v for k, v in written.items() if k not in ("schema_version", "feed", "gpu")} == \
-        {k: v for k, v in stored[5].items() if k not in ("schema_version", "feed", "gpu")}
+    written = migrate_5_to_6(dict(stored[5]))
+    unchanged = ("schema_version", "feed", "gpu")
+    assert {k: v for k, v in written.items() if k not in unchanged} == \
+        {k: v for k, v in stored[5].items() if k not in unchanged}
     assert written["gpu"] == stored[5]["gpu"]  # no GPU where it was written: nothing to migrate there
     timeline = {"start": 1.0, "end": 2.0, "interval_s": 0.1, "devices": [], "complete": True, "error": None}
     migrated = migrate_5_to_6({"gpu": {"available": True, "timeline": {**timeline, "source": "nvml"}}, "feed": []})
@@ -892,3 +903,49 @@ def test_stored_files_of_schemas_4_and_5_load_through_their_migrations():
         assert new.feed.steps_per_s == flat["feed_steps_per_s"] and list(new.feed.answers) == flat["feed_answers_s"]
         assert [t.as_dict() for t in new.feed.trials] == flat["feed_trials"] and new.feed.note == flat["feed_note"]
     assert Diagnosis.from_dict(loaded.as_dict()) == loaded
+
+
+def test_a_stored_schema_6_file_loads_through_its_migration_with_typed_results():
+    from perfsuite.measure.emulated import RunFigures, emulated_figures
+    from perfsuite.measure.machine import MachineFingerprint
+    from perfsuite.measure.stats import PairedGain
+    from perfsuite.measure.timing import Measurement
+    from perfsuite.measure.utilisation import GpuStats
+
+    stored = {version: json.loads((Path(__file__).parent / "data" / f"diagnose_schema{version}.json").read_text())
+              for version in (5, 6)}  # schema 6: the schema-5 file as the schema-6 code wrote it
+    assert stored[6]["schema_version"] == 6
+    loaded = Diagnosis.from_dict(stored[6])
+    assert Diagnosis.from_dict(stored[5]) == loaded
+    written = loaded.as_dict()
+    assert written["schema_version"] == SCHEMA_VERSION == 7 and written["kind"] == "dataset"
+    assert Diagnosis.from_dict(json.loads(json.dumps(written, allow_nan=False))) == loaded
+    assert isinstance(loaded.fingerprint, MachineFingerprint) and written["fingerprint"] == stored[6]["fingerprint"]
+    for old, new in zip(stored[6]["pipelines"], loaded.pipelines, strict=True):  # rebuilt from the batch times
+        flat = old["loader"]
+        assert isinstance(new.loader, Measurement) and new.loader.batch_s == pytest.approx(flat["batch_s"])
+        assert new.loader.samples == flat["samples"] and new.loader.batches == flat["batches"]
+        assert new.loader.samples_per_s == pytest.approx(flat["samples_per_s"])
+        assert new.loader.summary.median == pytest.approx(flat["batch_median_s"])
+        assert (new.loader.cycle.significant, new.loader.cycle.period) == (flat["cycle_significant"],
+                                                                           flat["cycle_period"])
+    points = [(o, n) for axis, new_axis in zip(stored[6]["sweep"], loaded.sweep, strict=True)
+              for o, n in zip(axis["points"], new_axis.points, strict=True)]
+    assert any(o["vs_current"] is not None for o, _ in points)
+    for old, new in points:
+        if old["vs_current"] is None:
+            assert new.vs_current is None
+            continue
+        flat, gain = old["vs_current"], new.vs_current
+        assert isinstance(gain, PairedGain) and list(gain.ratios) == flat["ratios"]
+        assert (gain.summary.median, gain.rounds, gain.wins, gain.significant, gain.p_value) == \
+            (flat["ratio_median"], flat["rounds"], flat["wins"], flat["significant"], flat["p_value"])
+    assert any(f["stats"] is not None for f in stored[6]["feed"])
+    for old, new in zip(stored[6]["feed"], loaded.feed, strict=True):  # the statistics of the stored timeline
+        if old["stats"] is None:
+            assert new.stats is None and new.round is None
+            continue
+        assert isinstance(new.stats, GpuStats) and isinstance(new.round, RunFigures)
+        assert new.round.as_dict() == old["round"]
+        assert emulated_figures(new.stats) == pytest.approx(old["stats"])
+    assert [v.as_dict() for v in verdicts(loaded)] == stored[6]["verdicts"]  # the same findings from the records

@@ -25,6 +25,7 @@ from perfsuite.tools.pipeline_inspect import (
     PipelineSettings,
     Target,
     diagnose_pipeline,
+    migrate_3_to_4,
     pipeline_verdicts,
 )
 from perfsuite.verdict.diagnosis_figures import INPUT_BOUND_BOUNDARIES, TOO_SHORT, InputBoundFigures, estimate
@@ -184,10 +185,27 @@ def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(meas
     from perfsuite.measure.emulated import FeedRate
 
     result = measured[3]
-    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 3
+    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 4
     flat = FeedRate.from_dict(result["feed"]["feed"]).extra_info()  # what schema 2 wrote: FeedRate's flat figures
-    old = {**result, "schema_version": 2, "feed": {**result["feed"], "feed": flat}}
+    old = {**_schema_3(result), "schema_version": 2, "feed": {**_schema_3(result)["feed"], "feed": flat}}
     assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)
+
+
+def _schema_3(result: dict) -> dict:
+    """What schema 3 wrote for this run: the feed round's utilisation statistics as emulated_figures."""
+    from perfsuite.measure.emulated import emulated_figures
+    from perfsuite.measure.utilisation import GpuStats
+
+    stats = result["feed"]["stats"]
+    flat = None if stats is None else emulated_figures(GpuStats.from_dict(stats))
+    return {**result, "schema_version": 3, "feed": {**result["feed"], "stats": flat}}
+
+
+def test_a_schema_3_file_with_flat_utilisation_statistics_loads_through_its_migration(measured):
+    result = measured[3]
+    old = json.loads(json.dumps(_schema_3(result), allow_nan=False))
+    assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)
+    assert migrate_3_to_4({"feed": None}) == {"feed": None}  # no feed measured: nothing to migrate
 
 
 def test_the_feed_rate_is_measured_and_a_preset_that_needs_mel_lengths_says_why_it_is_left_out(measured):
@@ -291,8 +309,10 @@ def _bound(shares):
 
 
 def _diagnosis(graph, bound, *, step="m:step"):
+    from perfsuite.measure.machine import machine_fingerprint
+
     return PipelineDiagnosis(target=Target(pipeline="m:make", step=step, args={}), settings=PipelineSettings(),
-                             fingerprint={}, complete=True, elapsed_s=1.0, stages=(), graph=graph, throughput=None,
+                             fingerprint=machine_fingerprint(), complete=True, elapsed_s=1.0, stages=(), graph=graph, throughput=None,
                              step=None, input_bound=bound, feed=None, verdicts=())
 
 
