@@ -52,11 +52,13 @@ class Record:
     written to its own file sets SCHEMA_VERSION and registers its migrations with `migration`."""
 
     SCHEMA_VERSION: ClassVar[int] = 1
+    DERIVED: ClassVar[tuple[str, ...]] = ()  # properties written for readers, skipped when read back
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready values: nested records as dicts, enums as their values,
-        tuples as lists."""
-        return {field.name: _to_plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
+        tuples as lists, paths as text; then the DERIVED properties."""
+        names = [field.name for field in dataclasses.fields(self)] + list(self.DERIVED)
+        return {name: _to_plain(getattr(self, name)) for name in names}
 
     @classmethod
     def from_dict(cls, data: Any, where: str | None = None) -> Self:
@@ -132,6 +134,8 @@ def _to_plain(value: Any) -> Any:
         return value.as_dict()
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, Path):
+        return str(value)
     if isinstance(value, (tuple, list)):
         return [_to_plain(item) for item in value]
     if isinstance(value, dict):
@@ -229,7 +233,7 @@ def _from_record(cls, value, where, field):
     if not isinstance(value, dict):
         raise RecordError(where, field or cls.__name__, f"an object ({cls.__name__})", _found(value))
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(value) - set(fields))
+    unknown = sorted(set(value) - set(fields) - set(cls.DERIVED))
     if unknown:
         raise RecordError(where, field or cls.__name__, f"only the keys {sorted(fields)}", f"unknown key(s) {unknown}")
     hints = _hints(cls)
@@ -256,6 +260,9 @@ def _from_scalar(annotation, value, where, field):
     elif annotation in (str, bool):
         if type(value) is annotation:
             return value
+    elif annotation is Path:
+        if isinstance(value, str):
+            return Path(value)
     else:
         raise TypeError(f"{where}: {field}: records cannot hold {_describe(annotation)}")
     raise RecordError(where, field, _describe(annotation), _found(value))

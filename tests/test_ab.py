@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfsuite import records
 from perfsuite.pytest_plugin import ab_worker
 from perfsuite.pytest_plugin.profiles import PROFILES
 from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
@@ -473,10 +474,12 @@ def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
     assert lines[0].split()[:2] == ["benchmark", "change"]
     assert "SLOWER" in lines[1] and "no change" in lines[2]
     assert report.exit_status == results.EXIT_SLOWER
-    results.write_json(tmp_path / "ab.json", report.as_dict())
-    data = results.load_json(tmp_path / "ab.json")
+    results.write_json(tmp_path / "ab.json", report)
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert data["schema_version"] == results.ABReport.SCHEMA_VERSION
     assert [b["verdict"] for b in data["benchmarks"]] == [SLOWER, NO_CHANGE]
     assert len(data["benchmarks"][0]["rounds_detail"]["a"]) == 48 and data["exit_status"] == 1
+    assert results.load_report(tmp_path / "ab.json") == report
     text = present.markdown(report)
     assert text.startswith("### perfsuite ab: A = HEAD~1") and "| test_x.py::slow |" in text
     assert "not compared: test_y.py::t: only on side B" in text
@@ -510,7 +513,7 @@ def test_a_side_failure_gives_exit_status_3_unless_a_slowdown_was_found():
     failure = manager.SideFailure("B", "the worker was killed by signal 9 while measuring round 3",
                                benchmark="test_x.py::t")
     assert str(failure) == "side B in test_x.py::t: the worker was killed by signal 9 while measuring round 3"
-    assert _report((), (), failure=failure).exit_status == results.EXIT_SIDE_FAILED
+    assert _report((), (), failure=failure.record()).exit_status == results.EXIT_SIDE_FAILED
 
 
 # ----------------------------------------------------------------------------------- end to end
@@ -657,23 +660,32 @@ def test_a_benchmark_that_raises_on_one_side_fails_the_run_naming_side_benchmark
     assert ("FAILED: side B (head) in test_tiny.py::test_raises: the benchmark failed: call: ValueError: "
             "broken on head (log: worker-B.log)") in result.stdout
     assert "last lines of side B's log (worker-B.log)" in result.stderr
-    data = results.load_json(repo.parent / "ab.json")
+    data = json.loads((repo.parent / "ab.json").read_text())
     [failure] = data["benchmark_failures"]
     assert (failure["side"], failure["role"], failure["benchmark"]) == ("B", "head", "test_tiny.py::test_raises")
     assert "broken on head" in failure["log_tail"] and data["exit_status"] == 3
-    assert [b["name"] for b in data["benchmarks"]] == ["test_tiny.py::test_same"]
+    report = results.load_report(repo.parent / "ab.json")
+    assert [m.name for m in report.measured] == ["test_tiny.py::test_same"] and report.exit_status == 3
     assert _leftovers(repo) == (0, [])
 
 
-def test_the_json_loader_refuses_another_schema_version(tmp_path):
+def test_the_json_loader_reads_schema_1_through_its_migration_and_names_what_it_refuses(tmp_path):
     path = tmp_path / "ab.json"
+    report = _report((), (), failure=manager.SideFailure("B", "crashed", benchmark="test_x.py::t").record())
+    schema_1 = {k: v for k, v in json.loads(records.dumps(report)).items()
+                if k not in ("schema_version", "benchmark_failures")}
+    schema_1["failure"].pop("log")
+    path.write_text(json.dumps(schema_1))
+    assert results.load_report(path) == report
     path.write_text(json.dumps({"benchmarks": []}))
-    with pytest.raises(manager.ABError, match=f"ab.json: expected ab JSON schema_version "
-                                              f"{results.AB_SCHEMA_VERSION}, found 1"):
-        results.load_json(path)
+    with pytest.raises(records.RecordError, match="ab.json: sides: expected a value"):
+        results.load_report(path)
+    path.write_text(json.dumps({**schema_1, "schema_version": 3}))
+    with pytest.raises(records.RecordError, match=r"ab.json: schema_version: expected one of \[1, 2\], found 3"):
+        results.load_report(path)
     path.write_text("{")
-    with pytest.raises(manager.ABError, match="expected an ab JSON file, found it unreadable"):
-        results.load_json(path)
+    with pytest.raises(records.RecordError, match="ab.json: \\(file\\): expected a readable ab JSON file"):
+        results.load_report(path)
 
 
 def test_a_hung_round_is_stopped_at_its_deadline(repo):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Optional
 
 import pytest
@@ -127,3 +128,28 @@ def test_a_missing_file_is_a_record_error(tmp_path):
 def test_a_migration_goes_forward():
     with pytest.raises(ValueError):
         migration(Run, 3, 2)
+
+
+@dataclass(frozen=True)
+class Place(Record):
+    DERIVED: ClassVar[tuple[str, ...]] = ("depth",)
+    root: Path
+    parts: tuple[str, ...] = ()
+
+    @property
+    def depth(self) -> int:
+        return len(self.parts)
+
+
+def test_a_path_is_written_as_text_and_read_back_as_a_path():
+    place = Place(Path("/tmp/a"), ("x", "y"))
+    assert place.as_dict() == {"root": "/tmp/a", "parts": ["x", "y"], "depth": 2}
+    assert Place.from_dict(json.loads(json.dumps(place.as_dict()))) == place
+    with pytest.raises(RecordError, match="root: expected Path, found int 3"):
+        Place.from_dict({"root": 3})
+
+
+def test_derived_keys_are_written_for_readers_and_skipped_when_read_back():
+    assert Place.from_dict({"root": "a", "depth": 99}) == Place(Path("a"))
+    with pytest.raises(RecordError, match="unknown key"):
+        Place.from_dict({"root": "a", "width": 1})

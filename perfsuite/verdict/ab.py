@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 from scipy import stats as sps
 
 from perfsuite.measure.stats import MAD_TO_STD, median_interval
+from perfsuite.records import Record
 from perfsuite.verdict.comparison import holm
 
 SLOWER = "slower"
@@ -61,7 +63,7 @@ MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # 1.2533: standard error of a median 
 
 
 @dataclass(frozen=True)
-class ABSettings:
+class ABSettings(Record):
     """How ``perfsuite ab`` decides. Rounds count pairs (one round of A and one of B).
 
     alpha: family-wise false-alarm rate over the benchmarks compared. min_effect: the floor of the
@@ -85,6 +87,8 @@ class ABSettings:
     passes: int = 6
     max_passes: int = 24
     busy_cpu_excess: float = 0.20
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("looks", "interval_confidence", "pass_looks")
 
     def __post_init__(self):
         for name in ("alpha", "equivalence_alpha", "min_effect", "no_change_within", "busy_cpu_excess"):
@@ -140,10 +144,6 @@ class ABSettings:
             return self.interval_confidence
         return 1 - 2 * self.equivalence_alpha / len(self.pass_looks)
 
-    def as_dict(self) -> dict:
-        return {**asdict(self), "looks": list(self.looks), "interval_confidence": self.interval_confidence,
-                "pass_looks": list(self.pass_looks)}
-
 
 @dataclass(frozen=True)
 class Paired:
@@ -172,7 +172,7 @@ class Paired:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Record):
     """One benchmark's statistics before the correction across benchmarks (see the module notes).
 
     change / low / high: relative change of B against A and its interval (coverage: its exact
@@ -198,13 +198,12 @@ class Estimate:
     cpu_change: float | None = None  # CPU time per sample, B against A (positive: B spends more); None: not reported
     slow_processes: tuple[int, int] = (0, 0)  # processes of side A, side B in a slow state (machine_busy)
 
+    DERIVED: ClassVar[tuple[str, ...]] = ("busy",)
+
     @property
     def busy(self) -> bool:
         """The machine was busy: processes in a slow state on both sides (see ``machine_busy``)."""
         return machine_busy(self.slow_processes)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "slow_processes": list(self.slow_processes), "busy": self.busy}
 
 
 def sign_test(successes: int, trials: int) -> float:
@@ -340,7 +339,7 @@ def more_rounds(e: Estimate, settings: ABSettings, *, benchmarks: int = 1) -> in
 
 
 @dataclass(frozen=True)
-class ABVerdict:
+class ABVerdict(Record):
     """One benchmark's verdict within the run. p_slower / p_faster: look- and Holm-adjusted.
     more_rounds: for an inconclusive verdict, the estimate of rounds still needed (None: unknown)."""
 
@@ -373,11 +372,28 @@ class ABVerdict:
         return f"inconclusive (needs ~{self.more_rounds} more rounds)"
 
     def as_dict(self) -> dict:
+        """The flat form the ab JSON holds: the verdict's keys, its label and significant_slowdown, then
+        the estimate's (its own p-values as raw_p_slower, raw_p_faster); nested_verdict reads it back."""
         return {"name": self.name, "verdict": self.verdict, "label": self.label(),
                 "significant_slowdown": self.significant_slowdown, "p_slower": self.p_slower,
                 "p_faster": self.p_faster, "more_rounds": self.more_rounds, **{
                     k: v for k, v in self.estimate.as_dict().items() if k not in ("name", "p_slower", "p_faster")},
                 "raw_p_slower": self.estimate.p_slower, "raw_p_faster": self.estimate.p_faster}
+
+
+_VERDICT_KEYS = ("name", "verdict", "p_slower", "p_faster", "more_rounds")
+_RAW_P = {"raw_p_slower": "p_slower", "raw_p_faster": "p_faster"}
+
+
+def nested_verdict(flat: dict) -> dict:
+    """ABVerdict.as_dict()'s flat form as the record's fields (the estimate nested); a missing key is
+    left for the validator to name, any other goes to the estimate."""
+    own = {k: flat[k] for k in _VERDICT_KEYS if k in flat}
+    estimate = {_RAW_P.get(k, k): v for k, v in flat.items()
+                if k not in (*_VERDICT_KEYS, "label", "significant_slowdown")}
+    if "name" in flat:
+        estimate["name"] = flat["name"]
+    return {**own, "estimate": estimate}
 
 
 def decide_revisions(estimates: Sequence[Estimate], settings: ABSettings) -> tuple[ABVerdict, ...]:

@@ -141,7 +141,7 @@ def run(args, parser) -> int:
 
 def _write_outputs(report: ABReport, args) -> None:
     if args.json is not None:
-        write_json(args.json, report.as_dict())
+        write_json(args.json, report)
         print(f"json: {args.json}")
     if args.report is not None:
         args.report.mkdir(parents=True, exist_ok=True)

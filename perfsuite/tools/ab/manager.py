@@ -13,10 +13,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from perfsuite.errors import PerfsuiteError
+from perfsuite.records import Record
 
 WORKER_FILE = Path(__file__).resolve().parents[2] / "pytest_plugin" / "ab_worker.py"
 BOOT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
@@ -38,24 +40,40 @@ class SideFailure(PerfsuiteError, RuntimeError):
     def __init__(self, side: str, problem: str, *, benchmark: str | None = None, log_tail: str = "",
                  log: str = ""):
         self.side, self.problem, self.benchmark, self.log_tail, self.log = side, problem, benchmark, log_tail, log
-        where = f" in {benchmark}" if benchmark else ""
-        super().__init__(f"side {side}{where}: {problem}")
+        super().__init__(str(self.record()))
+
+    def record(self) -> Failure:
+        """The failure as it is reported and written to the JSON."""
+        return Failure(self.side, self.problem, self.benchmark, self.log, self.log_tail)
+
+
+@dataclass(frozen=True)
+class Failure(Record):
+    """A SideFailure as reported: side, problem, benchmark (None: the whole side), log, log_tail; role
+    (base or head) derived from the side."""
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("role",)
+    side: str
+    problem: str
+    benchmark: str | None = None
+    log: str = ""
+    log_tail: str = ""
 
     @property
     def role(self) -> str:
         """base (side A) or head (side B)."""
         return ROLES.get(self.side, self.side)
 
-    def as_dict(self) -> dict:
-        return {"side": self.side, "role": self.role, "benchmark": self.benchmark, "problem": self.problem,
-                "log": self.log, "log_tail": self.log_tail}
+    def __str__(self) -> str:
+        where = f" in {self.benchmark}" if self.benchmark else ""
+        return f"side {self.side}{where}: {self.problem}"
 
 
 # ------------------------------------------------------------------------------ revisions, worktrees
 
 
 @dataclass(frozen=True)
-class Side:
+class Side(Record):
     """One side of the comparison: what the user named, the commit (None: the working tree) and the
     directory its worker runs in."""
 
@@ -69,9 +87,6 @@ class Side:
         if self.commit is None:
             return f"{self.name} = working tree of {self.root}"
         return f"{self.name} = {self.revision} ({self.commit[:10]} {self.subject})".rstrip()
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "root": str(self.root)}
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:

@@ -7,13 +7,13 @@ import itertools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, ClassVar
 
-from perfsuite.files import write_atomic
-from perfsuite.records import Record
-from perfsuite.tools.ab.manager import ABError, Side, SideFailure
+from perfsuite.records import Record, RecordError, dump, migrate, migration
+from perfsuite.tools.ab.manager import Failure, Side
+from perfsuite.verdict.ab import ABSettings, ABVerdict, Paired, nested_verdict
 
 EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED = 0, 1, 2, 3
-AB_SCHEMA_VERSION = 2  # 1: the unversioned JSON before; 2: schema_version, benchmark_failures, CPU per sample
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,6 @@ class Measured(Record):
 
     def passes(self) -> list:
         """One perfsuite.verdict.ab.Paired per pass (the whole as one when it ran in one pass)."""
-        from perfsuite.verdict.ab import Paired
-
         return [Paired(self.name, self.a[lo:hi], self.b[lo:hi], self.higher_is_better) for lo, hi in self._bounds()]
 
     def sides_of_ratio(self) -> list[Measured]:
@@ -148,21 +146,27 @@ class NotCompared(Record):
 
 
 @dataclass(frozen=True)
-class ABReport:
+class ABReport(Record):
     """Everything one ``perfsuite ab`` run found: the sides, the settings, each benchmark's rounds and
-    verdict, what was not compared, a side's failure, and the machine's load around the run."""
+    verdict, what was not compared, a side's failure, and the machine's load around the run.
+
+    Its JSON (``write_json``, ``load_report``) holds each benchmark as one entry, its verdict's keys and
+    its rounds under ``rounds_detail``; ``derived`` as ``derived_ratios``; and the exit status."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2  # 1: unversioned, without benchmark_failures and CPU per sample
+    DERIVED: ClassVar[tuple[str, ...]] = ("exit_status",)
 
     sides: tuple[Side, Side]
-    settings: object  # perfsuite.verdict.ab.ABSettings
+    settings: ABSettings
     options: Options
     measured: tuple[Measured, ...]
-    verdicts: tuple  # perfsuite.verdict.ab.ABVerdict, one per measured benchmark
+    verdicts: tuple[ABVerdict, ...]  # one per measured benchmark
     not_compared: tuple[NotCompared, ...]
     notes: tuple[str, ...]
-    failure: SideFailure | None
+    failure: Failure | None
     elapsed_s: float
     load: dict
-    benchmark_failures: tuple[SideFailure, ...] = ()  # benchmarks that raised on a side
+    benchmark_failures: tuple[Failure, ...] = ()  # benchmarks that raised on a side
     derived: tuple[DerivedRatio, ...] = ()  # ratios decided by their sides
 
     @property
@@ -177,32 +181,46 @@ class ABReport:
         return f"perfsuite ab: {a.describe()}  vs  {b.describe()}"
 
     def as_dict(self) -> dict:
-        return {"schema_version": AB_SCHEMA_VERSION, "sides": [s.as_dict() for s in self.sides], "settings": self.settings.as_dict(),
-                "options": self.options.as_dict(),
-                "benchmarks": [{**v.as_dict(), "rounds_detail": m.as_dict()} for m, v in zip(self.measured, self.verdicts)],
-                "not_compared": [n.as_dict() for n in self.not_compared], "notes": list(self.notes),
-                "failure": None if self.failure is None else self.failure.as_dict(),
-                "benchmark_failures": [f.as_dict() for f in self.benchmark_failures],
-                "derived_ratios": [d.as_dict() for d in self.derived],
-                "elapsed_s": self.elapsed_s, "load": self.load, "exit_status": self.exit_status}
+        """The JSON's form: each benchmark's verdict (flat) with its rounds under rounds_detail."""
+        data = super().as_dict()
+        benchmarks = [{**v, "rounds_detail": m} for m, v in zip(data.pop("measured"), data.pop("verdicts"))]
+        return {**data, "benchmarks": benchmarks, "derived_ratios": data.pop("derived")}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> ABReport:
+        """Read back what as_dict() wrote; RecordError names the field that does not match."""
+        where = where or cls.__name__
+        if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
+            data = dict(data)
+            entries = data.pop("benchmarks")
+            data["measured"] = [e.get("rounds_detail") if isinstance(e, dict) else e for e in entries]
+            data["verdicts"] = [nested_verdict({k: v for k, v in e.items() if k != "rounds_detail"})
+                                if isinstance(e, dict) else e for e in entries]
+            if "derived_ratios" in data:
+                data["derived"] = data.pop("derived_ratios")
+        return super().from_dict(data, where)
 
 
-
-
-def write_json(path: Path, data: dict) -> None:
-    """data as JSON at path, atomically (files.write_atomic: never half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(data, indent=1, allow_nan=False))
-
-
-def load_json(path: Path) -> dict:
-    """An ``ab --json`` file written by this version's schema; a clear ABError otherwise."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ABError(f"{path}: expected an ab JSON file, found it unreadable ({error})") from None
-    found = data.get("schema_version", 1) if isinstance(data, dict) else None
-    if found != AB_SCHEMA_VERSION:
-        raise ABError(f"{path}: expected ab JSON schema_version {AB_SCHEMA_VERSION}, found {found!r}")
+@migration(ABReport, 1, 2)
+def migrate_1_to_2(data: dict) -> dict:
+    """Schema 2 added benchmark_failures, each failure's log, and CPU per sample; each has a default,
+    so schema 1's keys read as they are."""
     return data
 
+
+def write_json(path: Path, report: ABReport) -> None:
+    """The report as versioned JSON at path, atomically (never half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump(report, path)
+
+
+def load_report(path: Path) -> ABReport:
+    """An ``ab --json`` file as the report, an unversioned (schema 1) one through its migration; a
+    RecordError naming the file, the field, what was expected and what was found otherwise."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise RecordError(str(path), "(file)", "a readable ab JSON file", str(error)) from None
+    if isinstance(data, dict) and "schema_version" not in data:
+        data = {**data, "schema_version": 1}
+    return ABReport.from_dict(migrate(ABReport, data, str(path)), str(path))

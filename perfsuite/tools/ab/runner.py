@@ -305,8 +305,9 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
     return ABReport(sides=sides, settings=settings, options=options, measured=measured,
                     verdicts=verdicts, derived=tuple(derived_ratios(whole, verdicts, _ratios(controllers))),
                     not_compared=tuple(_unique(n for c in controllers for n in c.not_compared)),
-                    notes=tuple(_unique(n for c in controllers for n in c.notes)), failure=failure,
-                    benchmark_failures=tuple(f for c in controllers for f in c.failures),
+                    notes=tuple(_unique(n for c in controllers for n in c.notes)),
+                    failure=None if failure is None else failure.record(),
+                    benchmark_failures=tuple(f.record() for c in controllers for f in c.failures),
                     elapsed_s=time.monotonic() - started,
                     load={"before": load_before["average_1min"], "after": load_after["average_1min"],
                           "cpus": load_after["cpus"]})
