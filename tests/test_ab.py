@@ -574,7 +574,10 @@ def _commit(repo, message, *, work=0.001, crash=0, hang=0, extra=""):
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
 
 
-def _ab(repo, *args, timeout=240):
+AB_TIMEOUT_S = 600  # a hang guard, not a speed check: on a slow runner under -n a run of 8 passes took over 240 s
+
+
+def _ab(repo, *args, timeout=AB_TIMEOUT_S):
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
     env["PERFSUITE_AB_TEST_TAG"] = str(repo.parent)  # inherited by the workers: how _leftovers finds them
     passes = [] if "--passes" in args else ["--passes", "1"]  # one pass is quicker where passes are not tested
@@ -719,7 +722,7 @@ def test_pytest_with_perfsuite_ab_runs_ab_on_its_own_selection(repo):
     result = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--perfsuite-ab=HEAD~1",
                              "--perfsuite-ab-passes=1", "--perfsuite-profile=smoke", "-k", "changed or same",
                              "-p", "no:cacheprovider"],
-                            cwd=repo, env=env, capture_output=True, text=True, timeout=240, check=False)
+                            cwd=repo, env=env, capture_output=True, text=True, timeout=AB_TIMEOUT_S, check=False)
     assert result.returncode == 1, result.stdout + result.stderr  # HEAD~1 against the working tree (at "slower")
     assert "SLOWER" in result.stdout and "test_tiny.py::test_changed" in result.stdout
     assert "test_no_rounds" not in result.stdout  # -k reached both sides
