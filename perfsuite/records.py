@@ -10,7 +10,9 @@ bare dict/list for free-form JSON.
 `dump(record, path)` writes `{"schema_version": N, ...}` atomically; `load(path, cls)` reads it, applies
 the migrations registered for `cls` (`migrate_N_to_M` functions, one schema step each) up to
 `cls.SCHEMA_VERSION`, and validates. Every error is a RecordError naming the file, the field path, what
-was expected and what was found.
+was expected and what was found; a key that is not a plain name is quoted in the path (`a."x/y".b`), and
+an unknown key is named by its own path. A check the annotations cannot state goes in `__post_init__`,
+raising `self.invalid(...)` so that the error names the field's path too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -33,17 +36,19 @@ Migration = Callable[[dict], dict]
 
 class RecordError(PerfsuiteError, ValueError):
     """A record (or its file) does not match its schema: names where, the field, the expectation and
-    what was found."""
+    what was found. ``parts`` is the field's path as keys and list indices (empty: the whole record
+    or file), for callers that name fields in their own words."""
 
-    def __init__(self, where: str, field: str, expected: str, found: str):
+    def __init__(self, where: str, field: str, expected: str, found: str, parts: tuple[str | int, ...] = ()):
         self.where = where
         self.field = field
         self.expected = expected
         self.found = found
+        self.parts = tuple(parts)
         super().__init__(f"{where}: {field}: expected {expected}, found {found}")
 
     def __reduce__(self):  # keeps the attributes across pickling (worker processes)
-        return (type(self), (self.where, self.field, self.expected, self.found))
+        return (type(self), (self.where, self.field, self.expected, self.found, self.parts))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +69,12 @@ class Record:
     def from_dict(cls, data: Any, where: str | None = None) -> Self:
         """Build the record from `data`, checking every field against its annotation; raises
         RecordError naming `where` (default: the class name) and the field path."""
-        return _from_plain(cls, data, where or cls.__name__, "")
+        return _from_plain(cls, data, where or cls.__name__, ())
+
+    def invalid(self, parts: tuple[str | int, ...], expected: str, found: str) -> RecordError:
+        """The error `__post_init__` raises for a value its annotation admits but the record does not;
+        `parts` is the path within this record (from_dict adds the file and the record's own path)."""
+        return RecordError(type(self).__name__, key_path(parts) or type(self).__name__, expected, found, parts)
 
 
 _MIGRATIONS: dict[type, dict[int, tuple[int, Migration]]] = {}
@@ -153,16 +163,34 @@ def _describe(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
-def _join(field: str, name: str) -> str:
-    return f"{field}.{name}" if field else name
+_BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def _found(value: Any) -> str:
+def key_path(parts: tuple[str | int, ...]) -> str:
+    """A field path as text: `a.b[0]`; a key that is not a plain name is quoted: `a."x/y[1]".b`."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            name = part if _BARE_KEY.match(part) else json.dumps(part, ensure_ascii=False)
+            text += f".{name}" if text else name
+    return text
+
+
+def found_text(value: Any) -> str:
+    """A value as the errors show what was found: its type and a short repr (None: null)."""
+    if value is None:
+        return "null"
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-def _from_plain(annotation: Any, value: Any, where: str, field: str) -> Any:
+def _wrong(where: str, parts: tuple, expected: str, found: str, whole: str = "") -> RecordError:
+    return RecordError(where, key_path(parts) or whole, expected, found, parts)
+
+
+def _from_plain(annotation: Any, value: Any, where: str, parts: tuple) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if annotation is Any:
@@ -170,87 +198,90 @@ def _from_plain(annotation: Any, value: Any, where: str, field: str) -> Any:
     if annotation in (dict, list):  # free-form JSON (e.g. a machine fingerprint): checked for its type only
         if isinstance(value, annotation):
             return value
-        raise RecordError(where, field, "an object" if annotation is dict else "a list", _found(value))
+        raise _wrong(where, parts, "an object" if annotation is dict else "a list", found_text(value))
     if annotation is None or annotation is type(None):
         if value is None:
             return None
-        raise RecordError(where, field, "null", _found(value))
+        raise _wrong(where, parts, "null", found_text(value))
     if origin in (typing.Union, types.UnionType):
-        return _from_union(annotation, args, value, where, field)
+        return _from_union(annotation, args, value, where, parts)
     if origin in (tuple, list):
-        return _from_sequence(origin, args, value, where, field)
+        return _from_sequence(origin, args, value, where, parts)
     if origin is dict:
-        return _from_mapping(args, value, where, field)
+        return _from_mapping(args, value, where, parts)
     if isinstance(annotation, type) and issubclass(annotation, Record):
-        return _from_record(annotation, value, where, field)
+        return _from_record(annotation, value, where, parts)
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         try:
             return annotation(value)
         except ValueError:
             choices = ", ".join(repr(member.value) for member in annotation)
-            raise RecordError(where, field, f"one of {choices}", _found(value)) from None
-    return _from_scalar(annotation, value, where, field)
+            raise _wrong(where, parts, f"one of {choices}", found_text(value)) from None
+    return _from_scalar(annotation, value, where, parts)
 
 
-def _from_union(annotation, args, value, where, field):
+def _from_union(annotation, args, value, where, parts):
     if value is None and type(None) in args:
         return None
     options = [arg for arg in args if arg is not type(None)]
     if len(options) == 1:  # Optional[T]: T's own error, which names the nested field
-        return _from_plain(options[0], value, where, field)
-    for option in (arg for arg in args if arg is not type(None)):
+        return _from_plain(options[0], value, where, parts)
+    for option in options:
         try:
-            return _from_plain(option, value, where, field)
+            return _from_plain(option, value, where, parts)
         except RecordError:
             continue
-    raise RecordError(where, field, _describe(annotation), _found(value))
+    raise _wrong(where, parts, _describe(annotation), found_text(value))
 
 
-def _from_sequence(origin, args, value, where, field):
+def _from_sequence(origin, args, value, where, parts):
     if not isinstance(value, (list, tuple)):
-        raise RecordError(where, field, f"a list ({_describe(origin)})", _found(value))
+        raise _wrong(where, parts, f"a list ({_describe(origin)})", found_text(value))
     if origin is tuple and args and args[-1] is not Ellipsis:
         if len(value) != len(args):
-            raise RecordError(where, field, f"a list of {len(args)} items", f"{len(value)} items")
-        items = [_from_plain(arg, item, where, f"{field}[{i}]") for i, (arg, item) in enumerate(zip(args, value))]
+            raise _wrong(where, parts, f"a list of {len(args)} items", f"{len(value)} items")
+        items = [_from_plain(arg, item, where, (*parts, i)) for i, (arg, item) in enumerate(zip(args, value))]
     else:
         item_type = args[0] if args else Any
-        items = [_from_plain(item_type, item, where, f"{field}[{i}]") for i, item in enumerate(value)]
+        items = [_from_plain(item_type, item, where, (*parts, i)) for i, item in enumerate(value)]
     return tuple(items) if origin is tuple else items
 
 
-def _from_mapping(args, value, where, field):
+def _from_mapping(args, value, where, parts):
     if not isinstance(value, dict):
-        raise RecordError(where, field, "an object", _found(value))
+        raise _wrong(where, parts, "an object", found_text(value))
     item_type = args[1] if len(args) == 2 else Any
     for key in value:
         if not isinstance(key, str):
-            raise RecordError(where, field, "string keys", _found(key))
-    return {key: _from_plain(item_type, item, where, _join(field, key)) for key, item in value.items()}
+            raise _wrong(where, parts, "string keys", found_text(key))
+    return {key: _from_plain(item_type, item, where, (*parts, key)) for key, item in value.items()}
 
 
-def _from_record(cls, value, where, field):
+def _from_record(cls, value, where, parts):
     if not isinstance(value, dict):
-        raise RecordError(where, field or cls.__name__, f"an object ({cls.__name__})", _found(value))
+        raise _wrong(where, parts, f"an object ({cls.__name__})", found_text(value), cls.__name__)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(value) - set(fields) - set(cls.DERIVED))
-    if unknown:
-        raise RecordError(where, field or cls.__name__, f"only the keys {sorted(fields)}", f"unknown key(s) {unknown}")
+    for key in value:  # an unknown key is named by its own path
+        if key not in fields and key not in cls.DERIVED:
+            name = key if isinstance(key, str) else repr(key)
+            raise _wrong(where, (*parts, name), f"one of the keys {', '.join(fields)}", "an unknown key")
     hints = _hints(cls)
     arguments = {}
     for name, spec in fields.items():
         if name not in value:
             if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                raise RecordError(where, _join(field, name), "a value (required key)", "no such key")
+                raise _wrong(where, (*parts, name), "a value (required key)", "no such key")
             continue
-        arguments[name] = _from_plain(hints[name], value[name], where, _join(field, name))
+        arguments[name] = _from_plain(hints[name], value[name], where, (*parts, name))
     try:
         return cls(**arguments)
-    except (TypeError, ValueError) as error:  # a record's own __post_init__ check
-        raise RecordError(where, field or cls.__name__, f"a valid {cls.__name__}", str(error)) from None
+    except RecordError as error:  # a record's own __post_init__ check, raised with Record.invalid
+        raise _wrong(where, (*parts, *error.parts), error.expected, error.found, cls.__name__) from None
+    except (TypeError, ValueError) as error:  # any other __post_init__ check
+        raise _wrong(where, parts, f"a valid {cls.__name__}", str(error), cls.__name__) from None
 
 
-def _from_scalar(annotation, value, where, field):
+def _from_scalar(annotation, value, where, parts):
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -264,5 +295,5 @@ def _from_scalar(annotation, value, where, field):
         if isinstance(value, str):
             return Path(value)
     else:
-        raise TypeError(f"{where}: {field}: records cannot hold {_describe(annotation)}")
-    raise RecordError(where, field, _describe(annotation), _found(value))
+        raise TypeError(f"{where}: {key_path(parts)}: records cannot hold {_describe(annotation)}")
+    raise _wrong(where, parts, _describe(annotation), found_text(value))

@@ -175,10 +175,10 @@ def test_record_refuses_to_overwrite_a_malformed_file(tmp_path):
          "expected a metric declared in perfsuite.verdict.metrics"),
         ({"metrics": {"samples_per_s": float("nan")}},
          'benchmarks."loaders/test_loader[tf_native-wav-bs16-w2]".samples_per_s',
-         "expected a finite number, found number nan"),
+         "expected a finite number, found float nan"),
         ({"metrics": {"samples_per_s": "fast"}},
          'benchmarks."loaders/test_loader[tf_native-wav-bs16-w2]".samples_per_s',
-         "expected a finite number, found string 'fast'"),
+         "expected a finite number, found str 'fast'"),
         ({"metrics": {}}, 'benchmarks."loaders/test_loader[tf_native-wav-bs16-w2]"', "found none"),
         ({"metrics": {"samples_per_s": 1.0}, "margin": 1.0}, "margin", "expected a margin in [0, 1)"),
         ({"metrics": {"samples_per_s": 1.0}, "margin": -0.1}, "margin", "expected a margin in [0, 1)"),
@@ -241,7 +241,7 @@ def test_unknown_machine_skips_absolute_thresholds_but_applies_ratio_gates(tmp_p
 
 def test_a_ratio_gate_without_a_claim_is_refused_naming_it(tmp_path):
     path = write(tmp_path / "ratios.yaml", "ratios:\n  cache_over_wav_ratio: {min: 2.0}\n")
-    with pytest.raises(BaselineError, match=r"ratios.yaml: ratios.cache_over_wav_ratio.claim: missing"):
+    with pytest.raises(BaselineError, match=r"ratios.yaml: ratios.cache_over_wav_ratio.claim: expected a value \(required key\)"):
         load_ratios(path)
 
 
@@ -455,46 +455,48 @@ QUOTED = f'benchmarks."{BENCH}"'
         ("", "(top level)", "expected a mapping, found an empty document"),
         (VALID.replace("profile: cpu-2core", "profile: gpu-h200"), "profile",
          "expected the file's name without .yaml ('cpu-2core'), found 'gpu-h200'"),
-        (VALID.replace("margin: 0.25", "thresholds: {}"), "thresholds", "unknown key; expected one of"),
-        (VALID.replace("fingerprint:", "fingerprint_:"), "fingerprint_", "unknown key"),
+        (VALID.replace("margin: 0.25", "thresholds: {}"), "thresholds",
+         "expected one of the keys format, profile, fingerprint, margin, recorded, benchmarks, found an unknown key"),
+        (VALID.replace("fingerprint:", "fingerprint_:"), "fingerprint_", "found an unknown key"),
         (VALID.replace("margin: 0.25", "margin: 25"), "margin",
-         "expected a margin in [0, 1), found integer 25"),
+         "expected a margin in [0, 1), found float 25.0"),
         (VALID.split("fingerprint:")[0] + "margin:" + VALID.split("margin:")[1], "fingerprint",
-         "missing (required key)"),
-        (VALID.replace("  gpu_driver: null\n", ""), "fingerprint.gpu_driver", "missing (required key)"),
+         "expected a value (required key), found no such key"),
+        (VALID.replace("  gpu_driver: null\n", ""), "fingerprint.gpu_driver",
+         "expected a value (required key), found no such key"),
         (VALID.replace("cores: 2", "cores: two"), "fingerprint.cores",
-         "expected a positive integer, found string 'two'"),
+         "expected a positive integer, found str 'two'"),
         (VALID.replace('tensorflow: "2.21.0"', "tensorflow: 2.20"), "fingerprint.tensorflow",
-         "(quote numbers: '2.21'), found number 2.2"),
+         "(quote numbers: '2.21'), found float 2.2"),
         (VALID.replace("cpu_model_name:", "cpu_model:"), "fingerprint.cpu_model",
-         "unknown key; expected one of cpu_vendor, cpu_family"),
+         "expected one of cpu_vendor, cpu_family"),
         (VALID.replace("isa: [avx, avx2, avx512f, fma, sse4_2]", "isa: avx2"), "fingerprint.isa",
-         "expected a list of feature names, found string 'avx2'"),
+         "expected a list of feature names, found str 'avx2'"),
         (VALID.replace("format: 2", "format: 3"), "format",
-         "expected 2 (the profile format this perfsuite reads), found integer 3"),
-        (VALID.replace("format: 2", "format: '2'"), "format", "found string '2'"),
+         "expected 2 (the profile format this perfsuite reads), found int 3"),
+        (VALID.replace("format: 2", "format: '2'"), "format", "expected int, found str '2'"),
         (VALID.split("benchmarks:")[0] + "benchmarks:\n  - x\n", "benchmarks",
-         "expected a mapping, found list"),
-        (VALID.split("benchmarks:")[0], "benchmarks", "missing (required key)"),
+         "expected an object, found list"),
+        (VALID.split("benchmarks:")[0], "benchmarks", "expected a value (required key), found no such key"),
         (VALID.split("benchmarks:")[0] + f'benchmarks:\n  "{BENCH}":\n', QUOTED,
-         "expected a mapping, found null"),
+         "expected an object, found null"),
         (VALID.replace("min_samples_per_s", "avg_samples_per_s"), f"{QUOTED}.avg_samples_per_s",
-         "unknown threshold key; expected min_<metric> or max_<metric>"),
-        (VALID.replace("900.0", "fast"), f"{QUOTED}.min_samples_per_s",
-         "expected a finite number, found string 'fast'"),
+         "expected min_<metric> or max_<metric>, found an unknown threshold key"),
+        (VALID.replace("900.0", "fast"), f"{QUOTED}.min_samples_per_s", "expected float, found str 'fast'"),
         (VALID.replace("900.0", ".nan"), f"{QUOTED}.min_samples_per_s",
-         "expected a finite number, found number nan"),
-        (VALID.replace("900.0", "true"), f"{QUOTED}.min_samples_per_s",
-         "expected a finite number, found boolean True"),
+         "expected a finite number, found float nan"),
+        (VALID.replace("900.0", "true"), f"{QUOTED}.min_samples_per_s", "expected float, found bool True"),
         (VALID.replace("max_input_bound: 0.05", "max_samples_per_s: 800"), QUOTED,
-         "min 900.0 is above max 800.0 for 'samples_per_s'; no value could pass"),
+         "expected min ≤ max for 'samples_per_s', found min 900.0 above max 800.0: no value could pass"),
         (VALID + f'  "{BENCH}":\n    min_samples_per_s: 1.0\n', f"line {END}, column 3", "found duplicate key"),
+        (VALID.replace("profile: cpu-2core", "profile: ' '"), "profile", "expected a non-empty string, found str ' '"),
+        (VALID.replace("margin: 0.25", "margin: 0.25\nrecorded: 5"), "recorded", "expected str, found int 5"),
     ],
     ids=["yaml-syntax", "top-list", "empty", "profile-name", "unknown-top-key", "misspelt-key",
          "margin-range", "no-fingerprint", "no-driver", "cores-type", "tf-unquoted", "format-1-key", "isa-str",
          "format-3", "format-str",
          "benchmarks-list", "no-benchmarks", "entry-null", "threshold-key", "threshold-str", "threshold-nan",
-         "threshold-bool", "min-above-max", "duplicate-id"],
+         "threshold-bool", "min-above-max", "duplicate-id", "profile-blank", "recorded-int"],
 )
 def test_malformed_profile_names_file_key_and_problem(tmp_path, text, key, problem):
     path = write(tmp_path / "cpu-2core.yaml", text)
@@ -506,8 +508,9 @@ def test_malformed_profile_names_file_key_and_problem(tmp_path, text, key, probl
 
 
 def test_valid_profile_loads(tmp_path):
-    profile = load_profile(write(tmp_path / "cpu-2core.yaml", VALID))
+    profile = load_profile(write(tmp_path / "cpu-2core.yaml", VALID + "recorded: 2024-01-02 03:04:05\n"))
     assert (profile.name, profile.fingerprint, profile.margin) == ("cpu-2core", CPU, 0.25)
+    assert profile.recorded == "2024-01-02T03:04:05"  # an unquoted YAML timestamp is read as its text
     assert [(t.key, t.value) for t in profile.benchmarks[BENCH]] == [
         ("min_samples_per_s", 900.0), ("max_input_bound", 0.05)]
 
@@ -515,15 +518,19 @@ def test_valid_profile_loads(tmp_path):
 @pytest.mark.parametrize(
     ("text", "key", "problem"),
     [
-        ("{}\n", "ratios", "missing (required key)"),
-        ("ratios: [1]\n", "ratios", "expected a mapping, found list [1]"),
+        ("{}\n", "ratios", "expected a value (required key), found no such key"),
+        ("ratios: [1]\n", "ratios", "expected an object, found list [1]"),
         ("ratios:\n  x_ratio: {minimum: 6}\n", "ratios.x_ratio.minimum",
-         "unknown key; expected one of min, max, claim"),
-        ("ratios:\n  x_ratio: {claim: c}\n", "ratios.x_ratio", "expected at least one of min, max; found neither"),
+         "expected one of the keys min, max, claim, role, found an unknown key"),
+        ("ratios:\n  x_ratio: {claim: c}\n", "ratios.x_ratio", "expected at least one of min, max, found neither"),
         ("ratios:\n  x_ratio: {min: six, claim: c}\n", "ratios.x_ratio.min",
-         "expected a finite number, found string 'six'"),
+         "expected float, found str 'six'"),
         ("ratios:\n  x_ratio: {min: 2, max: 1, claim: c}\n", "ratios.x_ratio", "no value could pass"),
-        ("ratios:\n  1.5: {min: 2}\n", "ratios", "expected string keys, found number 1.5"),
+        ("ratios:\n  1.5: {min: 2}\n", "ratios", "expected string keys, found float 1.5"),
+        ("ratios:\n  x_ratio: {max: .inf, claim: c}\n", "ratios.x_ratio.max", "expected a finite number, found float inf"),
+        ("ratios:\n  x_ratio: {min: 2, claim: ''}\n", "ratios.x_ratio.claim", "expected a non-empty string"),
+        ("ratios:\n  x_ratio: {min: 2, claim: c, role: info}\n", "ratios.x_ratio.role",
+         "expected one of regression, context, found str 'info'"),
     ],
 )
 def test_malformed_ratios_name_file_key_and_problem(tmp_path, text, key, problem):

@@ -108,7 +108,7 @@ def test_roles_in_a_gate_file_are_read_and_a_wrong_one_is_refused_naming_it(tmp_
     assert gates["a_ratio"][0].role == REGRESSION and gates["b_ratio"][0].role == CONTEXT
     path.write_text("ratios:\n  a_ratio: {min: 2.0, claim: c, role: contrast}\n")
     with pytest.raises(BaselineError, match=r"ratios.a_ratio.role: expected one of regression, context, found "
-                                            r"string 'contrast'"):
+                                            r"str 'contrast'"):
         load_ratios(path)
     with pytest.raises(ValueError, match="Threshold.role"):
         Threshold(metric="a_ratio", kind="min", value=1.0, role="contrast")

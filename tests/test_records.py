@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
@@ -111,7 +112,8 @@ GOOD = {"schema_version": 3, "name": "a", "kind": "slow", "count": 1, "rounds": 
     ({**GOOD, "rounds": [{"rate": 1.0}]}, "rounds[0].times", "no such key"),
     ({**GOOD, "rounds": [{"rate": "x", "times": []}]}, "rounds[0].rate", "str"),
     ({**GOOD, "by_arm": {"a": 3}}, "by_arm.a", "int"),
-    ({**GOOD, "extra": 1}, "Run", "extra"),
+    ({**GOOD, "extra": 1}, "extra", "an unknown key"),
+    ({**GOOD, "by_arm": {"x/y[1]": {"rate": 1.0}}}, 'by_arm."x/y[1]".times', "no such key"),
     ({k: v for k, v in GOOD.items() if k != "name"}, "name", "no such key"),
 ])
 def test_a_bad_file_names_the_file_the_field_and_what_was_found(tmp_path, content, field, found):
@@ -153,3 +155,48 @@ def test_derived_keys_are_written_for_readers_and_skipped_when_read_back():
     assert Place.from_dict({"root": "a", "depth": 99}) == Place(Path("a"))
     with pytest.raises(RecordError, match="unknown key"):
         Place.from_dict({"root": "a", "width": 1})
+
+
+@dataclass(frozen=True)
+class Band(Record):
+    low: float
+    high: float
+
+    def __post_init__(self):
+        if self.low > self.high:
+            raise self.invalid(("high",), f"at least low ({self.low})", f"{self.high}")
+
+
+@dataclass(frozen=True)
+class Bands(Record):
+    bands: dict[str, Band]
+
+
+def test_an_error_keeps_its_path_as_parts_and_quotes_keys_that_are_not_plain_names():
+    with pytest.raises(RecordError) as caught:
+        Bands.from_dict({"bands": {"a.b": {"low": 1, "high": "x"}}}, "bands.yaml")
+    error = caught.value
+    assert error.parts == ("bands", "a.b", "high")
+    assert str(error) == 'bands.yaml: bands."a.b".high: expected float, found str \'x\''
+
+
+def test_an_unknown_key_is_named_by_its_own_path():
+    with pytest.raises(RecordError) as caught:
+        Bands.from_dict({"bands": {"a": {"low": 1, "high": 2, "mid": 3}}})
+    assert (caught.value.parts, caught.value.expected, caught.value.found) == (
+        ("bands", "a", "mid"), "one of the keys low, high", "an unknown key")
+
+
+def test_a_post_init_check_raised_with_invalid_names_the_field_path():
+    with pytest.raises(RecordError) as caught:
+        Bands.from_dict({"bands": {"a": {"low": 2, "high": 1}}}, "bands.yaml")
+    assert str(caught.value) == "bands.yaml: bands.a.high: expected at least low (2.0), found 1.0"
+    assert caught.value.parts == ("bands", "a", "high")
+    with pytest.raises(RecordError, match=r"^Band: high: expected at least low"):
+        Band(2.0, 1.0)  # built in code: the record's own name stands for the file
+
+
+def test_a_record_error_keeps_its_parts_across_pickling():
+    error = RecordError("f.json", "a[0]", "int", "str 'x'", ("a", 0))
+    back = pickle.loads(pickle.dumps(error))
+    assert (back.where, back.field, back.parts, str(back)) == ("f.json", "a[0]", ("a", 0), str(error))

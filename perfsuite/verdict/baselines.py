@@ -48,7 +48,6 @@ import datetime
 import decimal
 import fcntl
 import io
-import json
 import math
 import re
 from collections.abc import Hashable, Iterable, Iterator, Mapping
@@ -68,6 +67,7 @@ from perfsuite.measure.machine import (
     machine_fingerprint,
     match,
 )
+from perfsuite.records import R, Record, RecordError, found_text, key_path
 from perfsuite.verdict.gates import REGRESSION, ROLES, CheckResult, Threshold, check_benchmark
 from perfsuite.verdict.metrics import is_declared
 from perfsuite.verdict.metrics import lookup as lookup_metric
@@ -82,16 +82,12 @@ FORMAT_1_NOTE = (
     "not applicable: recorded in format 1, which identifies hardware by model name only; "
     "re-record it (README: Recording a baseline on a new machine)"
 )
-_PROFILE_KEYS = ("format", "profile", "fingerprint", "margin", "recorded", "benchmarks")
 _THRESHOLD_KEY = re.compile(r"(min|max)_(.+)\Z", re.DOTALL)
-_BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FILE_HEADER = (
     "# perfsuite baseline profile (see perfsuite/baselines.py for the format).\n"
     "# Thresholds recorded from measurements: min_* = measured - |measured| * margin,\n"
     "# max_* = measured + max(|measured| * margin, floor), rounded outward to 4 significant digits.\n"
 )
-
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,24 +141,98 @@ class RatioGates:
     gates: Mapping[str, tuple[Threshold, ...]]
 
 
-def _key_path(parts: Iterable[str]) -> str:
-    # benchmarks."loaders/test_loader[x]".min_samples_per_s -- ids with odd characters are quoted.
-    rendered = [p if _BARE_KEY.match(p) else json.dumps(p, ensure_ascii=False) for p in parts]
-    return ".".join(rendered) or "(top level)"
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "mapping", list: "list"}
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{names.get(type(value), type(value).__name__)} {text}"
+def _is_margin(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1
 
 
-def _wrong(path: Path, keys: Iterable[str], expected: str, found: Any) -> BaselineError:
-    return BaselineError(path, _key_path(keys), f"expected {expected}, found {_describe(found)}")
+def _check_thresholds(record: Record, parts: tuple[str, ...], thresholds: Iterable[Threshold], *,
+                      by_kind: bool = False) -> None:
+    """Each bound finite, and no min above the max of the same metric (no value could pass). A bound's
+    key is its kind (``by_kind``, a ratio gate's ``min``) or ``<kind>_<metric>`` (a profile's)."""
+    lows = {}
+    for t in thresholds:
+        if not _is_finite(t.value):
+            raise record.invalid((*parts, t.kind if by_kind else t.key), "a finite number", found_text(t.value))
+        if t.kind == "min":
+            lows[t.metric] = t.value
+    for t in thresholds:
+        if t.kind == "max" and t.metric in lows and lows[t.metric] > t.value:
+            raise record.invalid(parts, "min ≤ max" if by_kind else f"min ≤ max for {t.metric!r}",
+                                 f"min {lows[t.metric]} above max {t.value}: no value could pass")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileFile(Record):
+    """What a current-format ``<profile>.yaml`` holds. The fingerprint is checked by
+    ``MachineFingerprint.from_dict``; the profile's name against the file's by ``read_profile``."""
+
+    format: int
+    profile: str
+    fingerprint: dict
+    margin: float | None = None
+    recorded: str | None = None
+    benchmarks: dict[str, dict[str, float]]
+
+    def __post_init__(self):
+        if self.format != PROFILE_FORMAT:
+            raise self.invalid(("format",), f"{PROFILE_FORMAT} (the profile format this perfsuite reads)",
+                               found_text(self.format))
+        for name in ("profile", "recorded"):
+            if getattr(self, name) is not None and not getattr(self, name).strip():
+                raise self.invalid((name,), "a non-empty string", found_text(getattr(self, name)))
+        if self.margin is not None and not _is_margin(self.margin):
+            raise self.invalid(("margin",), "a margin in [0, 1)", found_text(self.margin))
+        for benchmark_id, thresholds in self.thresholds().items():
+            _check_thresholds(self, ("benchmarks", benchmark_id), thresholds)
+
+    def thresholds(self) -> dict[str, tuple[Threshold, ...]]:
+        """Per benchmark id, its thresholds in file order."""
+        result = {}
+        for benchmark_id, entries in self.benchmarks.items():
+            thresholds = []
+            for key, value in entries.items():
+                found = _THRESHOLD_KEY.match(key)
+                if not found:
+                    raise self.invalid(("benchmarks", benchmark_id, key), "min_<metric> or max_<metric>",
+                                       "an unknown threshold key")
+                thresholds.append(Threshold(metric=found.group(2), kind=found.group(1), value=value))
+            result[benchmark_id] = tuple(thresholds)
+        return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class RatioGate(Record):
+    """One gate of ``ratios.yaml``: at least one bound, and the claim it protects."""
+
+    min: float | None = None
+    max: float | None = None
+    claim: str
+    role: str = REGRESSION
+
+    def __post_init__(self):
+        if not self.claim.strip():
+            raise self.invalid(("claim",), "a non-empty string", found_text(self.claim))
+        if self.role not in ROLES:
+            raise self.invalid(("role",), f"one of {', '.join(ROLES)}", found_text(self.role))
+        if self.min is None and self.max is None:
+            raise self.invalid((), "at least one of min, max", "neither")
+        _check_thresholds(self, (), self.thresholds("metric"), by_kind=True)
+
+    def thresholds(self, metric: str) -> tuple[Threshold, ...]:
+        bounds = (("min", self.min), ("max", self.max))
+        return tuple(Threshold(metric=metric, kind=kind, value=value, claim=self.claim, role=self.role)
+                     for kind, value in bounds if value is not None)
+
+
+@dataclass(frozen=True)
+class RatiosFile(Record):
+    """What ``ratios.yaml`` holds."""
+
+    ratios: dict[str, RatioGate]
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -184,7 +254,8 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path) -> dict:
+    """The file's YAML document, which must be a mapping."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -192,146 +263,63 @@ def _read_yaml(path: Path) -> Any:
     except UnicodeDecodeError as error:
         raise BaselineError(path, "(file)", f"expected UTF-8 text, found {error.reason}") from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)
+        document = yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
         raise BaselineError(path, where, f"invalid YAML: {error.problem or error.context}") from None
     except yaml.YAMLError as error:
         raise BaselineError(path, "(document)", f"invalid YAML: {error}") from None
+    if not isinstance(document, dict):
+        found = "an empty document" if document is None else found_text(document)
+        raise BaselineError(path, "(top level)", f"expected a mapping, found {found}")
+    return document
 
 
-def _mapping(path: Path, keys: tuple[str, ...], value: Any) -> dict:
-    if value is None and not keys:
-        raise BaselineError(path, "(top level)", "expected a mapping, found an empty document")
-    if not isinstance(value, dict):
-        raise _wrong(path, keys, "a mapping", value)
-    for key in value:
-        if not isinstance(key, str):
-            raise _wrong(path, keys, "string keys", key)
-    return value
-
-
-def _require(path: Path, keys: tuple[str, ...], mapping: dict, key: str) -> Any:
-    if key not in mapping:
-        raise BaselineError(path, _key_path(keys + (key,)), "missing (required key)")
-    return mapping[key]
-
-
-def _only_keys(path: Path, keys: tuple[str, ...], mapping: dict, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    for key in mapping:
-        if key not in allowed:
-            raise BaselineError(
-                path, _key_path(keys + (key,)), f"unknown key; expected one of {', '.join(allowed)}"
-            )
-
-
-def _string(path: Path, keys: tuple[str, ...], value: Any, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        what = "a non-empty string (quote numbers: '2.21')" + (" or null" if optional else "")
-        raise _wrong(path, keys, what, value)
-    return value
-
-
-def _number(path: Path, keys: tuple[str, ...], value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _wrong(path, keys, "a finite number", value)
-    return float(value)
-
-
-def _margin(path: Path | None, keys: tuple[str, ...], value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise BaselineError(
-            path, _key_path(keys), f"expected a margin in [0, 1), found {_describe(value)}"
-        )
-    return float(value)
-
-
-def _parse_fingerprint(path: Path, value: Any) -> MachineFingerprint:
-    keys = ("fingerprint",)
+def _from_document(cls: type[R], path: Path, document: dict) -> R:
+    """``cls.from_dict(document)``, its RecordError as a BaselineError naming the file and key path."""
     try:
-        return MachineFingerprint.from_dict(_mapping(path, keys, value))
+        return cls.from_dict(document, str(path))
+    except RecordError as error:
+        raise _baseline_error(path, error.parts, error.expected, error.found) from None
+
+
+def _baseline_error(path: Path, parts: tuple, expected: str, found: str) -> BaselineError:
+    return BaselineError(path, key_path(parts) or "(top level)", f"expected {expected}, found {found}")
+
+
+def _fingerprint(path: Path, values: dict) -> MachineFingerprint:
+    try:
+        return MachineFingerprint.from_dict(values)
     except FingerprintFieldError as error:
-        where = keys + (error.key,)
         if error.missing:
-            raise BaselineError(path, _key_path(where), "missing (required key)") from None
-        if error.unknown:
-            raise BaselineError(path, _key_path(where), f"unknown key; expected {error.expected}") from None
-        raise _wrong(path, where, error.expected, error.found) from None
+            expected, found = "a value (required key)", "no such key"
+        else:
+            expected, found = error.expected, "an unknown key" if error.unknown else found_text(error.found)
+        raise _baseline_error(path, ("fingerprint", error.key), expected, found) from None
 
 
-def _check_format(path: Path, top: dict) -> None:
-    found = _require(path, (), top, "format")
-    if isinstance(found, bool) or found != PROFILE_FORMAT:
-        raise _wrong(path, ("format",), f"{PROFILE_FORMAT} (the profile format this perfsuite reads)", found)
-
-
-def _check_band(path: Path, keys: tuple[str, ...], thresholds: list[Threshold]) -> None:
-    lows = {t.metric: t.value for t in thresholds if t.kind == "min"}
-    for t in thresholds:
-        if t.kind == "max" and t.metric in lows and lows[t.metric] > t.value:
-            raise BaselineError(
-                path, _key_path(keys),
-                f"min {lows[t.metric]} is above max {t.value} for {t.metric!r}; no value could pass",
-            )
-
-
-def _parse_thresholds(path: Path, keys: tuple[str, ...], value: Any) -> tuple[Threshold, ...]:
-    entries = _mapping(path, keys, value)
-    thresholds = []
-    for key, bound in entries.items():
-        found = _THRESHOLD_KEY.match(key)
-        if not found:
-            raise BaselineError(
-                path, _key_path(keys + (key,)),
-                "unknown threshold key; expected min_<metric> or max_<metric>",
-            )
-        thresholds.append(Threshold(metric=found.group(2), kind=found.group(1),
-                                    value=_number(path, keys + (key,), bound)))
-    _check_band(path, keys, thresholds)
-    return tuple(thresholds)
-
-
-def _parse_profile(path: Path, document: Any) -> Profile:
-    top = _mapping(path, (), document)
-    _only_keys(path, (), top, _PROFILE_KEYS)
-    _check_format(path, top)
-    name = _string(path, ("profile",), _require(path, (), top, "profile"))
-    if name != path.stem:
-        raise BaselineError(
-            path, "profile", f"expected the file's name without .yaml ({path.stem!r}), found {name!r}"
-        )
-    fingerprint = _parse_fingerprint(path, _require(path, (), top, "fingerprint"))
-    margin = None if top.get("margin") is None else _margin(path, ("margin",), top["margin"])
-    recorded = top.get("recorded")
+def _parse_profile(path: Path, document: dict) -> Profile:
+    recorded = document.get("recorded")
     if isinstance(recorded, (datetime.date, datetime.datetime)):  # an unquoted YAML timestamp
-        recorded = recorded.isoformat()
-    recorded = _string(path, ("recorded",), recorded, optional=True)
-    benchmarks = _mapping(path, ("benchmarks",), _require(path, (), top, "benchmarks"))
-    return Profile(
-        path=path,
-        name=name,
-        fingerprint=fingerprint,
-        margin=margin,
-        recorded=recorded,
-        benchmarks={
-            benchmark_id: _parse_thresholds(path, ("benchmarks", benchmark_id), entries)
-            for benchmark_id, entries in benchmarks.items()
-        },
-    )
+        document = {**document, "recorded": recorded.isoformat()}
+    record = _from_document(ProfileFile, path, document)
+    if record.profile != path.stem:
+        raise BaselineError(path, "profile", f"expected the file's name without .yaml ({path.stem!r}), "
+                                             f"found {record.profile!r}")
+    fingerprint = _fingerprint(path, record.fingerprint)
+    return Profile(path=path, name=record.profile, fingerprint=fingerprint, margin=record.margin,
+                   recorded=record.recorded, benchmarks=record.thresholds())
 
 
 def read_profile(path: Path | str) -> Profile | OutdatedProfile:
     """Read one ``<profile>.yaml``: a Profile, or an OutdatedProfile for a file without ``format``.
     A malformed current-format file raises BaselineError naming the file, key and problem."""
     path = Path(path)
-    top = _mapping(path, (), _read_yaml(path))
-    if "format" not in top:
+    document = _read_yaml(path)
+    if "format" not in document:
         return OutdatedProfile(path=path, format=1)
-    return _parse_profile(path, top)
+    return _parse_profile(path, document)
 
 
 def load_profile(path: Path | str) -> Profile:
@@ -351,26 +339,8 @@ def load_ratios(path: Path | str) -> RatioGates:
     ``role`` (optional): ``regression`` (the default) or ``context``, a contrast shown but never
     counted (perfsuite.verdict.gates)."""
     path = Path(path)
-    top = _mapping(path, (), _read_yaml(path))
-    _only_keys(path, (), top, ("ratios",))
-    entries = _mapping(path, ("ratios",), _require(path, (), top, "ratios"))
-    gates = {}
-    for metric, bounds in entries.items():
-        keys = ("ratios", metric)
-        bounds = _mapping(path, keys, bounds)
-        _only_keys(path, keys, bounds, ("min", "max", "claim", "role"))
-        claim = _string(path, keys + ("claim",), _require(path, keys, bounds, "claim"))
-        role = bounds.get("role", REGRESSION)
-        if role not in ROLES:
-            raise _wrong(path, keys + ("role",), f"one of {', '.join(ROLES)}", role)
-        limits = {kind: bound for kind, bound in bounds.items() if kind in ("min", "max")}
-        if not limits:
-            raise BaselineError(path, _key_path(keys), "expected at least one of min, max; found neither")
-        thresholds = [Threshold(metric=metric, kind=kind, value=_number(path, keys + (kind,), bound), claim=claim,
-                                role=role) for kind, bound in limits.items()]
-        _check_band(path, keys, thresholds)
-        gates[metric] = tuple(thresholds)
-    return RatioGates(path=path, gates=gates)
+    record = _from_document(RatiosFile, path, _read_yaml(path))
+    return RatioGates(path=path, gates={metric: gate.thresholds(metric) for metric, gate in record.ratios.items()})
 
 
 def profile_paths(directory: Path | str) -> list[Path]:
@@ -508,16 +478,17 @@ def _round_outward(value: decimal.Decimal, kind: str) -> float:
 def _thresholds_from_metrics(
     path: Path, benchmark_id: str, metrics: Mapping[str, Any], margin: float
 ) -> dict[str, float]:
-    keys = ("benchmarks", benchmark_id)
+    parts = ("benchmarks", benchmark_id)
     if not metrics:
-        raise BaselineError(path, _key_path(keys), "expected at least one metric to record, found none")
+        raise _baseline_error(path, parts, "at least one metric to record", "none")
     thresholds = {}
     for metric, measured in metrics.items():
         if not is_declared(metric):
-            raise BaselineError(path, _key_path(keys + (metric,)),
-                                f"expected a metric declared in perfsuite.verdict.metrics, found {metric!r}")
-        measured = _number(path, keys + (metric,), measured)
-        threshold = threshold_from_measurement(metric=metric, measured=measured, margin=margin)
+            raise _baseline_error(path, (*parts, metric), "a metric declared in perfsuite.verdict.metrics",
+                                  repr(metric))
+        if not _is_finite(measured):
+            raise _baseline_error(path, (*parts, metric), "a finite number", found_text(measured))
+        threshold = threshold_from_measurement(metric=metric, measured=float(measured), margin=margin)
         thresholds[threshold.key] = threshold.value
     return thresholds
 
@@ -569,8 +540,10 @@ def record_measurements(
         raise BaselineError(path, "profile",
                             f"expected a file named {profile_name}.yaml for profile {profile_name!r}")
     if not isinstance(benchmark_id, str) or not benchmark_id:
-        raise BaselineError(path, "benchmarks", f"expected a benchmark id, found {_describe(benchmark_id)}")
-    margin = _margin(path, ("margin",), margin)
+        raise _baseline_error(path, ("benchmarks",), "a benchmark id", found_text(benchmark_id))
+    if not _is_margin(margin):
+        raise _baseline_error(path, ("margin",), "a margin in [0, 1)", found_text(margin))
+    margin = float(margin)
     new_thresholds = _thresholds_from_metrics(path, benchmark_id, metrics, margin)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(path):
