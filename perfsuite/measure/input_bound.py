@@ -22,7 +22,7 @@ from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
-from perfsuite.measure.timing import _step_readback  # the step readback every step timing uses
+from perfsuite.measure.timing import step_readback
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class InputBound:
 
 
 def mean_step_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: int, count: int,
-                readback: Callable[[Any], Any] = _step_readback) -> float:
+                readback: Callable[[Any], Any] = step_readback) -> float:
     """Mean seconds per step over ``count`` steps, each with its fetch from ``batches``, after ``warmup``
     untimed ones."""
     for _ in range(warmup):
@@ -116,7 +116,7 @@ class InputBoundRounds:
             raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found "
                             f"{type(dataset).__name__}")
         self._step, self._warmup, self._batches = step, warmup, batches
-        self._readback = readback or _step_readback
+        self._readback = readback or step_readback
         self._real = _Endless(dataset, name)
         self._synthetic = _Endless(dataset.take(1).cache().repeat(), f"{name} (synthetic twin)")
         self._real_s: list[float] = []

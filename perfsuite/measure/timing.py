@@ -70,7 +70,9 @@ def host_readback(structure: Any, *, force_host: bool = False) -> int:
     return read
 
 
-def _step_readback(output: Any) -> None:
+def step_readback(output: Any) -> None:
+    """Force a training step's output to the host (the default readback of every step timing); raises
+    ValueError when the step returns no tensor to read."""
     if host_readback(output, force_host=True) == 0:
         raise ValueError(
             "step: the default readback needs the step to return a tensor (e.g. the loss) to force its "
@@ -352,7 +354,7 @@ def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls
     if (batches is None) == (batch is None):
         raise ValueError("measure_step: expected exactly one of batches= (an iterable) or batch= (a fixed batch)")
     samples_in = samples_in or leading_dim
-    readback = readback or _step_readback
+    readback = readback or step_readback
     feed = itertools.repeat(batch) if batch is not None else batches
     source = _Source(feed, name=name, needed=warmup_calls + measure_calls,
                      what=f"{warmup_calls} warm-up + {measure_calls} measured calls")
