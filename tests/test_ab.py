@@ -251,6 +251,8 @@ def test_the_slow_state_is_counted_per_side_and_a_change_of_the_code_is_not():
     assert ab.cpu_change([(lean, more_work)] * 6) == pytest.approx(0.10, abs=0.01)
     assert ab.slow_processes([(lean, lean)] * 4 + [(waiting, lean), (lean, waiting)], SETTINGS) == (1, 1)
     assert ab.machine_busy((1, 1)) and not ab.machine_busy((2, 0))
+    # A pass whose two processes were both slow met a shared disturbance, which its pairing cancels.
+    assert ab.slow_processes([(lean, lean)] * 4 + [(waiting, waiting)] * 2, SETTINGS) == (0, 0)
     assert ab.slow_processes([(lean, lean)], SETTINGS) == (0, 0)  # one pass: nothing to compare within a side
     assert ab.cpu_change([(lean, ())]) is None
 
@@ -264,8 +266,9 @@ def test_under_load_false_alarms_stay_within_one_percent_and_a_planted_ten_perce
     planted = [_busy_run(rng, load=load, work_b=1.10) for _ in range(100)]
     assert sum(v.verdict in (SLOWER, FASTER) for v in same) <= 2  # 1 % of 200 verdicts
     assert all(v.verdict != FASTER for v in planted)
-    if load == "light":  # slowed, or said to be busy: never "no change"
-        assert all(v.verdict == SLOWER or v.estimate.busy for v in planted)
+    if load == "light":  # slowed or said to be busy, at worst inconclusive: never "no change"
+        assert all(v.verdict != NO_CHANGE for v in planted)
+        assert sum(v.verdict == SLOWER or v.estimate.busy for v in planted) >= 95
         assert sum(v.estimate.busy for v in same) >= 100  # the disturbance is seen, not decided through
         assert all("machine busy" in v.label() for v in same if v.estimate.busy and v.verdict == INCONCLUSIVE)
     else:

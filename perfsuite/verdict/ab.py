@@ -28,8 +28,8 @@ that sequential rule is paid for as the rounds' looks are: Bonferroni over the p
 Second signal. Where the worker reports it, each round's process CPU time per sample: "more work"
 raises it on one side, in every process of that side alike; a process waiting busily for a core (a
 slow state under competing load) raises it in that process only, whichever side it is. So processes
-of the same side that stand out from their leanest one (``slow_processes``) on BOTH sides mean a
-busy machine (``machine_busy``): no slower / faster is claimed there ("inconclusive: machine busy"),
+of the same side that stand out from their leanest one, in passes where the other side's process
+does not (``slow_processes``), on BOTH sides mean a busy machine (``machine_busy``): no slower / faster is claimed there ("inconclusive: machine busy"),
 and no more passes are spent. A competing hog slows the wall time of both sides of a pair (cancelled
 by the pairing) and leaves CPU per sample nearly flat, so it does not count as busy.
 
@@ -226,16 +226,18 @@ def cpu_change(cpu: Cpu) -> float | None:
 
 def slow_processes(cpu: Cpu, settings: ABSettings) -> tuple[int, int]:
     """Per side, the processes (passes) whose median CPU time per sample lies more than busy_cpu_excess
-    above the leanest process of the same side: processes of the same code doing the same work, of which
-    some spend much more CPU per sample, are waiting busily (a slow state under competing load), not
-    working more. A change of the code moves every process of its side alike, so it is not counted."""
+    above the leanest process of the same side while the other side's process of that pass does not:
+    processes of the same code doing the same work, of which some spend much more CPU per sample, are
+    waiting busily (a slow state under competing load), not working more. A change of the code moves
+    every process of its side alike, so it is not counted; nor is a pass whose two processes were both
+    slow (a disturbance they shared, which the pass's paired rounds cancel)."""
     if len(cpu) < 2 or cpu_change(cpu) is None:
         return (0, 0)
-    counts = []
+    slow = []
     for side in (0, 1):
         medians = np.array([float(np.median(pass_[side])) for pass_ in cpu])
-        counts.append(int(np.sum(medians > (1 + settings.busy_cpu_excess) * medians.min())))
-    return counts[0], counts[1]
+        slow.append(medians > (1 + settings.busy_cpu_excess) * medians.min())
+    return int(np.sum(slow[0] & ~slow[1])), int(np.sum(slow[1] & ~slow[0]))
 
 
 def machine_busy(slow: tuple[int, int]) -> bool:
