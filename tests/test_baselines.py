@@ -474,7 +474,7 @@ QUOTED = f'benchmarks."{BENCH}"'
          "expected a list of feature names, found str 'avx2'"),
         (VALID.replace("format: 2", "format: 3"), "format",
          "expected 2 (the profile format this perfsuite reads), found int 3"),
-        (VALID.replace("format: 2", "format: '2'"), "format", "expected int, found str '2'"),
+        (VALID.replace("format: 2", "format: '2'"), "format", "expected 2 (the profile format this perfsuite reads), found str '2'"),
         (VALID.split("benchmarks:")[0] + "benchmarks:\n  - x\n", "benchmarks",
          "expected an object, found list"),
         (VALID.split("benchmarks:")[0], "benchmarks", "expected a value (required key), found no such key"),

@@ -167,8 +167,8 @@ def _check_thresholds(record: Record, parts: tuple[str, ...], thresholds: Iterab
 
 @dataclass(frozen=True, kw_only=True)
 class ProfileFile(Record):
-    """What a current-format ``<profile>.yaml`` holds. The fingerprint is checked by
-    ``MachineFingerprint.from_dict``; the profile's name against the file's by ``read_profile``."""
+    """What a current-format ``<profile>.yaml`` holds. Its format, the profile's name against the file's
+    and the fingerprint (``MachineFingerprint.from_dict``) are checked by ``read_profile``."""
 
     format: int
     profile: str
@@ -178,9 +178,6 @@ class ProfileFile(Record):
     benchmarks: dict[str, dict[str, float]]
 
     def __post_init__(self):
-        if self.format != PROFILE_FORMAT:
-            raise self.invalid(("format",), f"{PROFILE_FORMAT} (the profile format this perfsuite reads)",
-                               found_text(self.format))
         for name in ("profile", "recorded"):
             if getattr(self, name) is not None and not getattr(self, name).strip():
                 raise self.invalid((name,), "a non-empty string", found_text(getattr(self, name)))
@@ -303,6 +300,10 @@ def _parse_profile(path: Path, document: dict) -> Profile:
     recorded = document.get("recorded")
     if isinstance(recorded, (datetime.date, datetime.datetime)):  # an unquoted YAML timestamp
         document = {**document, "recorded": recorded.isoformat()}
+    found = document.get("format")
+    if found != PROFILE_FORMAT or isinstance(found, bool):  # first: another format lacks other fields
+        raise _baseline_error(path, ("format",), f"{PROFILE_FORMAT} (the profile format this perfsuite reads)",
+                              found_text(found))
     record = _from_document(ProfileFile, path, document)
     if record.profile != path.stem:
         raise BaselineError(path, "profile", f"expected the file's name without .yaml ({path.stem!r}), "
