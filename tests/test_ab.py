@@ -482,6 +482,7 @@ def test_the_report_table_json_and_markdown_say_what_was_decided(tmp_path):
     assert data["schema_version"] == results.ABReport.SCHEMA_VERSION
     assert [b["verdict"] for b in data["benchmarks"]] == [SLOWER, NO_CHANGE]
     assert len(data["benchmarks"][0]["rounds_detail"]["a"]) == 48 and data["exit_status"] == 1
+    assert not {"measured", "verdicts", "derived"} & set(data)  # each written once, under its JSON name
     assert results.load_report(tmp_path / "ab.json") == report
     text = present.markdown(report)
     assert text.startswith("### perfsuite ab: A = HEAD~1") and "| test_x.py::slow |" in text

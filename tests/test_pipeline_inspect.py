@@ -312,7 +312,8 @@ def _diagnosis(graph, bound, *, step="m:step"):
     from perfsuite.measure.machine import machine_fingerprint
 
     return PipelineDiagnosis(target=Target(pipeline="m:make", step=step, args={}), settings=PipelineSettings(),
-                             fingerprint=machine_fingerprint(), complete=True, elapsed_s=1.0, stages=(), graph=graph, throughput=None,
+                             fingerprint=machine_fingerprint(), complete=True, elapsed_s=1.0, stages=(), graph=graph,
+                             throughput=None,
                              step=None, input_bound=bound, feed=None, verdicts=())
 
 

@@ -196,7 +196,10 @@ class Measurement(Record):
         }
 
 
-def _measurement(*, name, warmup_ns, batch_ns, batch_samples, traces=None, retraces=None) -> Measurement:
+def measurement_from_times(*, name, warmup_ns, batch_ns, batch_samples, traces=None,
+                           retraces=None) -> Measurement:
+    """The Measurement of these warm-up and steady times (ns) and samples: its summary, rates, cycle and
+    stability warnings follow from them."""
     seconds = [ns / 1e9 for ns in batch_ns]
     total_s = sum(batch_ns) / 1e9
     cycle = stats.detect_cycle(seconds)
@@ -291,7 +294,7 @@ def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: 
         more_ns, more_samples = _time_fetches(source, measure_batches, readback, samples_in)
         batch_ns += more_ns
         batch_samples += more_samples
-    return _measurement(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples)
+    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples)
 
 
 def null_pipeline(batch_structure: Any):
@@ -367,7 +370,7 @@ def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls
     if traces_at_start is not None:
         traces = traces_at_end - traces_at_start
         retraces = traces_at_end - traces_at_steady
-    return _measurement(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples,
+    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples,
                         traces=traces, retraces=retraces)
 
 
@@ -488,7 +491,7 @@ def combine(rounds: list[Measurement], *, name: str, first: Measurement) -> Meas
     traces = [m.traces for m in (first, *rounds)]
     total_traces = None if None in traces else sum(traces)
     retraces = None if total_traces is None else sum(m.traces for m in rounds)
-    return _measurement(name=name, warmup_ns=first.warmup_ns + first.batch_ns,
+    return measurement_from_times(name=name, warmup_ns=first.warmup_ns + first.batch_ns,
                         batch_ns=[ns for m in rounds for ns in m.batch_ns],
                         batch_samples=[s for m in rounds for s in m.batch_samples],
                         traces=total_traces, retraces=retraces)

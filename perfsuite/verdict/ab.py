@@ -29,9 +29,10 @@ Second signal. Where the worker reports it, each round's process CPU time per sa
 raises it on one side, in every process of that side alike; a process waiting busily for a core (a
 slow state under competing load) raises it in that process only, whichever side it is. So processes
 of the same side that stand out from their leanest one, in passes where the other side's process
-does not (``slow_processes``), on BOTH sides mean a busy machine (``machine_busy``): no slower / faster is claimed there ("inconclusive: machine busy"),
-and no more passes are spent. A competing hog slows the wall time of both sides of a pair (cancelled
-by the pairing) and leaves CPU per sample nearly flat, so it does not count as busy.
+does not (``slow_processes``), on BOTH sides mean a busy machine (``machine_busy``): no slower / faster
+is claimed there ("inconclusive: machine busy"), and no more passes are spent. A competing hog slows
+the wall time of both sides of a pair (cancelled by the pairing) and leaves CPU per sample nearly
+flat, so it does not count as busy.
 
 Verdicts: "slower" / "faster": significant (Holm-adjusted p < alpha) and beyond min_effect;
 "no change": the interval lies within +-no_change_within (an equivalence claim: no change that

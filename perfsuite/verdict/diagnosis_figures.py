@@ -15,7 +15,7 @@ from perfsuite.measure.emulated import (  # no TensorFlow
 )
 from perfsuite.measure.machine import MachineFingerprint
 from perfsuite.measure.stats import PairedGain
-from perfsuite.measure.timing import Measurement
+from perfsuite.measure.timing import Measurement, measurement_from_times
 from perfsuite.measure.utilisation import GpuStats, GpuTimeline, gpu_stats
 from perfsuite.records import Record, RecordError, migrate, migration
 
@@ -507,15 +507,13 @@ def _pipeline_6_to_7(figures: Any) -> Any:
     """A loader's flat Measurement figures (seconds) as the Measurement, rebuilt by the code that measured
     it from the stored batch times: the summary and the cycle follow from them. Schema 6 kept the
     samples of the whole window only; they are spread evenly over its batches."""
-    from perfsuite.measure.timing import _measurement
-
     if not (isinstance(figures, dict) and isinstance(figures.get("loader"), dict)):
         return figures
     flat = figures["loader"]
     try:
         batches, samples = len(flat["batch_s"]), flat["samples"]
         each, extra = divmod(samples, batches)
-        loader = _measurement(name=flat["name"], warmup_ns=[round(s * 1e9) for s in flat["warmup_s"]],
+        loader = measurement_from_times(name=flat["name"], warmup_ns=[round(s * 1e9) for s in flat["warmup_s"]],
                               batch_ns=[round(s * 1e9) for s in flat["batch_s"]],
                               batch_samples=[each + (i < extra) for i in range(batches)],
                               traces=flat["traces"], retraces=flat["retraces"])

@@ -184,7 +184,8 @@ class ABReport(Record):
         """The JSON's form: each benchmark's verdict (flat) with its rounds under rounds_detail."""
         data = super().as_dict()
         benchmarks = [{**v, "rounds_detail": m} for m, v in zip(data.pop("measured"), data.pop("verdicts"))]
-        return {**data, "benchmarks": benchmarks, "derived_ratios": data.pop("derived")}
+        derived = data.pop("derived")
+        return {**data, "benchmarks": benchmarks, "derived_ratios": derived}
 
     @classmethod
     def from_dict(cls, data: Any, where: str | None = None) -> ABReport:
