@@ -173,13 +173,7 @@ def test_loader_ratio(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow, 
     """Interleaved rounds, each on a fresh iterator so neither side's buffers fill while the other runs."""
     sides = _ratio_sides(tensorflow, perfsuite_corpus, perfsuite_cache)
     a, b = (sides[name]().repeat() for name in RATIOS[ratio])
-    profile = perfsuite.profile
-
-    def round_of(dataset):
-        return lambda: measure_dataset(dataset=dataset, warmup_batches=profile.warmup_batches,
-                                       measure_batches=profile.measure_batches, min_seconds=profile.min_round_s)
-
-    result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b), sides=RATIOS[ratio])
+    result = perfsuite.compare_datasets(ratio, a=a, b=b, sides=RATIOS[ratio])
     # How much of each side's batch time is the timing loop's own (it weighs most on the fast side).
     for side, dataset, rates in (("a", a, result.a_values), ("b", b, result.b_values)):
         batch_s = RATIO_BATCH / statistics.median(rates)

@@ -137,7 +137,10 @@ class RoundDriver:
 
         if side not in self.sides_measured:
             _, unit = timing.round_value(run(), side)  # warm-up: its start-up is no round
-            self._ready("rounds", "samples_per_s" if unit == "samples/s" else "calls_per_s", side=side)
+            # continues: the side's rounds draw from one iterator (Recorder.compare_datasets), not each
+            # from a fresh one; sides measured differently are not compared.
+            self._ready("rounds", "samples_per_s" if unit == "samples/s" else "calls_per_s", side=side,
+                        continues=bool(getattr(run, "continues", False)))
             values = []
             while self._go():
                 start, cpu_start = time.perf_counter(), time.process_time()
@@ -147,6 +150,8 @@ class RoundDriver:
                 values.append(value)
                 self.channel.send_and_freeze("round", value=speed, seconds=seconds, cpu_s=cpu_s,
                                              cpu_per_unit=cpu_s / (speed * seconds) if speed * seconds > 0 else None)
+            if hasattr(run, "close"):  # its iterator stopped before the other side's rounds
+                run.close()
             if not values:
                 pytest.skip("perfsuite ab: stopped before any round")
             self.sides_measured[side] = (tuple(values), unit)

@@ -81,6 +81,32 @@ class Outcome:
             raise AssertionError(f"{self.benchmark_id}: performance gate(s) failed:\n  " + "\n  ".join(messages))
 
 
+class DatasetRounds:
+    """One side of compare_datasets: each call is a round (a Measurement); ``continuing``: every round
+    draws from one iterator (``continues`` says so to perfsuite ab), else each from a fresh one."""
+
+    def __init__(self, dataset: Iterable, profile: RunProfile, *, continuing: bool):
+        self.dataset, self.profile, self.continues = dataset, profile, continuing
+        self.iterator = None
+
+    def __call__(self) -> timing.Measurement:
+        if not self.continues:
+            return self._round(self.dataset, warmup_batches=self.profile.warmup_batches)
+        first = self.iterator is None
+        if first:
+            self.iterator = iter(self.dataset)
+        return self._round(self.iterator, warmup_batches=self.profile.warmup_batches if first else 1)
+
+    def _round(self, source: Iterable, *, warmup_batches: int) -> timing.Measurement:
+        return timing.measure_dataset(dataset=source, warmup_batches=warmup_batches,
+                                      measure_batches=self.profile.measure_batches,
+                                      min_seconds=self.profile.min_round_s)
+
+    def close(self) -> None:
+        """Let go of the iterator (its background threads stop once it is collected)."""
+        self.iterator = None
+
+
 class Recorder:
     """What a benchmark measures with (the ``perfsuite`` fixture); see the module docstring."""
 
@@ -231,6 +257,22 @@ class Recorder:
         benchmark_adapter.time_per_unit(self.benchmark, [1 / v for v in result.a_values] if per_sample
                                         else result.a_values, unit="s/sample of A" if per_sample else "s/round of A")
         return result
+
+    def compare_datasets(self, name: str, *, a: Iterable, b: Iterable,
+                         sides: tuple[str, str] | None = None) -> timing.ABResult:
+        """``compare`` of two repeated datasets' throughput (samples/s), each round at least
+        ``measure_batches`` batches and ``min_round_s`` seconds after one warm-up batch. Interleaved in
+        one process, every round draws from a fresh iterator, so neither side's buffers fill during the
+        other's round. Under ``perfsuite ab`` a named side is measured alone (its rounds back to back,
+        the process frozen between them), so its rounds continue one iterator, as measure_dataset's
+        do: no pipeline start-up and teardown inside every round."""
+        alone = self.context.round_driver is not None and sides is not None
+        rounds = [DatasetRounds(dataset, self.profile, continuing=alone) for dataset in (a, b)]
+        try:
+            return self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
+        finally:
+            for side in rounds:
+                side.close()
 
     # ------------------------------------------------------------------------------- rounds
 

@@ -19,13 +19,14 @@ worker's log; 130 interrupted.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
 from pathlib import Path
 
 from perfsuite.options import check_outputs, fraction, integer, seconds
-from perfsuite.tools.ab.manager import repository_root
+from perfsuite.tools.ab.manager import PRELOAD, repository_root
 from perfsuite.tools.ab.present import failures_with_logs, footnotes, markdown, plot, table
 from perfsuite.tools.ab.results import ABReport, Options, write_json
 from perfsuite.tools.ab.runner import compare_revisions
@@ -99,12 +100,30 @@ def add_arguments(parser) -> None:
     parser.add_argument("--setup-timeout", type=seconds, default=1800.0, metavar="SECONDS",
                         help="the longest a side may take outside its rounds between two steps: start-up, "
                              "collection, fixtures, warm-up (default: %(default)g)")
+    parser.add_argument("--fresh-workers", action="store_true",
+                        help="start every worker as a fresh interpreter instead of forking it from the fork server "
+                             "(for a pipeline that cannot run in a forked process; each pass then pays the imports)")
+    parser.add_argument("--preload", type=_modules, default=PRELOAD, metavar="MODULES",
+                        help="comma-separated modules the fork server imports once for every worker "
+                             f"(default: {','.join(PRELOAD)})")
     parser.add_argument("--data-dir", type=Path, metavar="DIR", help="where both sides build and reuse corpora")
     parser.add_argument("--repo", type=Path, default=Path("."), metavar="DIR",
                         help="the git repository (default: the one holding the current directory)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every round and verdict as JSON to FILE")
     parser.add_argument("--report", type=Path, metavar="DIR",
                         help="write summary.md, per-round plots and both workers' logs to DIR (needs matplotlib)")
+
+
+def _modules(text: str) -> tuple[str, ...]:
+    """--preload: comma-separated dotted module names (perfsuite itself is each side's own)."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise argparse.ArgumentTypeError(f"expected dotted module names separated by commas, found {name!r}")
+        if name.split(".")[0] == "perfsuite":
+            raise argparse.ArgumentTypeError(f"expected third-party modules, found {name!r}: each worker imports "
+                                             "its own side's perfsuite")
+    return names
 
 
 def run(args, parser) -> int:
@@ -119,7 +138,8 @@ def run(args, parser) -> int:
     except ValueError as error:  # "min_rounds: expected ..." said of the option that set it
         name, _, problem = str(error).partition(": ")
         parser.error(f"--{name.replace('_', '-')}: {problem}")
-    options = Options(budget_s=args.budget, round_timeout_s=args.round_timeout, setup_timeout_s=args.setup_timeout)
+    options = Options(budget_s=args.budget, round_timeout_s=args.round_timeout, setup_timeout_s=args.setup_timeout,
+                      fresh_workers=args.fresh_workers, preload=args.preload)
     start = time.monotonic()
 
     def progress(message: str) -> None:

@@ -1,6 +1,7 @@
 """Worktrees and worker processes of ``perfsuite ab`` (pyperf's ``_manager``): each side's revision
 checked out into its own detached git worktree, and one long-lived worker process per side (its own
-process group, pipes to the controller, frozen between its rounds). Nothing here decides anything."""
+process group, pipes to the controller, frozen between its rounds), forked from the fork server
+(forkserver.py) or started as a fresh interpreter. Nothing here decides anything."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +23,13 @@ from perfsuite.errors import PerfsuiteError
 from perfsuite.records import Record
 
 WORKER_FILE = Path(__file__).resolve().parents[2] / "pytest_plugin" / "ab_worker.py"
+FORK_SERVER_FILE = Path(__file__).resolve().with_name("forkserver.py")
+# Imported once by the fork server instead of by every worker of every pass: what the suite's benchmarks
+# import that takes seconds (TensorFlow about 10 s on a 2-core runner, librosa's filters and spectrum
+# with scipy.signal about 6 s). Not pytest plugins: pytest cannot rewrite the asserts of a plugin module
+# already imported (hypothesis's), and warns. Modules not installed are noted, not needed.
+PRELOAD = ("tensorflow", "numpy", "scipy.signal", "pytest", "librosa.filters", "librosa.core.spectrum", "soundfile")
+PR_SET_CHILD_SUBREAPER = 36
 BOOT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 SIDES = ("A", "B")
 LOG_TAIL_LINES = 12
@@ -150,10 +159,106 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-class Worker:
-    """One side's worker process (its own process group) and the pipes to it."""
+def _subreaper(on: bool) -> bool:
+    """Make this process adopt its orphaned descendants (Linux), as the fork server's workers are."""
+    try:
+        import ctypes
 
-    def __init__(self, side: Side, pytest_args: list[str], log_path: Path):
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class ForkServer:
+    """The fork server process (forkserver.py): preloads ``modules`` once, then forks each worker,
+    which this process adopts. Started by ``start`` (None where it cannot be: not Linux)."""
+
+    def __init__(self, process: subprocess.Popen, control: socket.socket, log_path: Path, preloaded: dict):
+        self.process, self.control, self.log_path, self.preloaded = process, control, log_path, preloaded
+
+    @classmethod
+    def start(cls, modules: tuple[str, ...], log_path: Path, *, timeout_s: float) -> ForkServer | None:
+        if not hasattr(socket, "send_fds") or not _subreaper(True):
+            return None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-c", BOOT, str(FORK_SERVER_FILE), str(theirs.fileno()), *modules],
+                cwd=log_path.parent, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        server = cls(process, ours, log_path, {})
+        server.preloaded = server._reply("preloaded", timeout_s=timeout_s)
+        if server.preloaded["leaked"]:
+            server.close()
+            raise ABError(f"the fork server's preloaded modules imported {', '.join(server.preloaded['leaked'])}; "
+                          "a worker must import its own side's: leave them out of the preload list")
+        return server
+
+    def fork(self, request: dict, fds: list[int], *, timeout_s: float) -> int:
+        """A worker forked with ``request`` (root, env, script, args) and its three descriptors; its pid."""
+        try:
+            socket.send_fds(self.control, [json.dumps(request).encode()], fds)
+        except OSError as error:
+            raise self._failed(f"taking a request ({error})") from None
+        pid = self._reply("forked", timeout_s=timeout_s)["pid"]
+        if pid <= 0:
+            raise self._failed("forking a worker")
+        return pid
+
+    def _reply(self, kind: str, *, timeout_s: float) -> dict:
+        readable, _, _ = select.select([self.control], [], [], timeout_s)
+        message = self.control.recv(1 << 20) if readable else b""
+        if not message:
+            raise self._failed(f"{kind} (no answer within {timeout_s:g} s)" if not readable else kind)
+        event = json.loads(message)
+        if event.get("event") != kind:
+            raise self._failed(f"{kind}: found {event}")
+        return event
+
+    def _failed(self, doing: str) -> SideFailure:
+        return SideFailure("A and B", f"the fork server failed while {doing}", log_tail=log_tail(self.log_path),
+                           log=self.log_path.name)
+
+    def close(self) -> None:
+        self.control.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        _subreaper(False)
+
+
+class Adopted:
+    """A worker the fork server forked and this process adopted: Popen's pid, poll, wait and returncode."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+
+class Worker:
+    """One side's worker process (its own process group) and the pipes to it: forked by ``server``,
+    or a fresh interpreter where there is none."""
+
+    def __init__(self, side: Side, pytest_args: list[str], log_path: Path, server: ForkServer | None = None,
+                 *, timeout_s: float = 60.0):
         self.side = side
         self.log_path = log_path
         events_read, events_write = os.pipe()
@@ -161,10 +266,15 @@ class Worker:
         env = dict(os.environ, PERFSUITE_AB_SIDE=side.name,
                    PYTHONPATH=os.pathsep.join(p for p in (str(side.root), os.environ.get("PYTHONPATH")) if p))
         with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", BOOT, str(WORKER_FILE), str(events_write), str(commands_read), *pytest_args],
-                cwd=side.root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(events_write, commands_read), start_new_session=True)
+            if server is not None:
+                request = {"root": str(side.root), "env": env, "script": str(WORKER_FILE), "args": pytest_args}
+                self.process = Adopted(server.fork(request, [events_write, commands_read, log.fileno()],
+                                                   timeout_s=timeout_s))
+            else:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-c", BOOT, str(WORKER_FILE), str(events_write), str(commands_read),
+                     *pytest_args], cwd=side.root, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, pass_fds=(events_write, commands_read), start_new_session=True)
         os.close(events_write)
         os.close(commands_read)
         self._events, self._commands = events_read, commands_write
@@ -261,14 +371,15 @@ class Worker:
 
 
 @contextlib.contextmanager
-def workers(sides: tuple[Side, Side], pytest_args: list[str], scratch: Path,
-            log_suffix: str = "") -> Iterator[dict[str, Worker]]:
-    """A worker per side; every worker's process group is ended on the way out."""
+def workers(sides: tuple[Side, Side], pytest_args: list[str], scratch: Path, log_suffix: str = "",
+            server: ForkServer | None = None) -> Iterator[dict[str, Worker]]:
+    """A worker per side (forked by ``server`` where given); every worker's process group is ended on
+    the way out."""
     started: dict[str, Worker] = {}
     previous = signal.signal(signal.SIGTERM, _terminate)  # a cancelled CI job still cleans up
     try:
         for side in sides:
-            started[side.name] = Worker(side, pytest_args, scratch / f"worker-{side.name}{log_suffix}.log")
+            started[side.name] = Worker(side, pytest_args, scratch / f"worker-{side.name}{log_suffix}.log", server)
         yield started
     finally:
         for worker in started.values():

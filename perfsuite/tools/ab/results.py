@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from perfsuite.records import Record, RecordError, dump, migrate, migration
-from perfsuite.tools.ab.manager import Failure, Side
+from perfsuite.tools.ab.manager import PRELOAD, Failure, Side
 from perfsuite.verdict.ab import ABSettings, ABVerdict, Paired, nested_verdict
 
 EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED = 0, 1, 2, 3
@@ -23,6 +23,8 @@ class Options(Record):
     budget_s: float = 120.0  # measuring time over all benchmarks (their rounds)
     round_timeout_s: float = 300.0
     setup_timeout_s: float = 1800.0  # collection, fixtures, warm-up, the rest of a test
+    fresh_workers: bool = False  # every worker a fresh interpreter, not forked from the fork server
+    preload: tuple[str, ...] = PRELOAD  # what the fork server imports once for every worker
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.tools.ab.manager import SIDES, ABError, SideFailure, Worker, checkouts, log_tail, workers
+from perfsuite.tools.ab.manager import (
+    SIDES,
+    ABError,
+    ForkServer,
+    SideFailure,
+    Worker,
+    checkouts,
+    log_tail,
+    workers,
+)
 from perfsuite.tools.ab.results import (
     ABReport,
     Measured,
@@ -153,7 +162,7 @@ class Controller:
                         raise self.pool[side].failure("pytest finished before this benchmark ran", benchmark=name)
             a, b = pending["A"], pending["B"]
             if a is not None and b is not None:
-                if a["index"] == b["index"] and a.get("side") == b.get("side"):
+                if all(a.get(key) == b.get(key) for key in ("index", "side", "continues")):
                     ended = self.drive(a, b, remaining=remaining, count=count)
                     done.update(ended)
                     compared, failed = compared or not ended, failed or bool(ended)
@@ -261,7 +270,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
 
     started, load_before = time.monotonic(), _load()
     scratch = Path(tempfile.mkdtemp(prefix="perfsuite-ab-"))
-    failure, controllers, only = None, [], None
+    failure, controllers, only, server, notes = None, [], None, None, []
     per_benchmark_s = None  # a pass's share of the budget per benchmark, known once the first pass collected
     try:
         with checkouts(repo, base, head, scratch) as sides:
@@ -270,6 +279,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not (side.root / pytest_arguments[0]).exists():
                     raise ABError(f"side {side.name}: expected benchmarks at {pytest_arguments[0]}, found nothing "
                                   f"there in {side.revision}")
+            server, notes = _fork_server(options, scratch, progress)
             for index in range(settings.max_passes):
                 suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
                 if settings.passes > 1:
@@ -277,12 +287,12 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                         f", {len(only)} undecided benchmark(s)" if only is not None else ""))
                 share = replace(options, budget_s=options.budget_s / settings.passes if per_benchmark_s is None
                                 else per_benchmark_s * len(only))
-                with workers(sides, pytest_arguments, scratch, suffix) as pool:
-                    controllers.append(Controller(pool, settings, share, progress, only=only))
-                    try:
+                try:
+                    with workers(sides, pytest_arguments, scratch, suffix, server) as pool:
+                        controllers.append(Controller(pool, settings, share, progress, only=only))
                         controllers[-1].run()
-                    except SideFailure as error:
-                        failure = error
+                except SideFailure as error:
+                    failure = error
                 if failure is not None:
                     break
                 if per_benchmark_s is None:
@@ -291,11 +301,13 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not only:
                     break
     finally:
+        if server is not None:
+            server.close()
         for raised in (f for c in controllers for f in c.failures):  # the log's tail once pytest has ended
             raised.log_tail = log_tail(scratch / raised.log) or raised.log_tail
         if logs_to is not None:
             logs_to.mkdir(parents=True, exist_ok=True)
-            for log in scratch.glob("worker-*.log"):
+            for log in [*scratch.glob("worker-*.log"), *scratch.glob("fork-server.log")]:
                 shutil.copy(log, logs_to / log.name)
         shutil.rmtree(scratch, ignore_errors=True)
     whole = joined([c.measured for c in controllers])
@@ -305,12 +317,27 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
     return ABReport(sides=sides, settings=settings, options=options, measured=measured,
                     verdicts=verdicts, derived=tuple(derived_ratios(whole, verdicts, _ratios(controllers))),
                     not_compared=tuple(_unique(n for c in controllers for n in c.not_compared)),
-                    notes=tuple(_unique(n for c in controllers for n in c.notes)),
+                    notes=tuple(_unique([*notes, *(n for c in controllers for n in c.notes)])),
                     failure=None if failure is None else failure.record(),
                     benchmark_failures=tuple(f.record() for c in controllers for f in c.failures),
                     elapsed_s=time.monotonic() - started,
                     load={"before": load_before["average_1min"], "after": load_after["average_1min"],
                           "cpus": load_after["cpus"]})
+
+
+def _fork_server(options: Options, scratch: Path, progress: Callable[[str], None]) -> tuple[ForkServer | None, list]:
+    """The fork server every pass's workers come from (None: fresh interpreters), and what it says."""
+    if options.fresh_workers:
+        return None, ["workers: a fresh interpreter each (--fresh-workers)"]
+    progress(f"fork server: importing {', '.join(options.preload)}")
+    server = ForkServer.start(options.preload, scratch / "fork-server.log", timeout_s=options.setup_timeout_s)
+    if server is None:
+        return None, ["workers: a fresh interpreter each (forking workers needs Linux's child subreaper)"]
+    loaded = server.preloaded
+    notes = [f"workers: forked from a fork server that imported {len(loaded['seconds']) - len(loaded['failed'])} "
+             f"module(s) once in {sum(loaded['seconds'].values()):.1f} s"]
+    notes += [f"fork server: not preloaded {name}: {why}" for name, why in loaded["failed"].items()]
+    return server, notes
 
 
 def _ratios(controllers: list[Controller]) -> dict[str, tuple[str, str]]:
