@@ -7,7 +7,6 @@ Ceilings measured on the same files:
 """
 
 import math
-import statistics
 
 import pytest
 
@@ -15,7 +14,6 @@ from perfsuite.data.audio import MelConfig, log_mel_tf
 from perfsuite.data.corpus import cache_paths, read_metadata, wav_path
 from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.data.wav import inspect_wav
-from perfsuite.measure import timing
 from perfsuite.measure.timing import measure_dataset
 
 PAIRS = [("tf_native", "wav"), ("numpy_function", "wav"), ("librosa", "wav"),
@@ -170,13 +168,9 @@ RATIOS = {  # name: (A, B); the ratio is A's samples/s over B's, pair by pair
 
 @pytest.mark.parametrize("ratio", list(RATIOS), ids=[name.removesuffix("_ratio") for name in RATIOS])
 def test_loader_ratio(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow, ratio):
-    """Interleaved rounds, each on a fresh iterator so neither side's buffers fill while the other runs."""
+    """Interleaved rounds of the two loaders' throughput (Recorder.compare_datasets)."""
     sides = _ratio_sides(tensorflow, perfsuite_corpus, perfsuite_cache)
     a, b = (sides[name]().repeat() for name in RATIOS[ratio])
     result = perfsuite.compare_datasets(ratio, a=a, b=b, sides=RATIOS[ratio])
-    # How much of each side's batch time is the timing loop's own (it weighs most on the fast side).
-    for side, dataset, rates in (("a", a, result.a_values), ("b", b, result.b_values)):
-        batch_s = RATIO_BATCH / statistics.median(rates)
-        perfsuite.record({f"harness_share_{side}": timing.harness_overhead(dataset) / batch_s})
     # Rounds are the fixture's (or, under perfsuite ab, the controller's) to count; the figures must be speeds.
     assert result.ratios and all(math.isfinite(r) and r > 0 for r in result.ratios)

@@ -88,6 +88,7 @@ class DatasetRounds:
     def __init__(self, dataset: Iterable, profile: RunProfile, *, continuing: bool):
         self.dataset, self.profile, self.continues = dataset, profile, continuing
         self.iterator = None
+        self.batch_s: list[float] = []  # each round's median batch time
 
     def __call__(self) -> timing.Measurement:
         if not self.continues:
@@ -98,9 +99,11 @@ class DatasetRounds:
         return self._round(self.iterator, warmup_batches=self.profile.warmup_batches if first else 1)
 
     def _round(self, source: Iterable, *, warmup_batches: int) -> timing.Measurement:
-        return timing.measure_dataset(dataset=source, warmup_batches=warmup_batches,
-                                      measure_batches=self.profile.measure_batches,
-                                      min_seconds=self.profile.min_round_s)
+        result = timing.measure_dataset(dataset=source, warmup_batches=warmup_batches,
+                                        measure_batches=self.profile.measure_batches,
+                                        min_seconds=self.profile.min_round_s)
+        self.batch_s.append(result.summary.median)
+        return result
 
     def close(self) -> None:
         """Let go of the iterator (its background threads stop once it is collected)."""
@@ -162,7 +165,8 @@ class Recorder:
         measurement = self._record_rounds(rounds, name=name, first=warm, unit="batch")
         if counter is not None and frames and frames[-1][1] > 0:
             self._record_speech(rounds, frames[-len(rounds):], frame_s)
-        if isinstance(dataset, tensorflow().data.Dataset):  # what of each batch time is the timing loop's own
+        # What of each batch time is the timing loop's own (not under perfsuite ab: only rounds count there).
+        if isinstance(dataset, tensorflow().data.Dataset) and self.context.round_driver is None:
             overhead = timing.harness_overhead(dataset, samples_in=samples_in, readback=readback)
             self.record({"harness_overhead_s": overhead,
                          "harness_share": overhead / measurement.summary.median})
@@ -265,14 +269,20 @@ class Recorder:
         one process, every round draws from a fresh iterator, so neither side's buffers fill during the
         other's round. Under ``perfsuite ab`` a named side is measured alone (its rounds back to back,
         the process frozen between them), so its rounds continue one iterator, as measure_dataset's
-        do: no pipeline start-up and teardown inside every round."""
+        do: no pipeline start-up and teardown inside every round. Records ``harness_share_a`` / ``_b``:
+        how much of each side's batch time is the timing loop's own (it weighs most on the fast side)."""
         alone = self.context.round_driver is not None and sides is not None
         rounds = [DatasetRounds(dataset, self.profile, continuing=alone) for dataset in (a, b)]
         try:
-            return self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
+            result = self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
         finally:
             for side in rounds:
                 side.close()
+        if self.context.round_driver is None:
+            for key, side in zip("ab", rounds):
+                share = timing.harness_overhead(side.dataset) / statistics.median(side.batch_s)
+                self.record({f"harness_share_{key}": share})
+        return result
 
     # ------------------------------------------------------------------------------- rounds
 

@@ -28,7 +28,8 @@ FORK_SERVER_FILE = Path(__file__).resolve().with_name("forkserver.py")
 # import that takes seconds (TensorFlow about 10 s on a 2-core runner, librosa's filters and spectrum
 # with scipy.signal about 6 s). Not pytest plugins: pytest cannot rewrite the asserts of a plugin module
 # already imported (hypothesis's), and warns. Modules not installed are noted, not needed.
-PRELOAD = ("tensorflow", "numpy", "scipy.signal", "pytest", "librosa.filters", "librosa.core.spectrum", "soundfile")
+PRELOAD = ("tensorflow", "numpy", "scipy.signal", "pytest", "librosa.filters", "librosa.core.spectrum",
+           "librosa.util.utils", "soundfile")
 PR_SET_CHILD_SUBREAPER = 36
 BOOT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 SIDES = ("A", "B")
