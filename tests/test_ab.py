@@ -2,6 +2,7 @@
 with fake channels, the report, and end to end on tiny git repositories (busy-loop benchmarks, no
 TensorFlow): a planted slowdown, a crash, a hang and a side that cannot start."""
 
+import argparse
 import dataclasses
 import json
 import math
@@ -420,6 +421,73 @@ def test_a_compare_of_named_sides_measures_each_side_once_per_worker():
     assert first.ratios == (2.0, 2.0) and second.ratios == (4.0, 4.0)  # n's two rounds stand in for it
 
 
+class CountedBatches:
+    """An endless iterable of one-sample batches that counts the iterators drawn from it."""
+
+    def __init__(self):
+        self.iterators = 0
+
+    def __iter__(self):
+        self.iterators += 1
+        while True:
+            yield np.zeros((1, 2), np.float32)
+
+
+def test_named_dataset_sides_under_the_driver_continue_one_iterator_each_and_say_so():
+    channel = FakeChannel([{"cmd": "go"}] * 3 + [{"cmd": "stop"}] + [{"cmd": "go"}] * 3 + [{"cmd": "stop"}])
+    driver = ab_worker.RoundDriver(channel)
+    driver.start("benchmarks/test_x.py::t")
+    a, b = CountedBatches(), CountedBatches()
+    result = _recorder(driver).compare_datasets("cache_over_wav_ratio", a=a, b=b, sides=("a", "b"))
+    assert (a.iterators, b.iterators) == (1, 1)  # warm-up and three rounds each from one iterator
+    assert [e["continues"] for e in channel.events if e["event"] == "ready"] == [True, True]
+    assert len(result.ratios) == 3
+
+
+def test_dataset_sides_interleaved_in_one_process_draw_a_fresh_iterator_every_round():
+    a, b = CountedBatches(), CountedBatches()
+    result = _recorder(None).compare_datasets("cache_over_wav_ratio", a=a, b=b, sides=("a", "b"))
+    assert a.iterators == b.iterators == len(result.ratios) + 1  # the warm-up pair and every round
+
+
+def test_the_fork_server_forks_workers_this_process_adopts_with_their_side_s_tree_and_environment(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent("""\
+        import json, os, sys
+        state = {"cwd": os.getcwd(), "path": sys.path[:2], "side": os.environ.get("SIDE"), "ppid": os.getppid(),
+                 "preloaded": "colorsys" in sys.modules, "args": sys.argv[3:], "session": os.getsid(0) == os.getpid()}
+        os.write(int(sys.argv[1]), json.dumps(state).encode())
+        sys.exit(7)
+        """))
+    server = manager.ForkServer.start(("colorsys", "no_such_module_here"), tmp_path / "fork-server.log",
+                                      timeout_s=60)
+    assert server is not None and "no_such_module_here" in server.preloaded["failed"]
+    events_read, events_write = os.pipe()
+    commands_read, commands_write = os.pipe()
+    try:
+        with open(tmp_path / "worker.log", "wb") as log:
+            pid = server.fork({"root": str(tmp_path), "env": {"SIDE": "B"}, "script": str(probe), "args": ["-q"]},
+                              [events_write, commands_read, log.fileno()], timeout_s=60)
+        os.close(events_write)
+        assert manager.Adopted(pid).wait(timeout=60) == 7  # adopted: this process waits for it and reaps it
+        state = json.loads(os.read(events_read, 1 << 16))
+    finally:
+        server.close()
+        for fd in (events_read, commands_read, commands_write):
+            os.close(fd)
+    assert state == {"cwd": str(tmp_path), "path": ["", str(tmp_path)], "side": "B", "ppid": os.getpid(),
+                     "preloaded": True, "args": ["-q"], "session": True}
+
+
+def test_the_fork_server_refuses_a_preload_that_imports_perfsuite(tmp_path):
+    with pytest.raises(manager.ABError, match="imported perfsuite.*its own side's"):
+        manager.ForkServer.start(("perfsuite.records",), tmp_path / "fork-server.log", timeout_s=60)
+    from perfsuite.tools import ab as ab_cli
+
+    with pytest.raises(argparse.ArgumentTypeError, match="expected third-party modules, found 'perfsuite.measure'"):
+        ab_cli._modules("numpy, perfsuite.measure")
+
+
 def test_a_ratio_of_named_sides_is_derived_from_its_side_rows():
     def verdict(name, change, low, high):
         return types.SimpleNamespace(name=name, estimate=types.SimpleNamespace(change=change, low=low, high=high))
@@ -585,7 +653,10 @@ def _ab(repo, *args, timeout=AB_TIMEOUT_S):
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
     env["PERFSUITE_AB_TEST_TAG"] = str(repo.parent)  # inherited by the workers: how _leftovers finds them
     passes = [] if "--passes" in args else ["--passes", "1"]  # one pass is quicker where passes are not tested
-    return subprocess.run([sys.executable, "-m", "perfsuite.tools.cli", "ab", *args, *passes, "--profile", "smoke",
+    # The tiny benchmarks import no TensorFlow: a fork server importing it would only add its 10 s.
+    preload = [] if "--preload" in args or "--fresh-workers" in args else ["--preload", "pytest"]
+    return subprocess.run([sys.executable, "-m", "perfsuite.tools.cli", "ab", *args, *passes, *preload,
+                           "--profile", "smoke",
                            "--json", str(repo.parent / "ab.json")], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=timeout, check=False)
 

@@ -74,11 +74,17 @@ class RoundDriver:
         self.nodeid = ""
         self.index = 0
         self.sides_measured: dict[str, tuple[tuple[float, ...], str]] = {}  # a named compare side: its rounds
+        # Every measurement's round function, and so the iterator its rounds drew from, is kept until the
+        # worker ends, which skips their teardown: tf.data took 3-6 s to tear a loader's iterator down
+        # after frozen rounds (docs/ab.md), every benchmark, every pass. Kept iterators idle once their
+        # buffers are full; each side keeps the same ones.
+        self.kept: list = []
 
     def start(self, nodeid: str) -> None:
         self.nodeid, self.index = nodeid, 0
 
     def rounds(self, one_round) -> list:
+        self.kept.append(one_round)
         results = []
         self._ready("rounds", "samples_per_s")
         while self._go():
@@ -150,8 +156,7 @@ class RoundDriver:
                 values.append(value)
                 self.channel.send_and_freeze("round", value=speed, seconds=seconds, cpu_s=cpu_s,
                                              cpu_per_unit=cpu_s / (speed * seconds) if speed * seconds > 0 else None)
-            if hasattr(run, "close"):  # its iterator stopped before the other side's rounds
-                run.close()
+            self.kept.append(run)
             if not values:
                 pytest.skip("perfsuite ab: stopped before any round")
             self.sides_measured[side] = (tuple(values), unit)
@@ -290,7 +295,7 @@ def _die_with_controller() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
     """argv: EVENTS_FD COMMANDS_FD PYTEST_ARGS... (run by the controller: frozen between rounds)"""
     _die_with_controller()
     channel = Channel(int(argv[0]), int(argv[1]), freeze=True)
@@ -301,8 +306,10 @@ def main(argv: list[str]) -> int:
         channel.send("fatal", message="".join(traceback.format_exception_only(type(error), error)).strip())
         traceback.print_exc()
     channel.send("finished", exitstatus=status)
-    return status
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)  # no teardown of the kept iterators (RoundDriver.kept): the controller ends the worker
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

@@ -105,10 +105,6 @@ class DatasetRounds:
         self.batch_s.append(result.summary.median)
         return result
 
-    def close(self) -> None:
-        """Let go of the iterator (its background threads stop once it is collected)."""
-        self.iterator = None
-
 
 class Recorder:
     """What a benchmark measures with (the ``perfsuite`` fixture); see the module docstring."""
@@ -273,13 +269,9 @@ class Recorder:
         how much of each side's batch time is the timing loop's own (it weighs most on the fast side)."""
         alone = self.context.round_driver is not None and sides is not None
         rounds = [DatasetRounds(dataset, self.profile, continuing=alone) for dataset in (a, b)]
-        try:
-            result = self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
-        finally:
-            for side in rounds:
-                side.close()
-        if self.context.round_driver is None:
-            for key, side in zip("ab", rounds):
+        result = self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
+        for key, side in zip("ab", rounds):
+            if self.context.round_driver is None and isinstance(side.dataset, tensorflow().data.Dataset):
                 share = timing.harness_overhead(side.dataset) / statistics.median(side.batch_s)
                 self.record({f"harness_share_{key}": share})
         return result
