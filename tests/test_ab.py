@@ -649,8 +649,10 @@ def _commit(repo, message, *, work=0.001, crash=0, hang=0, extra=""):
 AB_TIMEOUT_S = 600  # a hang guard, not a speed check: on a slow runner under -n a run of 8 passes took over 240 s
 
 
-def _ab(repo, *args, timeout=AB_TIMEOUT_S):
+def _ab(repo, *args, timeout=AB_TIMEOUT_S, path=None):
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    if path is not None:  # an extra import path for the controller, its fork server and workers
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH")) if p)
     env["PERFSUITE_AB_TEST_TAG"] = str(repo.parent)  # inherited by the workers: how _leftovers finds them
     passes = [] if "--passes" in args else ["--passes", "1"]  # one pass is quicker where passes are not tested
     # The tiny benchmarks import no TensorFlow: a fork server importing it would only add its 10 s.
@@ -779,6 +781,15 @@ def test_a_side_that_cannot_start_is_named(repo):
     result = _ab(repo, "HEAD")
     assert result.returncode == 3, result.stdout + result.stderr
     assert "FAILED: side B: " in result.stdout and "missing_dependency" in result.stdout + result.stderr
+    assert _leftovers(repo) == (0, [])
+
+
+def test_a_fork_server_that_dies_while_preloading_fails_the_run_with_its_log(repo, tmp_path):
+    (tmp_path / "dies_on_import.py").write_text("import os, sys\nprint('dying on import', flush=True)\nos._exit(9)\n")
+    result = _ab(repo, "HEAD", "--preload", "dies_on_import", path=tmp_path)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "the fork server failed while preloading its modules" in result.stdout
+    assert "dying on import" in result.stdout + result.stderr  # the server log's tail
     assert _leftovers(repo) == (0, [])
 
 

@@ -1,8 +1,9 @@
 """One side of ``perfsuite ab``: pytest in-process on that side's benchmarks, its rounds driven from outside.
 
-The controller (perfsuite.tools.ab) starts this file as a script (``python -c <boot> ab_worker.py
-EVENTS_FD COMMANDS_FD PYTEST_ARGS...``) with the side's source tree as the working directory and
-first on the import path, so ``perfsuite`` and the benchmarks are that side's. The file itself comes
+The controller (perfsuite.tools.ab) runs this file as a script (``python -c <boot> ab_worker.py
+EVENTS_FD COMMANDS_FD PYTEST_ARGS...``, or the same arguments in a process forked from its fork server)
+with the side's source tree as the working directory and first on the import path, so ``perfsuite``
+and the benchmarks are that side's. The file itself comes
 from the controller's perfsuite and uses only the standard library and pytest at import, so it also
 drives a revision older than this feature: the side's Recorder gets the round driver through its
 ``round_driver`` context field where it has one, and through a wrapper of ``Recorder._rounds`` /

@@ -189,7 +189,7 @@ class ForkServer:
                 pass_fds=(theirs.fileno(),), start_new_session=True)
         theirs.close()
         server = cls(process, ours, log_path, {})
-        server.preloaded = server._reply("preloaded", timeout_s=timeout_s)
+        server.preloaded = server._reply("preloaded", "preloading its modules", timeout_s=timeout_s)
         if server.preloaded["leaked"]:
             server.close()
             raise ABError(f"the fork server's preloaded modules imported {', '.join(server.preloaded['leaked'])}; "
@@ -202,19 +202,20 @@ class ForkServer:
             socket.send_fds(self.control, [json.dumps(request).encode()], fds)
         except OSError as error:
             raise self._failed(f"taking a request ({error})") from None
-        pid = self._reply("forked", timeout_s=timeout_s)["pid"]
+        pid = self._reply("forked", "forking a worker", timeout_s=timeout_s)["pid"]
         if pid <= 0:
             raise self._failed("forking a worker")
         return pid
 
-    def _reply(self, kind: str, *, timeout_s: float) -> dict:
+    def _reply(self, kind: str, doing: str, *, timeout_s: float) -> dict:
+        """The server's answer (event ``kind``) to what it is ``doing``."""
         readable, _, _ = select.select([self.control], [], [], timeout_s)
         message = self.control.recv(1 << 20) if readable else b""
         if not message:
-            raise self._failed(f"{kind} (no answer within {timeout_s:g} s)" if not readable else kind)
+            raise self._failed(doing + ("" if readable else f" (no answer within {timeout_s:g} s)"))
         event = json.loads(message)
         if event.get("event") != kind:
-            raise self._failed(f"{kind}: found {event}")
+            raise self._failed(f"{doing}: expected its {kind!r} answer, found {event}")
         return event
 
     def _failed(self, doing: str) -> SideFailure:

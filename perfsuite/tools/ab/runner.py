@@ -279,8 +279,11 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not (side.root / pytest_arguments[0]).exists():
                     raise ABError(f"side {side.name}: expected benchmarks at {pytest_arguments[0]}, found nothing "
                                   f"there in {side.revision}")
-            server, notes = _fork_server(options, scratch, progress)
-            for index in range(settings.max_passes):
+            try:
+                server, notes = _fork_server(options, scratch, progress)
+            except SideFailure as error:  # no worker can start: the run fails as a side failure does
+                failure = error
+            for index in range(settings.max_passes if failure is None else 0):
                 suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
                 if settings.passes > 1:
                     progress(f"pass {index + 1}: fresh workers on both sides" + (
