@@ -76,9 +76,9 @@ class RoundDriver:
         self.index = 0
         self.sides_measured: dict[str, tuple[tuple[float, ...], str]] = {}  # a named compare side: its rounds
         # Every measurement's round function, and so the iterator its rounds drew from, is kept until the
-        # worker ends, which skips their teardown: tf.data took 3-6 s to tear a loader's iterator down
-        # after frozen rounds (docs/ab.md), every benchmark, every pass. Kept iterators idle once their
-        # buffers are full; each side keeps the same ones.
+        # worker ends, which skips their teardown: tf.data takes seconds to tear a loader's iterator down
+        # after frozen rounds (docs/ab.md, "Kept iterators"), every benchmark, every pass. Kept iterators
+        # idle once their buffers are full; each side keeps the same ones.
         self.kept: list = []
 
     def start(self, nodeid: str) -> None:

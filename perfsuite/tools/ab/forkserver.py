@@ -1,6 +1,6 @@
 """The fork server of ``perfsuite ab``: one process that imports the heavy third-party modules once
-(TensorFlow takes about 10 s to import on a 2-core runner, every pass, on both sides) and forks every
-worker from there, as multiprocessing's forkserver does with its preload list.
+(TensorFlow's import alone takes seconds, every pass, on both sides: docs/ab.md, "The fork server")
+and forks every worker from there, as multiprocessing's forkserver does with its preload list.
 
 Run as a script by the controller (``python -c <boot> forkserver.py CONTROL_FD MODULE...``), with the
 controller's interpreter and environment and neither side's tree on the import path: it uses the
@@ -9,8 +9,9 @@ import its own side's). Each request on the control socket carries a worker's se
 environment, script and arguments) and three file descriptors (events, commands, log). The server forks
 a short-lived child, which forks the worker and exits at once: the worker is orphaned and adopted by
 the controller (a child subreaper, Linux), so the controller waits for it, sees it stop and reaps it as
-any child of its own. The worker is then what a fresh interpreter would be from that point: its own
-session, the side's tree as working directory and first on sys.path, the side's environment.
+any child of its own. The worker then runs the worker script as a fresh interpreter would, with the
+preloaded modules already imported: its own session, the side's tree as working directory and first
+on sys.path, the side's environment.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from perfsuite.records import Record
 WORKER_FILE = Path(__file__).resolve().parents[2] / "pytest_plugin" / "ab_worker.py"
 FORK_SERVER_FILE = Path(__file__).resolve().with_name("forkserver.py")
 # Imported once by the fork server instead of by every worker of every pass: what the suite's benchmarks
-# import that takes seconds (TensorFlow about 10 s on a 2-core runner, librosa's filters and spectrum
-# with scipy.signal about 6 s). Not pytest plugins: pytest cannot rewrite the asserts of a plugin module
+# import that takes seconds (TensorFlow; librosa's filters, spectrum and utils with scipy.signal; figures
+# in docs/ab.md, "The fork server"). Not pytest plugins: pytest cannot rewrite the asserts of a plugin module
 # already imported (hypothesis's), and warns. Modules not installed are noted, not needed.
 PRELOAD = ("tensorflow", "numpy", "scipy.signal", "pytest", "librosa.filters", "librosa.core.spectrum",
            "librosa.util.utils", "soundfile")
