@@ -270,8 +270,13 @@ class Worker:
         with open(log_path, "wb") as log:
             if server is not None:
                 request = {"root": str(side.root), "env": env, "script": str(WORKER_FILE), "args": pytest_args}
-                self.process = Adopted(server.fork(request, [events_write, commands_read, log.fileno()],
-                                                   timeout_s=timeout_s))
+                try:
+                    pid = server.fork(request, [events_write, commands_read, log.fileno()], timeout_s=timeout_s)
+                except SideFailure:
+                    for fd in (events_read, events_write, commands_read, commands_write):
+                        os.close(fd)
+                    raise
+                self.process = Adopted(pid)
             else:
                 self.process = subprocess.Popen(
                     [sys.executable, "-c", BOOT, str(WORKER_FILE), str(events_write), str(commands_read),

@@ -155,7 +155,7 @@ class ABReport(Record):
     Its JSON (``write_json``, ``load_report``) holds each benchmark as one entry, its verdict's keys and
     its rounds under ``rounds_detail``; ``derived`` as ``derived_ratios``; and the exit status."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2  # 1: unversioned, without benchmark_failures and CPU per sample
+    SCHEMA_VERSION: ClassVar[int] = 3  # 1: unversioned, without benchmark_failures and CPU per sample
     DERIVED: ClassVar[tuple[str, ...]] = ("exit_status",)
 
     sides: tuple[Side, Side]
@@ -208,6 +208,14 @@ class ABReport(Record):
 def migrate_1_to_2(data: dict) -> dict:
     """Schema 2 added benchmark_failures, each failure's log, and CPU per sample; each has a default,
     so schema 1's keys read as they are."""
+    return data
+
+
+@migration(ABReport, 2, 3)
+def migrate_2_to_3(data: dict) -> dict:
+    """Schema 3 added the options fresh_workers and preload. A schema-2 run started fresh interpreters
+    and preloaded nothing: said so, not left to the defaults."""
+    data["options"] = {**data.get("options", {}), "fresh_workers": True, "preload": []}
     return data
 
 
