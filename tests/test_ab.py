@@ -371,6 +371,7 @@ def test_the_recorder_runs_the_rounds_its_driver_asks_for_and_reports_each_figur
     recorder = _recorder(driver)
     _dataset_rounds(recorder)
     assert [e["event"] for e in channel.events] == ["ready", "round", "round", "round"]
+    assert len(driver.kept) == 1  # the round function, and so its iterator, kept until the worker ends
     assert channel.events[0] == {"event": "ready", "nodeid": "benchmarks/test_x.py::t", "index": 0,
                                  "kind": "rounds", "metric": "samples_per_s"}
     assert recorder.rounds["samples_per_s"] == tuple(e["value"] for e in channel.events[1:])
@@ -441,6 +442,7 @@ def test_named_dataset_sides_under_the_driver_continue_one_iterator_each_and_say
     result = _recorder(driver).compare_datasets("cache_over_wav_ratio", a=a, b=b, sides=("a", "b"))
     assert (a.iterators, b.iterators) == (1, 1)  # warm-up and three rounds each from one iterator
     assert [e["continues"] for e in channel.events if e["event"] == "ready"] == [True, True]
+    assert [side.dataset for side in driver.kept] == [a, b]  # kept, their iterators alive, until the worker ends
     assert len(result.ratios) == 3
 
 

@@ -313,8 +313,7 @@ def _diagnosis(graph, bound, *, step="m:step"):
 
     return PipelineDiagnosis(target=Target(pipeline="m:make", step=step, args={}), settings=PipelineSettings(),
                              fingerprint=machine_fingerprint(), complete=True, elapsed_s=1.0, stages=(), graph=graph,
-                             throughput=None,
-                             step=None, input_bound=bound, feed=None, verdicts=())
+                             throughput=None, step=None, input_bound=bound, feed=None, verdicts=())
 
 
 def test_a_missing_prefetch_is_recommended_only_when_the_step_is_measured_to_wait():

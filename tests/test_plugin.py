@@ -134,7 +134,8 @@ def test_a_malformed_gate_file_stops_the_run_with_one_line_naming_it(pytester):
     (directory / "ratios.yaml").write_text("ratios:\n  fast_over_slow_ratio: {min: 1.5}\n")
     result = _run(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stdout.fnmatch_lines(["*perfsuite: baselines/ratios.yaml: ratios.fast_over_slow_ratio.claim: expected a value (required key)*"])
+    result.stdout.fnmatch_lines(
+        ["*perfsuite: baselines/ratios.yaml: ratios.fast_over_slow_ratio.claim: expected a value (required key)*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 

@@ -294,7 +294,8 @@ def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: 
         more_ns, more_samples = _time_fetches(source, measure_batches, readback, samples_in)
         batch_ns += more_ns
         batch_samples += more_samples
-    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples)
+    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns,
+                                  batch_samples=batch_samples)
 
 
 def null_pipeline(batch_structure: Any):
@@ -370,8 +371,8 @@ def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls
     if traces_at_start is not None:
         traces = traces_at_end - traces_at_start
         retraces = traces_at_end - traces_at_steady
-    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns, batch_samples=batch_samples,
-                        traces=traces, retraces=retraces)
+    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns,
+                                  batch_samples=batch_samples, traces=traces, retraces=retraces)
 
 
 # ------------------------------------------------------------------------------------------- A/B
@@ -492,6 +493,6 @@ def combine(rounds: list[Measurement], *, name: str, first: Measurement) -> Meas
     total_traces = None if None in traces else sum(traces)
     retraces = None if total_traces is None else sum(m.traces for m in rounds)
     return measurement_from_times(name=name, warmup_ns=first.warmup_ns + first.batch_ns,
-                        batch_ns=[ns for m in rounds for ns in m.batch_ns],
-                        batch_samples=[s for m in rounds for s in m.batch_samples],
-                        traces=total_traces, retraces=retraces)
+                                  batch_ns=[ns for m in rounds for ns in m.batch_ns],
+                                  batch_samples=[s for m in rounds for s in m.batch_samples],
+                                  traces=total_traces, retraces=retraces)

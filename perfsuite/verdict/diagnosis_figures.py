@@ -514,9 +514,9 @@ def _pipeline_6_to_7(figures: Any) -> Any:
         batches, samples = len(flat["batch_s"]), flat["samples"]
         each, extra = divmod(samples, batches)
         loader = measurement_from_times(name=flat["name"], warmup_ns=[round(s * 1e9) for s in flat["warmup_s"]],
-                              batch_ns=[round(s * 1e9) for s in flat["batch_s"]],
-                              batch_samples=[each + (i < extra) for i in range(batches)],
-                              traces=flat["traces"], retraces=flat["retraces"])
+                                        batch_ns=[round(s * 1e9) for s in flat["batch_s"]],
+                                        batch_samples=[each + (i < extra) for i in range(batches)],
+                                        traces=flat["traces"], retraces=flat["retraces"])
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return figures  # not what schema 6 wrote: the validator names it
     return {**figures, "loader": loader.as_dict()}
