@@ -788,6 +788,19 @@ def test_a_side_that_cannot_start_is_named(repo):
     assert _leftovers(repo) == (0, [])
 
 
+def test_a_worker_whose_fork_fails_closes_its_pipes_and_names_the_side(tmp_path):
+    class Failing:  # a fork server that takes the request and forks nothing
+        def fork(self, request, fds, *, timeout_s):
+            raise manager.SideFailure("B", "the fork server failed while forking a worker")
+
+    open_before = len(os.listdir("/proc/self/fd"))
+    side = manager.Side("B", "HEAD", None, tmp_path)
+    for _ in range(3):
+        with pytest.raises(manager.SideFailure, match="forking a worker"):
+            manager.Worker(side, [], tmp_path / "worker-B.log", Failing())
+    assert len(os.listdir("/proc/self/fd")) == open_before  # its four pipe ends closed each time
+
+
 def test_a_fork_server_that_dies_while_preloading_fails_the_run_with_its_log(repo, tmp_path):
     (tmp_path / "dies_on_import.py").write_text("import os, sys\nprint('dying on import', flush=True)\nos._exit(9)\n")
     result = _ab(repo, "HEAD", "--preload", "dies_on_import", path=tmp_path)
