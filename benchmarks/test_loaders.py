@@ -44,12 +44,12 @@ def _compute_ceiling_dataset(tf, corpus, *, batch_size, workers):
     """The TF mel over audio decoded once and held in memory: what the WAV loader could reach."""
     config = MelConfig()
     paths = [str(wav_path(corpus, utt.id)) for utt in read_metadata(corpus)]
+    plain = tf.autograph.experimental.do_not_convert  # graph ops only: nothing for autograph to convert
     audio = (tf.data.Dataset.from_tensor_slices(paths)
-             .map(lambda p: tf.audio.decode_wav(tf.io.read_file(p), desired_channels=1).audio[:, 0])
+             .map(plain(lambda p: tf.audio.decode_wav(tf.io.read_file(p), desired_channels=1).audio[:, 0]))
              .cache())
-    for _ in audio:  # fill the in-memory cache before anything is timed
-        pass
-    return (audio.map(lambda a: log_mel_tf(a, config), num_parallel_calls=workers)
+    audio.reduce(0, lambda count, _: count + 1)  # fill the in-memory cache before anything is timed
+    return (audio.map(plain(lambda a: log_mel_tf(a, config)), num_parallel_calls=workers)
             .padded_batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 

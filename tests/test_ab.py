@@ -751,6 +751,17 @@ def test_a_benchmark_that_raises_on_one_side_fails_the_run_naming_side_benchmark
     assert _leftovers(repo) == (0, [])
 
 
+def test_a_worker_exits_after_its_last_benchmark_without_the_session_summary_unless_one_failed(repo, tmp_path):
+    _commit(repo, "base", extra="\n\ndef test_raises(perfsuite):\n    _measure(perfsuite, 0.001)\n")
+    _commit(repo, "raises", extra="\n\ndef test_raises(perfsuite):\n    raise ValueError('broken on head')\n")
+    result = _ab(repo, "HEAD~1", "HEAD", "-k", "raises or same", "--budget", "5", "--report", str(tmp_path / "logs"))
+    assert result.returncode == 3, result.stdout + result.stderr
+    logs = {side: (tmp_path / "logs" / f"worker-{side}.log").read_text() for side in "AB"}
+    assert "perfsuite (smoke profile" not in logs["A"]  # every benchmark passed: no summary, no teardown
+    assert "perfsuite (smoke profile" in logs["B"] and "ValueError: broken on head" in logs["B"]
+    assert _leftovers(repo) == (0, [])
+
+
 def test_the_json_loader_reads_schema_1_through_its_migrations_and_names_what_it_refuses(tmp_path):
     path = tmp_path / "ab.json"
     report = _report((), (), failure=manager.SideFailure("B", "crashed", benchmark="test_x.py::t").record())

@@ -147,7 +147,8 @@ def build_loader(*, dataset_dir: Path, config: LoaderConfig, cache_dir: Path | N
 
     map_extra(mel, element) -> mel, when given, runs inside the map function after the loader's own
     work, in its parallel calls: the way the self-test plants a regression in the pipeline without a
-    test seam in the config.
+    test seam in the config. It is traced as written (no autograph): graph ops, no Python control flow
+    on tensors.
     """
     dataset_dir = Path(dataset_dir)
     if config.source == "cache":
@@ -282,7 +283,10 @@ def _element_dataset(records: list[_CheckedUtterance], config: LoaderConfig, mel
         return {"id": element["id"], "tokens": tokens, "mel": mel,
                 "text_len": tf.shape(tokens, out_type=tf.int32)[0], "mel_len": tf.shape(mel, out_type=tf.int32)[0]}
 
-    return dataset.map(load_element, num_parallel_calls=config.num_parallel_calls, deterministic=config.deterministic)
+    # Plain graph ops throughout, so traced as written: autograph would convert every function the trace
+    # calls, library code included (librosa's filter bank took seconds of every fresh process).
+    return dataset.map(tf.autograph.experimental.do_not_convert(load_element),
+                       num_parallel_calls=config.num_parallel_calls, deterministic=config.deterministic)
 
 
 def _tf_native_wav(element, mel_config):

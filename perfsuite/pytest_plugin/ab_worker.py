@@ -242,6 +242,8 @@ class WorkerPlugin:
         self.channel = channel
         self.driver = RoundDriver(channel)
         self.outcomes: dict[str, tuple[str, str]] = {}
+        self.last = ""  # the last benchmark the controller asked for
+        self.any_failed = False
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session):
@@ -269,6 +271,7 @@ class WorkerPlugin:
         by_id = {item.nodeid: item for item in items}
         dropped = [item for item in items if item.nodeid not in set(wanted)]
         items[:] = [by_id[nodeid] for nodeid in wanted if nodeid in by_id]
+        self.last = items[-1].nodeid if items else ""
         if dropped:
             config.hook.pytest_deselected(items=dropped)
 
@@ -284,7 +287,12 @@ class WorkerPlugin:
 
     def pytest_runtest_logfinish(self, nodeid, location):
         outcome, message = self.outcomes.pop(nodeid, ("passed", ""))
+        self.any_failed = self.any_failed or outcome == "failed"
         self.channel.send("done", nodeid=nodeid, outcome=outcome, message=message)
+        if nodeid == self.last and not self.any_failed:
+            # Nothing is left for the controller: skip the session's summary and teardown (seconds of every
+            # pass). A failure's traceback is printed at the session's end, so a side with one finishes it.
+            _finish(self.channel, 0)
 
 
 def _die_with_controller() -> None:
@@ -306,6 +314,10 @@ def main(argv: list[str]) -> None:
     except BaseException as error:  # noqa: BLE001 - an import failure of the side's perfsuite, say: told, then exit
         channel.send("fatal", message="".join(traceback.format_exception_only(type(error), error)).strip())
         traceback.print_exc()
+    _finish(channel, status)
+
+
+def _finish(channel: Channel, status: int) -> None:
     channel.send("finished", exitstatus=status)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
