@@ -51,7 +51,7 @@ CASES = (
 
 
 def _busy(torch, a, b, seconds: float) -> None:
-    """Matrix products queued back to back for ``seconds``, synchronized every few (~6 ms on an H100)."""
+    """Matrix products queued back to back for ``seconds``, synchronized every four."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for _ in range(4):
