@@ -44,6 +44,13 @@ def tensorflow():
     return tensorflow
 
 
+def is_dataset(value) -> bool:
+    """Whether ``value`` is a tf.data.Dataset, without importing TensorFlow: before TensorFlow is
+    imported nothing can be one (a pure-Python pipeline never pays the import)."""
+    module = sys.modules.get("tensorflow")
+    return module is not None and isinstance(value, module.data.Dataset)
+
+
 class _Kept:
     failed = False
 

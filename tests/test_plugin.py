@@ -22,10 +22,13 @@ BENCHMARK = textwrap.dedent("""
     def test_ratio(perfsuite):
         perfsuite.compare("fast_over_slow_ratio", a=fast, b=slow, rounds=3)
 
+    def batches():  # batches of 4 samples, a millisecond each: the plugin without TensorFlow's import
+        while True:
+            time.sleep(0.001)
+            yield [0, 1, 2, 3]
+
     def test_dataset(perfsuite):
-        import tensorflow as tf
-        dataset = tf.data.Dataset.range(64).batch(4)
-        measurement = perfsuite.measure_dataset(dataset, name="range")
+        measurement = perfsuite.measure_dataset(batches(), name="range", samples_in=len, readback=lambda b: None)
         assert measurement.samples_per_s > 0
 """)
 

@@ -61,3 +61,13 @@ def test_verbose_shows_what_tensorflow_writes_when_imported(dataset):
         shown = _messages(result.stderr)
         assert all(line in shown for line in expected), (expected, shown)
         assert result.stdout.splitlines() == ["checked 1 utterance(s) from wav: 0 unreadable file(s)"]
+
+
+def test_telling_a_dataset_from_a_python_iterable_imports_no_tensorflow():
+    probe = ("import sys; from perfsuite._tensorflow import is_dataset; "
+             "assert not is_dataset(iter(range(3))); assert 'tensorflow' not in sys.modules")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120).returncode == 0
+    from perfsuite._tensorflow import is_dataset, tensorflow
+
+    tf = tensorflow()
+    assert is_dataset(tf.data.Dataset.range(3)) and not is_dataset([0, 1, 2])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite._tensorflow import tensorflow
+from perfsuite._tensorflow import is_dataset
 from perfsuite.measure import stats, timing
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.rounds import RoundsOutcome, until_decided
@@ -162,7 +162,7 @@ class Recorder:
         if counter is not None and frames and frames[-1][1] > 0:
             self._record_speech(rounds, frames[-len(rounds):], frame_s)
         # What of each batch time is the timing loop's own (not under perfsuite ab: only rounds count there).
-        if isinstance(dataset, tensorflow().data.Dataset) and self.context.round_driver is None:
+        if is_dataset(dataset) and self.context.round_driver is None:
             overhead = timing.harness_overhead(dataset, samples_in=samples_in, readback=readback)
             self.record({"harness_overhead_s": overhead,
                          "harness_share": overhead / measurement.summary.median})
@@ -271,7 +271,7 @@ class Recorder:
         rounds = [DatasetRounds(dataset, self.profile, continuing=alone) for dataset in (a, b)]
         result = self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
         for key, side in zip("ab", rounds):
-            if self.context.round_driver is None and isinstance(side.dataset, tensorflow().data.Dataset):
+            if self.context.round_driver is None and is_dataset(side.dataset):
                 share = timing.harness_overhead(side.dataset) / statistics.median(side.batch_s)
                 self.record({f"harness_share_{key}": share})
         return result
