@@ -9,6 +9,7 @@ import yaml
 pytest_plugins = ["pytester"]
 
 BENCHMARK = textwrap.dedent("""
+    import sys
     import time
 
     def fast():
@@ -30,6 +31,7 @@ BENCHMARK = textwrap.dedent("""
     def test_dataset(perfsuite):
         measurement = perfsuite.measure_dataset(batches(), name="range", samples_in=len, readback=lambda b: None)
         assert measurement.samples_per_s > 0
+        assert "tensorflow" not in sys.modules  # a pure-Python pipeline pays no TensorFlow import
 """)
 
 

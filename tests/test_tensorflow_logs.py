@@ -66,7 +66,8 @@ def test_verbose_shows_what_tensorflow_writes_when_imported(dataset):
 def test_telling_a_dataset_from_a_python_iterable_imports_no_tensorflow():
     probe = ("import sys; from perfsuite._tensorflow import is_dataset; "
              "assert not is_dataset(iter(range(3))); assert 'tensorflow' not in sys.modules")
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120).returncode == 0
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
     from perfsuite._tensorflow import is_dataset, tensorflow
 
     tf = tensorflow()
