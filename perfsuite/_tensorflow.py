@@ -44,10 +44,16 @@ def tensorflow():
     return tensorflow
 
 
+def imported():
+    """The ``tensorflow`` module if something has imported it already, else None (then no value can be
+    a tensor or a dataset, and a caller can handle plain Python and numpy without the import)."""
+    return sys.modules.get("tensorflow")
+
+
 def is_dataset(value) -> bool:
     """Whether ``value`` is a tf.data.Dataset, without importing TensorFlow: before TensorFlow is
     imported nothing can be one (a pure-Python pipeline never pays the import)."""
-    module = sys.modules.get("tensorflow")
+    module = imported()
     return module is not None and isinstance(value, module.data.Dataset)
 
 

@@ -4,6 +4,7 @@ TensorFlow): a planted slowdown, a crash, a hang and a side that cannot start.""
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -344,6 +345,9 @@ class FakeBenchmark:
     def __init__(self):
         self.extra_info = {}
 
+    def pedantic(self, target, **_):  # a disabled pytest-benchmark runs the target once
+        return target()
+
 
 class Busy:
     def __iter__(self):
@@ -377,6 +381,29 @@ def test_the_recorder_runs_the_rounds_its_driver_asks_for_and_reports_each_figur
     assert recorder.rounds["samples_per_s"] == tuple(e["value"] for e in channel.events[1:])
     assert all(e["cpu_s"] >= 0 and e["cpu_per_unit"] == pytest.approx(e["cpu_s"] / (e["value"] * e["seconds"]))
                for e in channel.events[1:])
+
+
+def _counted_step(calls):
+    def step(batch):
+        calls.append(batch)
+        return np.zeros(1)
+
+    return step
+
+
+def test_step_rounds_take_a_warm_up_call_each_only_under_the_driver():
+    # Alone, rounds follow each other: the warm-up's last call sizes them and each round is only its
+    # measured calls. Under ab the other side runs in between, so there a round warms up again.
+    calls = []
+    alone = _recorder(None).measure_step(_counted_step(calls), batches=itertools.repeat(np.zeros((4, 1))), name="s")
+    smoke = PROFILES["smoke"]
+    assert len(calls) == smoke.warmup_batches + 1 + smoke.min_rounds * smoke.step_calls
+    assert alone.batches == smoke.min_rounds * smoke.step_calls and alone.first_s is not None
+    calls.clear()
+    driver = ab_worker.RoundDriver(FakeChannel([{"cmd": "go"}] * 3 + [{"cmd": "stop"}]))
+    driver.start("benchmarks/test_x.py::t")
+    _recorder(driver).measure_step(_counted_step(calls), batches=itertools.repeat(np.zeros((4, 1))), name="s")
+    assert len(calls) == smoke.warmup_batches + 1 + (1 + 3) * (1 + smoke.step_calls)  # a calibration round too
 
 
 def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio():

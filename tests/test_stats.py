@@ -286,3 +286,20 @@ def test_input_bound_share_and_classification():
         stats.input_bound_share(t_synthetic=1.0, t_real=0.0)
     with pytest.raises(ValueError, match="NaN"):
         stats.classify_input_bound(math.nan)
+
+
+@given(st.integers(0, 300), st.integers(-2, 302))
+def test_the_exact_binomial_tail_matches_scipy(trials, successes):
+    from scipy import stats as sps
+
+    expected = float(sps.binom.sf(successes - 1, trials, 0.5))
+    assert math.isclose(stats.binomial_tail(successes, trials), expected, rel_tol=1e-9, abs_tol=1e-300)
+
+
+@given(st.integers(2, 400), st.floats(0.5, 0.99))
+def test_the_median_intervals_order_coverage_matches_scipy(n, confidence):
+    from scipy import stats as sps
+
+    interval = stats.median_interval(np.arange(n, dtype=float), confidence=confidence)
+    k = int(interval.low) + 1  # x_(k) of 0, 1, ..., n - 1
+    assert math.isclose(interval.coverage, float(1 - 2 * sps.binom.cdf(k - 1, n, 0.5)), rel_tol=1e-9, abs_tol=1e-12)

@@ -72,3 +72,12 @@ def test_telling_a_dataset_from_a_python_iterable_imports_no_tensorflow():
 
     tf = tensorflow()
     assert is_dataset(tf.data.Dataset.range(3)) and not is_dataset([0, 1, 2])
+
+
+def test_numpy_batches_are_counted_and_read_back_without_importing_tensorflow():
+    probe = ("import sys, numpy as np; from perfsuite.measure.timing import host_readback, leading_dim; "
+             "batch = {'b': np.zeros((3, 2)), 'a': [np.ones(5), 'id']}; "
+             "assert leading_dim(batch) == 5 and host_readback(batch) == 2; "
+             "assert 'tensorflow' not in sys.modules")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import timing
@@ -125,6 +127,15 @@ def test_measure_step_with_fixed_batch_and_plain_function():
     assert len(calls) == 5 and len(result.warmup_ns) == 2 and len(result.batch_ns) == 3
     assert result.traces is None and result.retraces is None
     assert result.batch_samples == (6,) * 3
+
+
+def test_a_round_of_a_warm_step_has_no_warm_up_and_no_first_call():
+    calls = []
+    result = timing.measure_step(step=lambda batch: calls.append(1) or tf.reduce_sum(batch), batch=tf.ones([3, 2]),
+                                 warmup_calls=0, measure_calls=2)
+    assert len(calls) == 2 and result.warmup_ns == () and result.first_ns is None and result.first_s is None
+    with pytest.raises(ValueError, match="warmup_calls: expected an integer >= 0"):
+        timing.measure_step(step=tf.reduce_sum, batch=tf.ones([2]), warmup_calls=-1, measure_calls=1)
 
 
 def test_measure_step_argument_errors():
@@ -316,3 +327,15 @@ def test_min_seconds_extends_a_short_measurement_in_whole_chunks():
     assert len(extended.batch_ns) <= 3 * (0.03 / 0.002 + 1)  # stops once the time is reached
     assert len(capped.batch_ns) == timing.MAX_EXTENSION
     assert extended.samples_per_s > 0 and sum(extended.batch_samples) == 4 * len(extended.batch_ns)
+
+
+_PLAIN = st.recursive(st.integers(0, 3).map(lambda n: np.zeros((n + 1, 2))) | st.text(max_size=3),
+                      lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner)
+                      | st.dictionaries(st.text("abc", min_size=1, max_size=2), inner, max_size=3), max_leaves=8)
+
+
+@given(_PLAIN)
+def test_plain_structures_flatten_in_tf_nest_order(structure):
+    # Without TensorFlow imported, batches are flattened by hand: the order must be tf.nest's.
+    ours, theirs = timing._flatten_plain(structure), tf.nest.flatten(structure)
+    assert len(ours) == len(theirs) and all(a is b for a, b in zip(ours, theirs))

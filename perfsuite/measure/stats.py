@@ -6,12 +6,12 @@ No TensorFlow here: numpy and scipy only, so baselines, reports and the plugin c
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import special as spspecial
-from scipy import stats as sps
 
 from perfsuite.records import Record
 
@@ -356,6 +356,8 @@ def paired_gain(*, candidate, reference, alpha: float = 0.05, min_effect: float 
         if np.ptp(logs) <= 1e-12 * max(1.0, float(np.max(np.abs(logs)))):  # no spread: the t statistic is undefined
             p_value = 0.0 if logs[0] > 0 else 1.0
         else:
+            from scipy import stats as sps  # slow to import: only where a paired gain is tested
+
             p_value = float(sps.ttest_1samp(logs, 0.0, alternative="greater").pvalue)
     significant = bool(p_value is not None and p_value < alpha and summary.median >= 1 + min_effect
                        and wins >= min_win_share * len(ratios))
@@ -374,8 +376,8 @@ def clopper_pearson(*, successes: int, trials: int, confidence: float = 0.95) ->
     if not 0 < confidence < 1:
         raise ValueError(f"confidence: expected a probability in (0, 1), found {confidence}")
     tail = (1 - confidence) / 2
-    low = 0.0 if successes == 0 else float(sps.beta.ppf(tail, successes, trials - successes + 1))
-    high = 1.0 if successes == trials else float(sps.beta.ppf(1 - tail, successes + 1, trials - successes))
+    low = 0.0 if successes == 0 else float(spspecial.betaincinv(successes, trials - successes + 1, tail))
+    high = 1.0 if successes == trials else float(spspecial.betaincinv(successes + 1, trials - successes, 1 - tail))
     return low, high
 
 
@@ -444,4 +446,25 @@ def median_interval(values, *, confidence: float = 0.95) -> MedianInterval:
 
 def _order_coverage(n: int, k: int) -> float:
     """P(x_(k) <= median <= x_(n-k+1)) = 1 - 2 P(Binomial(n, 1/2) <= k - 1)."""
-    return float(1 - 2 * sps.binom.cdf(k - 1, n, 0.5))
+    return 1 - 2 * _half_binomial_cdf(n)[k - 1]
+
+
+def binomial_tail(successes: int, trials: int) -> float:
+    """P(Binomial(trials, 1/2) >= successes): the one-sided sign test's p-value."""
+    if successes <= 0:
+        return 1.0
+    if successes > trials:
+        return 0.0
+    return _half_binomial_cdf(trials)[trials - successes]  # symmetric: P(X >= s) = P(X <= n - s)
+
+
+@functools.cache  # intervals and sign tests ask for the same few counts again and again
+def _half_binomial_cdf(trials: int) -> tuple[float, ...]:
+    """P(Binomial(trials, 1/2) <= j) for j = 0..trials, summed exactly in integers and rounded once
+    (no scipy.stats, which is slow to import, in the plugin's and ab's processes)."""
+    term, total, cumulative = 1, 0, []
+    for j in range(trials + 1):
+        total += term
+        cumulative.append(total / 2 ** trials)
+        term = term * (trials - j) // (j + 1)
+    return tuple(cumulative)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite._tensorflow import tensorflow
+from perfsuite._tensorflow import imported, tensorflow
 from perfsuite.measure import stats
 from perfsuite.measure.rounds import interleaved
 from perfsuite.records import Record
@@ -57,7 +57,9 @@ def host_readback(structure: Any, *, force_host: bool = False) -> int:
     asynchronous eager execution, or with force_host (a step's output), host tensors are forced too,
     one element each. numpy arrays are on the host and complete; they count, and are not read.
     """
-    tf = tensorflow()
+    tf = imported()
+    if tf is None:  # nothing imported TensorFlow, so nothing here is a tensor: only arrays count
+        return sum(isinstance(item, np.ndarray | np.generic) for item in _flatten_plain(structure))
     force_host = force_host or not tf.config.experimental.get_synchronous_execution()
     read = 0
     for item in tf.nest.flatten(structure, expand_composites=True):
@@ -80,10 +82,20 @@ def step_readback(output: Any) -> None:
         )
 
 
+def _flatten_plain(structure: Any) -> list:
+    """tf.nest.flatten's order for plain Python structures (dicts by sorted key, lists and tuples in
+    order), without importing TensorFlow."""
+    if isinstance(structure, dict):
+        return [leaf for key in sorted(structure) for leaf in _flatten_plain(structure[key])]
+    if isinstance(structure, list | tuple):
+        return [leaf for item in structure for leaf in _flatten_plain(item)]
+    return [structure]
+
+
 def leading_dim(batch: Any) -> int:
     """Samples in a batch: the leading dimension of its first tensor (tf.nest order: dict keys sorted)."""
-    tf = tensorflow()
-    flat = tf.nest.flatten(batch)
+    tf = imported()
+    flat = _flatten_plain(batch) if tf is None else tf.nest.flatten(batch)
     shape = getattr(flat[0], "shape", None) if flat else None
     if shape is None or len(shape) == 0 or shape[0] is None:
         raise ValueError(
@@ -115,7 +127,8 @@ def tracing_count(fn: Callable) -> int | None:
 class Measurement(Record):
     """A measured pipeline or step; as_dict() is the record itself, extra_info() its flat figures.
 
-    first_ns: the first batch / call (start-up, trace, compile), also warmup_ns[0].
+    first_ns: the first batch / call (start-up, trace, compile), also warmup_ns[0]; None for a round of
+    a step already warm (measure_step with warmup_calls=0), which has no warm-up of its own.
     warmup_ns: all warm-up batches / calls, not part of the steady state.
     batch_ns, batch_samples: per steady batch / call, wall time and samples.
     samples_per_s, batches_per_s: steady state.
@@ -125,7 +138,7 @@ class Measurement(Record):
     """
 
     name: str
-    first_ns: int
+    first_ns: int | None
     warmup_ns: tuple[int, ...]
     batch_ns: tuple[int, ...]
     batch_samples: tuple[int, ...]
@@ -138,8 +151,8 @@ class Measurement(Record):
     retraces: int | None = None
 
     @property
-    def first_s(self) -> float:
-        return self.first_ns / 1e9
+    def first_s(self) -> float | None:
+        return None if self.first_ns is None else self.first_ns / 1e9
 
     @property
     def warmup_s(self) -> tuple[float, ...]:
@@ -208,7 +221,7 @@ def measurement_from_times(*, name, warmup_ns, batch_ns, batch_samples, traces=N
         warnings += (f"periodic per-batch times: {cycle.note}",)
     return Measurement(
         name=name,
-        first_ns=warmup_ns[0],
+        first_ns=warmup_ns[0] if warmup_ns else None,
         warmup_ns=tuple(warmup_ns),
         batch_ns=tuple(batch_ns),
         batch_samples=tuple(batch_samples),
@@ -349,12 +362,15 @@ def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls
     timed) or by one fixed batch (exactly one of the two). A dict or tuple batch is itself iterable,
     hence the two separate arguments.
 
-    The first call (trace + compile for a tf.function) is first_ns; warmup_calls (>= 1) includes it.
+    The first call (trace + compile for a tf.function) is first_ns; warmup_calls includes it. A round of
+    a step already warm in this process (its first call measured before) may take warmup_calls=0.
     The default readback copies one element of the step's output tensors to the host, so the step must
     return a tensor (e.g. its loss). For a tf.function, traces counts all traces during the
     measurement and retraces those in the steady window.
     """
-    _check_counts(warmup_calls=warmup_calls, measure_calls=measure_calls)
+    _check_counts(measure_calls=measure_calls)
+    if isinstance(warmup_calls, bool) or not isinstance(warmup_calls, int) or warmup_calls < 0:
+        raise ValueError(f"warmup_calls: expected an integer >= 0, found {warmup_calls!r}")
     if (batches is None) == (batch is None):
         raise ValueError("measure_step: expected exactly one of batches= (an iterable) or batch= (a fixed batch)")
     samples_in = samples_in or leading_dim

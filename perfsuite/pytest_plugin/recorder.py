@@ -179,17 +179,23 @@ class Recorder:
                      readback: Callable[[Any], Any] | None = None) -> timing.Measurement:
         """Steady-state speed of a training step fed from ``batches``: its first call (trace + compile)
         apart as ``first_s``, then rounds of ``step_calls`` calls within the budget. ``readback(output)``
-        forces completion (default: one element of the step's output back to the host)."""
+        forces completion (default: one element of the step's output back to the host).
+
+        Run alone, the rounds follow each other with nothing in between: the warm-up's last call sizes
+        them and they take no warm-up call of their own (a step call costs up to seconds on a CPU).
+        Under ``perfsuite ab`` the other side runs between two rounds, so each round warms up again."""
         source = iter(batches)
         options = {"readback": readback} if readback is not None else {}
         warm = timing.measure_step(step=step, batches=source, warmup_calls=max(self.profile.warmup_batches, 1),
                                    measure_calls=1, name=name, **options)
+        alone = self.context.round_driver is None
 
         def one_round():
-            return timing.measure_step(step=step, batches=source, warmup_calls=1, name=name,
+            return timing.measure_step(step=step, batches=source, warmup_calls=0 if alone else 1, name=name,
                                        measure_calls=self.profile.step_calls, **options)
 
-        return self._record_rounds(self._rounds(one_round), name=name, first=warm, unit="call")
+        round_s = warm.steady_s * self.profile.step_calls if alone else None
+        return self._record_rounds(self._rounds(one_round, round_s=round_s), name=name, first=warm, unit="call")
 
     def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2,
                             batches: int | None = None, rounds: int | None = None,
@@ -278,14 +284,18 @@ class Recorder:
 
     # ------------------------------------------------------------------------------- rounds
 
-    def _rounds(self, one_round: Callable[[], timing.Measurement]) -> list[timing.Measurement]:
-        """A calibration round (discarded) sizes the budget, then that many rounds through pytest-benchmark
-        (with a round_driver: the rounds its controller asks for)."""
-        start = time.perf_counter()
-        one_round()
+    def _rounds(self, one_round: Callable[[], timing.Measurement], *,
+                round_s: float | None = None) -> list[timing.Measurement]:
+        """A calibration round (discarded) sizes the budget, unless the caller knows a round's length
+        (``round_s``), then that many rounds through pytest-benchmark (with a round_driver: the rounds
+        its controller asks for)."""
+        if round_s is None:
+            start = time.perf_counter()
+            one_round()
+            round_s = time.perf_counter() - start
         if self.context.round_driver is not None:
             return self.context.round_driver.rounds(one_round)
-        count = self.profile.rounds_for(time.perf_counter() - start)
+        count = self.profile.rounds_for(round_s)
         results = []
 
         def timed_round():

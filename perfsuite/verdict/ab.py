@@ -49,9 +49,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special
 
-from perfsuite.measure.stats import MAD_TO_STD, median_interval
+from perfsuite.measure.stats import MAD_TO_STD, binomial_tail, median_interval
 from perfsuite.records import Record
 from perfsuite.verdict.comparison import holm
 
@@ -209,9 +209,7 @@ class Estimate(Record):
 
 def sign_test(successes: int, trials: int) -> float:
     """P(at least ``successes`` of ``trials`` fair coin flips): the one-sided exact sign test."""
-    if trials == 0:
-        return 1.0
-    return float(sps.binom.sf(successes - 1, trials, 0.5))
+    return binomial_tail(successes, trials)
 
 
 Cpu = Sequence[tuple[Sequence[float], Sequence[float]]]  # per pass: A's and B's CPU seconds per sample per round
@@ -286,14 +284,14 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings, cpu: Cpu = (
     standard_error = between / math.sqrt(count)
     df = count - 1
     confidence = settings.confidence(count)
-    half = float(sps.t.ppf((1 + confidence) / 2, df)) * standard_error
+    half = float(special.stdtrit(df, (1 + confidence) / 2)) * standard_error
     t = mean / standard_error if standard_error > 0 else math.copysign(math.inf, mean) if mean else 0.0
     tails = 2 * len(settings.pass_looks)  # two directions, each at alpha / 2, at every pass look
     return Estimate(
         name=passes[0].name, rounds=sum(e.rounds for e in per_pass), change=math.expm1(mean),
         low=math.expm1(mean - half), high=math.expm1(mean + half), coverage=confidence,
         noise=between, min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
-        p_slower=min(1.0, tails * float(sps.t.cdf(t, df))), p_faster=min(1.0, tails * float(sps.t.sf(t, df))),
+        p_slower=min(1.0, tails * float(special.stdtr(df, t))), p_faster=min(1.0, tails * float(special.stdtr(df, -t))),
         worse_rounds=sum(e.worse_rounds for e in per_pass), better_rounds=sum(e.better_rounds for e in per_pass),
         passes=count, cpu_change=cpu_change(cpu), slow_processes=slow_processes(cpu, settings))
 
@@ -327,13 +325,13 @@ def more_rounds(e: Estimate, settings: ABSettings, *, benchmarks: int = 1) -> in
     needed = []
     margin = math.log1p(settings.no_change_within)
     if shift < margin:  # towards "no change"; the interval needs rounds enough to reach its coverage
-        z = sps.norm.isf(settings.equivalence_alpha / settings.look_count)
+        z = -special.ndtri(settings.equivalence_alpha / settings.look_count)  # the normal's upper quantile
         fewest = 1 + math.log2(1 / (1 - settings.interval_confidence))
         needed.append(max(fewest, (z * spread / (margin - shift)) ** 2))
     if shift >= math.log1p(settings.min_effect) and shift > 0:  # towards significance beyond min_effect
         level = settings.alpha / (settings.look_count * max(benchmarks, 1))
         fewest = math.log2(1 / level)  # the sign test's smallest p is 2**-n
-        z = sps.norm.isf(level)
+        z = -special.ndtri(level)
         needed.append(max(fewest, (max(z, settings.noise_multiple) * spread / shift) ** 2))
     if not needed:
         return None
