@@ -27,7 +27,8 @@ from perfsuite.workload.service import (
     with_deadline,
 )
 
-pytestmark = pytest.mark.service
+# One xdist worker runs the module (pytest.ini: --dist loadgroup), so its cluster starts once.
+pytestmark = [pytest.mark.service, pytest.mark.xdist_group("service")]
 
 KILL_BOUND_S = 20.0  # kill -> ServiceError: the survivors' rest of the epoch plus the batch timeout
 BATCH_TIMEOUT_S = 4.0
