@@ -34,6 +34,11 @@ DATASETS = textwrap.dedent("""
 """)
 
 
+# Inner runs: no cache, and no Hypothesis plugin (their tests use none; where bytecode is not written,
+# pytest rewrites the asserts of its ~90 modules again in every process).
+INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+
+
 @pytest.fixture(autouse=True)
 def serial_inner_runs(monkeypatch):
     """pytest-benchmark disables itself in an xdist worker's environment; the inner runs are serial."""
@@ -45,7 +50,7 @@ def _autosaved_runs(pytester, count: int) -> list:
     directory = pytester.mkdir("baselines")
     (directory / "ratios.yaml").write_text("ratios: {}\n")
     for _ in range(count):
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly",
+        result = pytester.runpytest_subprocess(*INNER, "-p", "no:randomly",
                                                "--perfsuite-profile=smoke", "--perfsuite-baselines=baselines",
                                                "--benchmark-autosave")
         result.assert_outcomes(passed=3)
@@ -79,7 +84,7 @@ def test_the_plugins_table_shows_ops_first_ranked_fastest_first_unless_the_user_
     pytester.makepyfile(test_bench=DATASETS)
     directory = pytester.mkdir("baselines")
     (directory / "ratios.yaml").write_text("ratios: {}\n")
-    common = ("-p", "no:cacheprovider", "-p", "no:randomly", "--perfsuite-profile=smoke",
+    common = (*INNER, "-p", "no:randomly", "--perfsuite-profile=smoke",
               "--perfsuite-baselines=baselines")
     header, ranked = _benchmark_table(pytester.runpytest_subprocess(*common).outlines)
     assert header.index("OPS") < header.index("Median") < header.index("IQR") < header.index("Rounds")

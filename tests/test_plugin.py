@@ -35,6 +35,11 @@ BENCHMARK = textwrap.dedent("""
 """)
 
 
+# Inner runs: no cache, and no Hypothesis plugin (their tests use none; where bytecode is not written,
+# pytest rewrites the asserts of its ~90 modules again in every process).
+INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+
+
 @pytest.fixture(autouse=True)
 def serial_inner_runs(monkeypatch):
     """pytest-benchmark disables itself in an xdist worker's environment; the inner runs are serial."""
@@ -50,7 +55,7 @@ def _baselines(pytester, gate: dict) -> None:
 def _run(pytester, *args):
     pytester.makepyfile(test_bench=BENCHMARK)
     # A subprocess: numpy and TensorFlow cannot be imported twice in one process.
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--perfsuite-profile=smoke",
+    return pytester.runpytest_subprocess(*INNER, "--perfsuite-profile=smoke",
                                          "--perfsuite-baselines=baselines", *args)
 
 
@@ -105,7 +110,7 @@ def test_a_gate_left_undecided_says_why_and_a_context_gate_is_shown_as_context(p
         "x_input_bound": {"max": 0.05, "claim": "x is fed"},
         "y_input_bound": {"min": 0.05, "claim": "y starves", "role": "context"}}}))
     pytester.makepyfile(test_bench=UNDECIDED)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--perfsuite-profile=smoke",
+    result = pytester.runpytest_subprocess(*INNER, "--perfsuite-profile=smoke",
                                            "--perfsuite-baselines=baselines")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*x_input_bound*inconclusive*", "*y_input_bound*context: holds*",
