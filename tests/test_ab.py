@@ -879,3 +879,13 @@ def test_pytest_with_perfsuite_ab_refuses_two_paths_and_a_bad_revision(repo):
     bad = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--perfsuite-ab=no-such-revision"],
                          cwd=repo, capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "BASE: expected a git revision of" in bad.stderr + bad.stdout
+
+
+def test_a_worker_runs_the_selection_without_the_plugins_that_would_cost_or_change_it():
+    from perfsuite.tools.ab import pytest_args
+
+    args = argparse.Namespace(benchmarks="benchmarks", profile="quick", keyword="wav", markexpr=None, data_dir=None)
+    command = pytest_args(args)
+    blocked = {command[i + 1] for i, arg in enumerate(command) if arg == "-p"}
+    assert blocked == {"no:cacheprovider", "no:randomly", "no:hypothesispytest"}
+    assert command[:2] == ["benchmarks", "--perfsuite-profile=quick"] and command[-2:] == ["-k", "wav"]

@@ -37,9 +37,11 @@ from perfsuite.tools.ab.runner import compare_revisions
 def pytest_args(args) -> list[str]:
     """The worker's pytest command line: the benchmarks, the selection and the profile passed through;
     pytest-benchmark's own timing off (the rounds are the controller's), gates reported only, the
-    session's order kept, nothing cached in the trees."""
+    session's order kept, nothing cached in the trees, and no Hypothesis plugin: benchmarks are not
+    property tests, and where bytecode is not written (PYTHONDONTWRITEBYTECODE, common in containers)
+    pytest rewrites the asserts of its modules again in every worker of every pass."""
     command = [args.benchmarks, f"--perfsuite-profile={args.profile}", "--perfsuite-gates=report",
-               "--benchmark-disable", "-p", "no:cacheprovider", "-p", "no:randomly",
+               "--benchmark-disable", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:hypothesispytest",
                "--continue-on-collection-errors", "-q"]
     if args.keyword:
         command += ["-k", args.keyword]
