@@ -19,17 +19,6 @@ settings.register_profile(
 settings.load_profile(os.environ.get("PERFSUITE_HYPOTHESIS_PROFILE", "ci"))
 
 
-@pytest.fixture
-def inner_runs_without_hypothesis(monkeypatch):
-    """Pytest processes this test starts through the environment (``perfsuite ab``'s workers; pytester
-    clears PYTEST_ADDOPTS, so its runs take ``-p no:hypothesispytest`` as an argument) load no Hypothesis
-    plugin: their tests use none, and where bytecode is not written (PYTHONDONTWRITEBYTECODE) pytest
-    rewrites the asserts of every module of a plugin's package again in each process; Hypothesis has
-    about ninety."""
-    addopts = os.environ.get("PYTEST_ADDOPTS", "")
-    monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} -p no:hypothesispytest".strip())
-
-
 # --- data fixtures: the "tiny" synthetic corpus and its cache, built once per run -------------------
 
 

@@ -706,7 +706,7 @@ def _leftovers(repo):
 
 
 @pytest.fixture
-def repo(tmp_path, inner_runs_without_hypothesis):
+def repo(tmp_path):
     path = tmp_path / "repo"
     path.mkdir()
     _git(path, "init", "-q")
