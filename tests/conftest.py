@@ -49,13 +49,15 @@ def tiny_cache(tiny_corpus):
     return build_cache(tiny_corpus)
 
 
-# --- xdist: tests sharing a whole diagnose run go to one worker ------------------------------------
+# --- xdist: tests sharing a costly module-scoped fixture go to one worker -----------------------------
 
-# Module-scoped fixtures that run a whole diagnosis (tens of seconds). Under xdist every worker that
-# runs one of their tests would run the fixture again; the xdist_group marker sends those tests to one
-# worker, the rest are spread as usual. Not --dist in pytest.ini's addopts: without -n it leaves
-# pytest-benchmark's --benchmark-json empty (the benchmark runs read this pytest.ini too).
-SHARED_RUNS = {"test_diagnose.py": "run", "test_pipeline_inspect.py": "measured"}
+# Module-scoped fixtures that run a whole diagnosis or start a tf.data service cluster (tens of seconds).
+# Under xdist every worker that runs one of their tests would run the fixture again; the xdist_group
+# marker sends those tests to one worker, the rest are spread as usual. Not --dist in pytest.ini's
+# addopts: without -n it leaves pytest-benchmark's --benchmark-json empty (the benchmark runs read this
+# pytest.ini too).
+SHARED_RUNS = {"test_diagnose.py": "run", "test_pipeline_inspect.py": "measured",
+               "test_service.py": "shared_cluster"}
 
 
 def pytest_configure(config):

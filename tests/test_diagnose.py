@@ -76,9 +76,6 @@ from perfsuite.verdict.diagnosis_figures import (
     migrate_5_to_6,
 )
 
-# One xdist worker runs the module (pytest.ini: --dist loadgroup), so its diagnose run happens once.
-pytestmark = pytest.mark.xdist_group("diagnose")
-
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 BAD = ("pcm24", "not_a_wav")
 PIPELINES = {("tf_native", "wav"), ("numpy_function", "wav"), ("tf_native", "cache"), ("numpy_function", "cache")}

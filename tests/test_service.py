@@ -27,8 +27,7 @@ from perfsuite.workload.service import (
     with_deadline,
 )
 
-# One xdist worker runs the module (pytest.ini: --dist loadgroup), so its cluster starts once.
-pytestmark = [pytest.mark.service, pytest.mark.xdist_group("service")]
+pytestmark = pytest.mark.service
 
 KILL_BOUND_S = 20.0  # kill -> ServiceError: the survivors' rest of the epoch plus the batch timeout
 BATCH_TIMEOUT_S = 4.0
