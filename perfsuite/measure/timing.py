@@ -237,7 +237,7 @@ def measurement_from_times(*, name, warmup_ns, batch_ns, batch_samples, traces=N
 
 def _check_counts(**counts: int) -> None:
     for key, value in counts.items():
-        minimum = 0 if key.startswith("warmup_rounds") else 1
+        minimum = 0 if key in ("warmup_rounds", "warmup_calls") else 1  # rounds of what is already warm
         if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{key}: expected an integer >= {minimum}, found {value!r}")
 
@@ -368,9 +368,7 @@ def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls
     return a tensor (e.g. its loss). For a tf.function, traces counts all traces during the
     measurement and retraces those in the steady window.
     """
-    _check_counts(measure_calls=measure_calls)
-    if isinstance(warmup_calls, bool) or not isinstance(warmup_calls, int) or warmup_calls < 0:
-        raise ValueError(f"warmup_calls: expected an integer >= 0, found {warmup_calls!r}")
+    _check_counts(warmup_calls=warmup_calls, measure_calls=measure_calls)
     if (batches is None) == (batch is None):
         raise ValueError("measure_step: expected exactly one of batches= (an iterable) or batch= (a fixed batch)")
     samples_in = samples_in or leading_dim
