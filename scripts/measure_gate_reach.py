@@ -70,6 +70,7 @@ def _run(clone: Path, selection: str, out: Path, *, save: bool, data_dir: Path |
                "--benchmark-autosave" if save else "--benchmark-compare"]
     if data_dir is not None:
         command.append(f"--perfsuite-data-dir={data_dir}")
+    out.unlink(missing_ok=True)  # a file left by an earlier sweep must not pass for this run's
     start = time.monotonic()
     done = subprocess.run(command, cwd=clone, env={**os.environ, "PYTHONPATH": str(clone)},
                           capture_output=True, text=True)
