@@ -3,8 +3,8 @@
 Not only present: each declared metric (perfsuite.verdict.metrics) in a benchmark's extra_info, and
 each of its per-round values, is a finite number in the range its kind can take, read from the
 registry: speeds (samples/s, batches/s, audio-s/s) and same-run ratios > 0; utilisation (%) within
-[0, 100]; shares shown as percentages within [0, 1], apart from a same-run input-bound share
-(1 - t_synthetic / t_real), which is at most 1 and above -1 (negative only by noise); traces and every
+[0, 100]; shares shown as percentages within [0, 1], apart from a signed share (the input-bound share
+1 - t_synthetic / t_real), which is at most 1 and above -1 (negative only by noise); traces and every
 other figure ≥ 0. Every benchmark reports a declared metric, and one measured through the perfsuite
 fixture carries its gate verdicts (perfsuite_verdicts), each pass, fail or inconclusive.
 
@@ -29,7 +29,7 @@ def allowed_range(metric: registry.Metric) -> tuple[float, float, bool]:
         return 0.0, math.inf, True
     if metric.unit == "%":
         return 0.0, 100.0, False
-    if metric.percent and metric.same_run:  # an input-bound share, 1 - t_synthetic / t_real
+    if metric.percent and metric.signed:  # the input-bound share, 1 - t_synthetic / t_real
         return -1.0, 1.0, True
     if metric.percent:
         return 0.0, 1.0, False

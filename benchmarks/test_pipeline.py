@@ -2,7 +2,7 @@
 
 Input-bound share = 1 - t_synthetic / t_real, where the synthetic twin feeds the same step one cached
 batch of the same structure (TensorFlow profiler's classification: < 5 % not input-bound, 5-20 %
-moderately, ≥ 20 % highly).
+moderately, ≥ 20 % highly); wait share = the part of the fed step's time spent fetching its batch.
 """
 
 import pytest
@@ -40,7 +40,7 @@ def compiled_step(perfsuite_profile, static_limits):
                            input_shapes=(None, *static_limits))
 
 
-GATED = {("tf_native", "cache"), ("numpy_function", "wav")}  # their shares have gates in ratios.yaml
+GATED = {("tf_native", "cache"), ("numpy_function", "wav")}  # their wait or input-bound shares have gates
 FIGURE_ROUNDS = 3  # cases without a gate: a figure, not a verdict, so fewer rounds
 
 
@@ -52,8 +52,8 @@ def _input_bound(perfsuite, step, dataset, metric="input_bound", rounds=FIGURE_R
 @pytest.mark.parametrize("kind,source", PIPELINES, ids=[f"{k}-{s}" for k, s in PIPELINES])
 def test_input_bound(perfsuite, perfsuite_corpus, perfsuite_cache, static_limits, compiled_step, kind, source):
     dataset = _loader(perfsuite_corpus, perfsuite_cache, static_limits, kind=kind, source=source)
-    # A same-run share with its per-round values, gated everywhere (ratios.yaml) under the pipeline's name:
-    # the gated ones take the profile's min_rounds, then more while their gate is inconclusive.
+    # Same-run shares with their per-round values, gated everywhere (ratios.yaml) under the pipeline's name:
+    # the gated ones take the profile's min_rounds, then more while a gate is inconclusive.
     rounds = None if (kind, source) in GATED else FIGURE_ROUNDS
     result = _input_bound(perfsuite, compiled_step, dataset, metric=f"{kind}_{source}_input_bound", rounds=rounds)
     assert result.t_real > 0 and result.t_synthetic > 0

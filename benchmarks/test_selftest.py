@@ -210,14 +210,14 @@ DEVICE_STEP_OVER_FETCH = 3
 
 
 def test_no_prefetch_flagged_by_input_bound_gate(perfsuite, selftest_corpus, tensorflow):
-    """The shipped gate tf_native_cache_input_bound (≤ 5 %) on the TF-native cache loader with and without
+    """The shipped gate tf_native_cache_input_wait (≤ 5 %) on the TF-native cache loader with and without
     prefetch, feeding a step that waits like an accelerator (the host is free meanwhile): on a CPU-only
     box a real CPU step competes with the pipeline for the same cores and prefetch can overlap nothing,
     and the compiled step of benchmarks/test_pipeline.py is so much longer than a cache batch that the
-    shipped benchmark's share moves by about a batch's fetch over a step (see the report's findings)."""
+    shipped benchmark's wait moves by about a batch's fetch over a step (see the report's findings)."""
     tf = tensorflow
     dataset_dir, cache_dir = selftest_corpus
-    gate_name = "tf_native_cache_input_bound"
+    share_name, gate_name = "tf_native_cache_input_bound", "tf_native_cache_input_wait"
     # The whole corpus in a batch: a cache batch of a few utterances is so quick that a device step twice
     # its fetch would be mostly the sleep's own jitter.
     base = LoaderConfig(kind="tf_native", source="cache", batch_size=SELFTEST_CORPUS.num_utterances,
@@ -240,11 +240,11 @@ def test_no_prefetch_flagged_by_input_bound_gate(perfsuite, selftest_corpus, ten
     # The genuine loader through the fixture: its rounds grow while the gate is undecided, and the plugin
     # judges its share by the same gate, as in a user's run.
     good = perfsuite.measure_input_bound(step=device_like_step, dataset=with_prefetch, warmup=2, batches=12,
-                                         metric=gate_name)
+                                         metric=share_name)
     bad = measure_input_bound(step=device_like_step, dataset=without, warmup=2, batches=12, rounds=good.rounds)
     judgement = selftest.judge_by_gate(perfsuite.context.baselines.ratios, mutant="prefetch removed", metric=gate_name,
-                                       genuine=good.shares, planted=bad.shares, genuine_value=good.share,
-                                       planted_value=bad.share)
+                                       genuine=good.wait_shares, planted=bad.wait_shares,
+                                       genuine_value=good.wait_share, planted_value=bad.wait_share)
     perfsuite.record({"step_s": step_s, "fetch_median_s": fetch.summary.median, **judgement.as_dict()},
                      prefix="selftest_prefetch_")
     assert judgement.as_expected, judgement.message

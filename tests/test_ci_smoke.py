@@ -16,6 +16,7 @@ VERDICTS = {"benchmark_id": "b", "passed": True, "notes": [],
             "verdicts": [{"metric": "cache_over_wav_ratio", "decision": "inconclusive"}]}
 GOOD = {"perfsuite_profile": "smoke", "perfsuite_verdicts": VERDICTS, "samples_per_s": 1200.0,
         "samples_per_s_rounds": [1100.0, 1300.0], "cache_over_wav_ratio": 4.2, "tf_native_cache_input_bound": -0.01,
+        "tf_native_cache_input_wait": 0.001,
         "emulated_util_median": 97.0, "emulated_idle_fraction": 0.0, "emulated_complete": 1.0, "traces": 1,
         "a_figure_no_one_declared": float("nan")}
 
@@ -30,6 +31,7 @@ def test_measured_figures_in_their_range_pass():
     ("samples_per_s", math.inf, "samples_per_s: expected a finite number, found inf"),
     ("cache_over_wav_ratio", -1.0, "cache_over_wav_ratio: expected a value in (0, inf]"),
     ("tf_native_cache_input_bound", 1.5, "tf_native_cache_input_bound: expected a value in (-1, 1]"),
+    ("tf_native_cache_input_wait", -0.01, "tf_native_cache_input_wait: expected a value in [0, 1]"),
     ("emulated_util_median", 120.0, "emulated_util_median: expected a value in [0, 100]"),
     ("emulated_idle_fraction", 1.2, "emulated_idle_fraction: expected a value in [0, 1]"),
     ("traces", -1, "traces: expected a value in [0, inf]"),

@@ -39,6 +39,9 @@ def test_slow_pipeline_into_fast_step_is_highly_input_bound():
     assert result.share == pytest.approx(stats.input_bound_share(t_synthetic=result.t_synthetic, t_real=result.t_real))
     assert len(result.real_round_s) == len(result.shares) == 3 and result.as_dict()["rounds"] == 3
     assert all(share > stats.HIGHLY_INPUT_BOUND for share in result.shares)
+    # The step waits in next() for every batch: most of each round is the fetch.
+    assert all(stats.HIGHLY_INPUT_BOUND < share <= 1 for share in result.wait_shares), result.wait_shares
+    assert result.wait_share == pytest.approx(sorted(result.wait_shares)[1])
 
 
 def test_fast_pipeline_into_slow_step_is_not_input_bound():
@@ -49,6 +52,7 @@ def test_fast_pipeline_into_slow_step_is_not_input_bound():
     result = measure_input_bound(step=slow_step, dataset=tf.data.Dataset.range(10**6).batch(2).prefetch(2),
                                  warmup=2, batches=5, rounds=3)
     assert result.classification == "not input-bound", result
+    assert result.wait_share < stats.MODERATELY_INPUT_BOUND, result.wait_shares  # the prefetched batch is ready
 
 
 def test_rounds_can_be_added_one_at_a_time():
@@ -70,9 +74,12 @@ def test_input_bound_needs_an_endless_dataset_and_says_so():
 
 
 def test_figures_from_rounds_are_medians_and_per_round_shares():
-    result = InputBound.from_rounds([0.2, 0.4, 0.3], [0.1, 0.1, 0.2], batches=4, warmup=1)
+    result = InputBound.from_rounds([0.2, 0.4, 0.3], [0.1, 0.1, 0.2], [0.1, 0.04, 0.0], batches=4, warmup=1)
     assert (result.t_real, result.t_synthetic) == (0.3, 0.1)
     assert result.share == pytest.approx(1 - 0.1 / 0.3) and result.classification == "highly input-bound"
     assert result.shares == pytest.approx((0.5, 0.75, 1 / 3))
+    assert result.wait_shares == pytest.approx((0.5, 0.1, 0.0)) and result.wait_share == pytest.approx(0.1)
     with pytest.raises(ValueError, match="same number"):
-        InputBound.from_rounds([0.2], [], batches=1, warmup=0)
+        InputBound.from_rounds([0.2], [], [], batches=1, warmup=0)
+    with pytest.raises(ValueError, match="same number"):
+        InputBound.from_rounds([0.2], [0.1], [], batches=1, warmup=0)

@@ -18,6 +18,10 @@ def test_declared_directions_and_families():
     assert (ratio.better, ratio.same_run) == (HIGHER, True)
     share = metrics.lookup("tf_native_cache_input_bound")
     assert (share.better, share.same_run, share.threshold_kind) == (LOWER, True, "max")
+    wait = metrics.lookup(metrics.wait_metric_of("tf_native_cache_input_bound"))
+    assert (wait.name, wait.better, wait.same_run, wait.percent) == ("tf_native_cache_input_wait", LOWER, True, True)
+    assert [metrics.wait_metric_of(name) for name in ("input_bound", "my_share")] == ["input_wait",
+                                                                                       "my_share_input_wait"]
     assert metrics.recordable(["samples_per_s", "variation_ratio", "retraces"]) == ("samples_per_s", "retraces")
 
 

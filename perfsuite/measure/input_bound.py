@@ -8,6 +8,12 @@ tracing the step), then times ``batches`` steps with their fetches; its figure i
 step, not a median: a pipeline that stalls every few batches costs exactly its stalls. The share of a
 round is 1 - t_synthetic / t_real (``stats.input_bound_share``).
 
+The same rounds time the real side's fetches apart: the wait share of a round is the part of its
+steps' time spent in ``next()`` on the pipeline, what the profiler reports as input time. The two
+differ on a CPU-only machine, where the pipeline's threads also take CPU from the step: the share
+counts that contention, the wait share only the step left waiting. The wait share is read within
+one side, not as a difference of two noisy sides, so it decides in fewer rounds.
+
 ``InputBoundRounds`` runs one round at a time, so a caller can add rounds while a gate on the share is
 undecided; ``measure_input_bound`` runs a fixed number. The result, ``InputBound``, is one frozen record.
 """
@@ -32,7 +38,9 @@ class InputBound:
     real_round_s, synthetic_round_s: each round's mean seconds per step of each side; t_real,
     t_synthetic: their medians; share = 1 - t_synthetic / t_real, classified as TF's profiler does
     (stats.classify_input_bound); shares: each round's own share (what a gate's interval is decided
-    from). batches: timed steps per side and round, after warmup untimed ones.
+    from). wait_round_s: each round's mean seconds per real step spent fetching its batch; wait_shares:
+    each round's wait_round_s / real_round_s, wait_share their median. batches: timed steps per side
+    and round, after warmup untimed ones.
     """
 
     t_real: float
@@ -42,43 +50,65 @@ class InputBound:
     rounds: int
     real_round_s: tuple[float, ...]
     synthetic_round_s: tuple[float, ...]
+    wait_round_s: tuple[float, ...]
+    wait_share: float
     batches: int
     warmup: int
 
     @classmethod
-    def from_rounds(cls, real_round_s, synthetic_round_s, *, batches: int, warmup: int) -> InputBound:
+    def from_rounds(cls, real_round_s, synthetic_round_s, wait_round_s, *, batches: int,
+                    warmup: int) -> InputBound:
         real, synthetic = tuple(map(float, real_round_s)), tuple(map(float, synthetic_round_s))
-        if not real or len(real) != len(synthetic):
-            raise ValueError(f"rounds: expected the same number (≥ 1) of real and synthetic rounds, found "
-                             f"{len(real)} and {len(synthetic)}")
+        wait = tuple(map(float, wait_round_s))
+        if not real or not len(real) == len(synthetic) == len(wait):
+            raise ValueError(f"rounds: expected the same number (≥ 1) of real, synthetic and wait rounds, found "
+                             f"{len(real)}, {len(synthetic)} and {len(wait)}")
         t_real, t_synthetic = statistics.median(real), statistics.median(synthetic)
         share = stats.input_bound_share(t_synthetic=t_synthetic, t_real=t_real)
+        wait_share = statistics.median(w / r for w, r in zip(wait, real))
         return cls(t_real=t_real, t_synthetic=t_synthetic, share=share,
                    classification=stats.classify_input_bound(share), rounds=len(real), real_round_s=real,
-                   synthetic_round_s=synthetic, batches=batches, warmup=warmup)
+                   synthetic_round_s=synthetic, wait_round_s=wait, wait_share=wait_share, batches=batches,
+                   warmup=warmup)
 
     @property
     def shares(self) -> tuple[float, ...]:
         return tuple(stats.input_bound_share(t_synthetic=s, t_real=r)
                      for r, s in zip(self.real_round_s, self.synthetic_round_s))
 
+    @property
+    def wait_shares(self) -> tuple[float, ...]:
+        return tuple(w / r for w, r in zip(self.wait_round_s, self.real_round_s))
+
     def as_dict(self) -> dict:
         return {"t_real": self.t_real, "t_synthetic": self.t_synthetic, "share": self.share,
                 "classification": self.classification, "rounds": self.rounds,
                 "real_round_s": list(self.real_round_s), "synthetic_round_s": list(self.synthetic_round_s),
-                "round_shares": list(self.shares), "batches": self.batches, "warmup": self.warmup}
+                "round_shares": list(self.shares), "wait_share": self.wait_share,
+                "wait_round_s": list(self.wait_round_s), "round_wait_shares": list(self.wait_shares),
+                "batches": self.batches, "warmup": self.warmup}
+
+
+def step_and_wait_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: int, count: int,
+                    readback: Callable[[Any], Any] = step_readback) -> tuple[float, float]:
+    """Mean seconds per step over ``count`` steps, each with its fetch from ``batches``, after ``warmup``
+    untimed ones; and the mean seconds of it spent in the fetch (``next(batches)``)."""
+    for _ in range(warmup):
+        readback(step(next(batches)))
+    waited = 0
+    start = time.perf_counter_ns()
+    for _ in range(count):
+        fetch = time.perf_counter_ns()
+        batch = next(batches)
+        waited += time.perf_counter_ns() - fetch
+        readback(step(batch))
+    return (time.perf_counter_ns() - start) / 1e9 / count, waited / 1e9 / count
 
 
 def mean_step_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: int, count: int,
                 readback: Callable[[Any], Any] = step_readback) -> float:
-    """Mean seconds per step over ``count`` steps, each with its fetch from ``batches``, after ``warmup``
-    untimed ones."""
-    for _ in range(warmup):
-        readback(step(next(batches)))
-    start = time.perf_counter_ns()
-    for _ in range(count):
-        readback(step(next(batches)))
-    return (time.perf_counter_ns() - start) / 1e9 / count
+    """Mean seconds per step over ``count`` steps, each with its fetch, after ``warmup`` untimed ones."""
+    return step_and_wait_s(step, batches, warmup=warmup, count=count, readback=readback)[0]
 
 
 class _Endless:
@@ -121,16 +151,20 @@ class InputBoundRounds:
         self._synthetic = _Endless(dataset.take(1).cache().repeat(), f"{name} (synthetic twin)")
         self._real_s: list[float] = []
         self._synthetic_s: list[float] = []
+        self._wait_s: list[float] = []
 
     def one_round(self) -> None:
         """One round: both sides, the real one first in even rounds and last in odd ones."""
-        sides = [(self._real, self._real_s), (self._synthetic, self._synthetic_s)]
-        for source, out in sides if len(self._real_s) % 2 == 0 else sides[::-1]:
-            out.append(mean_step_s(self._step, source, warmup=self._warmup, count=self._batches,
-                                   readback=self._readback))
+        for real in (True, False) if len(self._real_s) % 2 == 0 else (False, True):
+            step_s, wait_s = step_and_wait_s(self._step, self._real if real else self._synthetic,
+                                             warmup=self._warmup, count=self._batches, readback=self._readback)
+            (self._real_s if real else self._synthetic_s).append(step_s)
+            if real:
+                self._wait_s.append(wait_s)
 
     def result(self) -> InputBound:
-        return InputBound.from_rounds(self._real_s, self._synthetic_s, batches=self._batches, warmup=self._warmup)
+        return InputBound.from_rounds(self._real_s, self._synthetic_s, self._wait_s, batches=self._batches,
+                                      warmup=self._warmup)
 
 
 def measure_input_bound(*, step: Callable[[Any], Any], dataset, warmup: int, batches: int, rounds: int = 3,

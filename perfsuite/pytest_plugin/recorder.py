@@ -202,15 +202,18 @@ class Recorder:
                             metric: str = "input_bound") -> InputBound:
         """The step fed by ``dataset`` (a repeated tf.data.Dataset) and by its synthetic twin (one cached
         batch), in alternating rounds (perfsuite.measure.input_bound); records the input-bound share
-        ``metric`` with its per-round values. Defaults: ``step_calls`` batches a round, ``min_rounds``
-        rounds, then more while a gate on ``metric`` is inconclusive (``more_rounds``). A given
-        ``rounds`` fixes the count instead."""
+        ``metric`` and the wait share (``metric`` named ``..._input_wait`` instead of ``..._input_bound``)
+        with their per-round values. Defaults: ``step_calls`` batches a round, ``min_rounds`` rounds,
+        then more while a gate on either is inconclusive (``more_rounds``). A given ``rounds`` fixes the
+        count instead."""
+        wait_metric = metric_registry.wait_metric_of(metric)
         measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup,
                                        batches=batches or max(self.profile.step_calls, 2))
 
         def undecided():
             so_far = measurement.result()
-            return self.gate_undecided(metric, so_far.share, so_far.shares)
+            return (self.gate_undecided(metric, so_far.share, so_far.shares)
+                    or self.gate_undecided(wait_metric, so_far.wait_share, so_far.wait_shares))
 
         def measure():
             started = time.perf_counter()
@@ -225,6 +228,7 @@ class Recorder:
         benchmark_adapter.time_per_unit(self.benchmark, result.real_round_s, unit="s/step fed by the pipeline")
         self.record(result, prefix="input_bound_")
         self.add(metric, result.share, rounds=result.shares)
+        self.add(wait_metric, result.wait_share, rounds=result.wait_shares)
         return result
 
     def measure_epoch(self, *, step: Callable[[Any], Any], dataset, name: str) -> timing.Measurement:

@@ -85,7 +85,7 @@ def short_id(benchmark_id: str) -> str:
 def _columns(outcomes) -> list[str]:
     """The headline columns the group's benchmarks have, in the registry's order (families last)."""
     present = {lookup(f.metric).headline for o in outcomes for f in o.figures}
-    order = [m.headline for m in declared() if m.headline] + ["ratio", "input-bound"]
+    order = [m.headline for m in declared() if m.headline] + ["ratio", "input-bound", "input wait"]
     return list(dict.fromkeys(column for column in order if column in present))
 
 

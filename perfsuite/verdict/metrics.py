@@ -9,8 +9,8 @@ earlier runs, the report and the summary look metrics up here instead of reading
 One JSON naming rule for every metric (pytest-benchmark's ``extra_info``): the flat key ``<name>`` holds
 the figure; a metric measured over rounds adds ``<name>_rounds`` (each round's value) and
 ``<name>_interval`` (``[low, high]`` of the order-statistic interval of their median).
-Families (``*_ratio``, ``*_input_bound``) cover the same-run ratios and shares a benchmark names
-after what it compares; a project adds its own metrics with ``register``.
+Families (``*_ratio``, ``*_input_bound``, ``*_input_wait``) cover the same-run ratios and shares a
+benchmark names after what it compares; a project adds its own metrics with ``register``.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class Metric:
     same_run: bool = False
     floor: float = 0.0
     percent: bool = False  # shown as a percentage
+    signed: bool = False  # a share read as a difference of two measured sides: noise can take it below 0
     headline: str = ""  # the summary's column for it ("" none)
     display_scale: float = 1.0  # what its value is multiplied by when shown (1e3: seconds shown as ms)
 
@@ -97,8 +98,11 @@ _DECLARED = [
     Metric("robust_cv", LOWER, "", "1.4826 MAD / median of the per-batch times", floor=0.02),
     Metric("retraces", LOWER, "traces", "tf.function traces after the first call", recordable=True),
     Metric("traces", LOWER, "traces", "tf.function traces over the whole measurement"),
-    Metric("input_bound", LOWER, "", "share of step time spent waiting for input (1 - t_synthetic / t_real)",
-           same_run=True, floor=0.02, percent=True, headline="input-bound"),
+    Metric("input_bound", LOWER, "", "share of the fed step's time lost to its input (1 - t_synthetic / t_real: "
+           "waiting and, on a CPU-only machine, the pipeline's CPU contention)", same_run=True, floor=0.02,
+           percent=True, signed=True, headline="input-bound"),
+    Metric("input_wait", LOWER, "", "share of the fed step's time spent fetching its batch (next() on the "
+           "pipeline: the profiler's input time)", same_run=True, floor=0.02, percent=True, headline="input wait"),
     Metric("gpu_util_median", HIGHER, "%", "median GPU utilisation while the step runs", headline="util median"),
     Metric("gpu_util_mean", HIGHER, "%", "mean GPU utilisation while the step runs"),
     Metric("gpu_idle_fraction", LOWER, "", "share of samples with the GPU idle", floor=0.02, percent=True),
@@ -134,8 +138,18 @@ _FAMILIES = {
     "_ratio": lambda name: Metric(name, HIGHER, RATIO_UNIT, "same-run speed ratio: A's samples/s over B's, per round",
                                   same_run=True, headline="ratio"),
     "_input_bound": lambda name: Metric(name, LOWER, "", "same-run input-bound share of one pipeline",
-                                        same_run=True, floor=0.02, percent=True, headline="input-bound"),
+                                        same_run=True, floor=0.02, percent=True, signed=True,
+                                        headline="input-bound"),
+    "_input_wait": lambda name: Metric(name, LOWER, "", "same-run input wait share of one pipeline",
+                                       same_run=True, floor=0.02, percent=True, headline="input wait"),
 }
+
+
+def wait_metric_of(share_metric: str) -> str:
+    """The input wait share recorded beside an input-bound share: ``<x>input_bound`` becomes
+    ``<x>input_wait``; any other name ``<name>_input_wait``."""
+    stem = share_metric.removesuffix("input_bound")
+    return f"{stem}input_wait" if stem != share_metric else f"{share_metric}_input_wait"
 
 
 def register(metric: Metric) -> Metric:

@@ -51,8 +51,9 @@ def test_input_bound(perfsuite):
     assert _finite_positive(result.t_real) and _finite_positive(result.t_synthetic), result
     # 1 - t_synthetic / t_real: at most 1, and negative only by noise (a twin twice as slow is a broken run).
     assert all(-1 < share <= 1 for share in result.shares), result.shares
+    assert all(0 <= share <= 1 for share in result.wait_shares), result.wait_shares  # a part of each round
     assert result.rounds >= perfsuite.profile.min_rounds
-    assert "my_pipeline_input_bound" in _verdicts(perfsuite)
+    assert "my_pipeline_input_wait" in _verdicts(perfsuite)
 
 
 def test_prefetch_ratio(perfsuite):
