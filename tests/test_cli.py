@@ -62,15 +62,9 @@ def test_real_world_wav_variants_are_named_with_reasons_and_readable_ones_are_no
 
 
 def test_console_script_is_installed_and_reports(tmp_path):
+    """The installed script runs the CLI (a check-data run through it: test_tensorflow_logs.py)."""
     script = shutil.which("perfsuite") or str(Path(sys.executable).parent / "perfsuite")
     assert Path(script).exists(), "the perfsuite console script is not installed (pip install -e .)"
-    dataset = fixtures_dataset(tmp_path)
-    result = subprocess.run([script, "check-data", str(dataset)], capture_output=True, text=True, timeout=120,
-                            check=False)
-    assert result.returncode == 1
-    assert sorted(listed_paths(result.stdout)) == sorted(
-        str(dataset / "wavs" / f"{name}.wav") for name in [*UNREADABLE, "missing_file"])
-    assert "Traceback" not in result.stderr
     usage = subprocess.run([script, "check-data", str(tmp_path / "nowhere")], capture_output=True, text=True,
                            timeout=60, check=False)
     assert usage.returncode == 2 and "PATH: expected a dataset directory, found nothing at that path" in usage.stderr

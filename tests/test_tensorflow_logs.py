@@ -28,8 +28,10 @@ def _environment() -> dict:
 
 
 def _perfsuite(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfsuite", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, check=False, env=_environment())
+    """The installed console script, as a user runs it."""
+    script = shutil.which("perfsuite") or str(Path(sys.executable).parent / "perfsuite")
+    return subprocess.run([script, *map(str, args)], capture_output=True, text=True, timeout=300, check=False,
+                          env=_environment())
 
 
 def _messages(text: str) -> list[str]:
