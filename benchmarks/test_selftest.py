@@ -209,7 +209,7 @@ MIN_DEVICE_STEP_S = 0.002  # a device-like step no shorter than this: its sleep'
 DEVICE_STEP_OVER_FETCH = 3
 
 
-def test_no_prefetch_flagged_by_input_bound_gate(perfsuite, selftest_corpus, tensorflow):
+def test_no_prefetch_flagged_by_input_wait_gate(perfsuite, selftest_corpus, tensorflow):
     """The shipped gate tf_native_cache_input_wait (≤ 5 %) on the TF-native cache loader with and without
     prefetch, feeding a step that waits like an accelerator (the host is free meanwhile): on a CPU-only
     box a real CPU step competes with the pipeline for the same cores and prefetch can overlap nothing,
