@@ -14,6 +14,7 @@ import shutil
 import stat
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -345,7 +346,7 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
     from perfsuite.measure.machine import machine_fingerprint
 
     result = run.result
-    assert result["schema_version"] == SCHEMA_VERSION == 7 and result["kind"] == "dataset"
+    assert result["schema_version"] == SCHEMA_VERSION == 8 and result["kind"] == "dataset"
     assert result["settings"]["batch_size"] == 4 and result["settings"]["model"] == "tiny"
     assert result["settings"]["batches"] == 4 and result["settings"]["budget_s"] == BUDGET_S
     assert set(result["fingerprint"]) == set(machine_fingerprint().as_dict())
@@ -364,6 +365,9 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
         assert len(bound["real_round_s"]) == len(bound["synthetic_round_s"]) == bound["share"]["rounds"]
         shares = [1 - s / r for s, r in zip(bound["synthetic_round_s"], bound["real_round_s"])]
         assert bound["share"]["low"] == pytest.approx(min(shares)) or bound["share"]["rounds"] > 5
+        # the wait share: a part of each fed round's time, from the same rounds
+        assert bound["wait"]["rounds"] == bound["share"]["rounds"]
+        assert 0 <= bound["wait"]["low"] <= bound["wait"]["median"] <= bound["wait"]["high"] <= 1
     step = result["step"]
     assert set(step["modes"]) == set(STEP_MODES)
     for figures in step["modes"].values():
@@ -408,8 +412,8 @@ def test_json_round_trips_through_diagnosis_from_dict(run):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6, 7], found 3"),
-    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 7), found None"),
+    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6, 7, 8], found 3"),
+    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 8), found None"),
     (lambda d: d.update(kind="pipeline"), "kind: expected 'dataset', found 'pipeline'"),
     (lambda d: d.pop("complete"), "complete: expected a value (required key), found no such key"),
     (lambda d: d["step"]["modes"].pop("xla"),
@@ -618,6 +622,20 @@ def test_input_bound_share_is_classified_and_the_fed_fast_pipeline_recommended()
     assert found["input-tf_native-cache"].recommendation is None
     assert "not input-bound" in found["input-numpy_function-cache"].finding
     assert found["input-tf_native-wav"].interval.rounds == 3
+
+
+def test_a_share_the_step_does_not_wait_for_is_named_contention():
+    contended = replace(_bound("numpy_function", "wav", [0.10, 0.11, 0.12]),
+                        wait=_figure([0.001, 0.002, 0.001], INPUT_BOUND_BOUNDARIES))
+    waiting = replace(contended, wait=_figure([0.08, 0.09, 0.10], INPUT_BOUND_BOUNDARIES))
+    found = {name: input_bound_verdicts((bound,))[0].finding for name, bound in
+             (("contended", contended), ("waiting", waiting), ("older file", _bound("numpy_function", "wav",
+                                                                                   [0.10, 0.11, 0.12])))}
+    assert "the step waits for its batch 0.1% of its time: the rest of the loss is CPU the pipeline takes" in (
+        found["contended"])
+    assert "the step waits for its batch 9.0% of its time" in found["waiting"] and "the rest" not in found["waiting"]
+    assert "waits for its batch" not in found["older file"]  # a file before schema 8 has no wait share
+    assert "11% of step time lost to input" in found["waiting"] and "waits for input" in found["older file"]
 
 
 def test_an_input_bound_share_straddling_5_or_20_percent_is_undecided():
@@ -918,7 +936,7 @@ def test_a_stored_schema_6_file_loads_through_its_migration_with_typed_results()
     loaded = Diagnosis.from_dict(stored[6])
     assert Diagnosis.from_dict(stored[5]) == loaded
     written = loaded.as_dict()
-    assert written["schema_version"] == SCHEMA_VERSION == 7 and written["kind"] == "dataset"
+    assert written["schema_version"] == SCHEMA_VERSION == 8 and written["kind"] == "dataset"
     assert Diagnosis.from_dict(json.loads(json.dumps(written, allow_nan=False))) == loaded
     assert isinstance(loaded.fingerprint, MachineFingerprint) and written["fingerprint"] == stored[6]["fingerprint"]
     for old, new in zip(stored[6]["pipelines"], loaded.pipelines, strict=True):  # rebuilt from the batch times

@@ -173,6 +173,7 @@ def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measur
     bound = result["input_bound"]
     assert bound["share"]["rounds"] == len(bound["real_round_s"]) == len(bound["synthetic_round_s"]) >= 1
     assert bound["share"]["low"] <= bound["share"]["median"] <= bound["share"]["high"]
+    assert bound["wait"]["rounds"] == bound["share"]["rounds"] and 0 <= bound["wait"]["median"] <= 1
     assert result["step"]["retraces"] == 0 and result["step"]["calls"] > 2  # static shapes: one trace
     topics = {v["topic"]: v for v in result["verdicts"]}
     assert topics["throughput"]["interval"]["rounds"] == throughput["rate"]["rounds"]
@@ -185,7 +186,7 @@ def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(meas
     from perfsuite.measure.emulated import FeedRate
 
     result = measured[3]
-    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 4
+    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 5
     flat = FeedRate.from_dict(result["feed"]["feed"]).extra_info()  # what schema 2 wrote: FeedRate's flat figures
     old = {**_schema_3(result), "schema_version": 2, "feed": {**_schema_3(result)["feed"], "feed": flat}}
     assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)

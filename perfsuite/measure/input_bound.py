@@ -105,12 +105,6 @@ def step_and_wait_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: in
     return (time.perf_counter_ns() - start) / 1e9 / count, waited / 1e9 / count
 
 
-def mean_step_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: int, count: int,
-                readback: Callable[[Any], Any] = step_readback) -> float:
-    """Mean seconds per step over ``count`` steps, each with its fetch, after ``warmup`` untimed ones."""
-    return step_and_wait_s(step, batches, warmup=warmup, count=count, readback=readback)[0]
-
-
 class _Endless:
     """An iterator that names the dataset and the batches taken when it runs dry."""
 

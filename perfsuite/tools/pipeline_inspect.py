@@ -51,8 +51,10 @@ from perfsuite.verdict.diagnosis import (
     estimate_evidence,
     feed_verdict,
     feed_words,
+    lost_words,
     span_words,
     stage_verdicts,
+    wait_words,
     why_undecided,
 )
 from perfsuite.verdict.diagnosis_figures import (
@@ -73,7 +75,7 @@ from perfsuite.verdict.diagnosis_figures import (
     without_kind,
 )
 
-PIPELINE_SCHEMA_VERSION = 4
+PIPELINE_SCHEMA_VERSION = 5
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "feed": 2.0}
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
@@ -184,6 +186,12 @@ def migrate_3_to_4(data: dict) -> dict:
     """Schema 4 holds the feed round's utilisation statistics as their GpuStats (diagnose's schema 7
     change). The throughput's cycle (stats.Cycle's fields) and the fingerprint keep their shape."""
     return {**data, "feed": gpu_stats_6_to_7(data["feed"])} if "feed" in data else data
+
+
+@migration(PipelineDiagnosis, 4, 5)
+def migrate_4_to_5(data: dict) -> dict:
+    """Schema 5 adds the input-bound figure's wait share (diagnose's schema 8 change); before it, None."""
+    return data
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -390,24 +398,31 @@ def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, setti
                   "is decided")
     stage.tell("note", stage.plan)
     twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
-    real_s, synthetic_s, calls = [], [], [0]
+    real_s, synthetic_s, wait_s, calls = [], [], [], [0]
     traces_before = tracing_count(step)
 
-    def side(source) -> float:
+    def side(source) -> tuple[float, float]:
         stream = _Stream(source, target.pipeline)
         for _ in range(warmup):
             _call_step(step, stream.next(), target.step)
+        waited = 0.0
         start = time.perf_counter()
         for _ in range(batches):
-            _call_step(step, stream.next(), target.step)
+            fetch = time.perf_counter()
+            item = stream.next()
+            waited += time.perf_counter() - fetch
+            _call_step(step, item, target.step)
         calls[0] += warmup + batches
         seconds = (time.perf_counter() - start) / batches
         stream.close()
-        return seconds
+        return seconds, waited / batches
 
     def one_round(index: int) -> None:
         for name in ("twin", "real") if index % 2 == 0 else ("real", "twin"):
-            (synthetic_s if name == "twin" else real_s).append(side(twin if name == "twin" else dataset))
+            seconds, waited = side(twin if name == "twin" else dataset)
+            (synthetic_s if name == "twin" else real_s).append(seconds)
+            if name == "real":
+                wait_s.append(waited)
 
     def figure() -> RoundsEstimate:
         return estimate([stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)],
@@ -425,7 +440,8 @@ def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, setti
     return InputBoundFigures(share=share, classification=stats.classify_input_bound(share.median),
                       t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
                       real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
-                      warmup=warmup), used
+                      warmup=warmup,
+                      wait=estimate([w / r for w, r in zip(wait_s, real_s)], INPUT_BOUND_BOUNDARIES)), used
 
 
 # ------------------------------------------------------------------------------------------ verdicts
@@ -503,13 +519,14 @@ def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding
     evidence = {**estimate_evidence("share", figure), "t_real_s": bound.t_real, "t_synthetic_s": bound.t_synthetic}
     why = why_undecided(figure, _percent)
     if why:
-        return [DiagnosisFinding("input-bound", f"{why}; median share {figure.median:.0%} ({label} at the median)", evidence,
-                        None, figure)]
+        return [DiagnosisFinding("input-bound", f"{why}; median share {figure.median:.0%} ({label} at the median)"
+                                 f"{wait_words(bound)}", evidence, None, figure)]
     recommendation = None
     if label != "not input-bound":
         recommendation = "the step waits for input: see the Python-function, prefetch and parallelism findings"
-    return [DiagnosisFinding("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time waits for input; "
-                    f"{span_words(figure, _percent)})", evidence, recommendation, figure)]
+    return [DiagnosisFinding("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time "
+                             f"{lost_words(bound)}; {span_words(figure, _percent)}){wait_words(bound)}", evidence,
+                             recommendation, figure)]
 
 
 def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Target) -> DiagnosisFinding:

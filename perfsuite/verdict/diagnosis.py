@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from perfsuite.measure.stats import MODERATELY_INPUT_BOUND
 from perfsuite.verdict.diagnosis_figures import (
     GPU_IDLE_MEDIAN_PCT,
     INTERRUPTED,
@@ -238,17 +239,35 @@ def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | N
     evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
     why = why_undecided(figure, _percent)
     if why:
-        return DiagnosisFinding(f"input-{name}", f"{name}: {why}; median share {share:.0%} ({label} at the median)",
-                       evidence, None, figure)
+        return DiagnosisFinding(f"input-{name}", f"{name}: {why}; median share {share:.0%} ({label} at the median)"
+                                f"{wait_words(figures)}", evidence, None, figure)
     recommendation = None
     if label != "not input-bound":
         recommendation = (f"use the {best.pipeline.label} pipeline (not input-bound: share "
                           f"{max(best.share.median, 0):.0%})" if best else
                           "the step waits for input: add parallel map calls, prefetch, or a faster loader")
-    waits = (f"{share:.0%} of step time waits for input" if share >= 0 else
+    waits = (f"{share:.0%} of step time {lost_words(figures)}" if share >= 0 else
              f"share {share:.0%}: fed faster than its synthetic twin, i.e. no measurable wait, the rest noise")
-    return DiagnosisFinding(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, _percent)})", evidence,
-                   recommendation, figure)
+    return DiagnosisFinding(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, _percent)})"
+                            f"{wait_words(figures)}", evidence, recommendation, figure)
+
+
+def lost_words(figures: InputBoundFigures) -> str:
+    """What the share is of step time: lost to input where the wait was measured beside it; a file
+    before schema 8 keeps the words its findings were written with."""
+    return "waits for input" if figures.wait is None else "lost to input"
+
+
+def wait_words(figures: InputBoundFigures) -> str:
+    """The wait share beside the input-bound share, where the run measured it (schema 8 on): on a
+    CPU-only machine a share the step does not wait for is the pipeline's CPU contention."""
+    if figures.wait is None:
+        return ""
+    wait = figures.wait.median
+    words = f"; the step waits for its batch {wait:.1%} of its time"
+    if figures.wait.decided and wait < MODERATELY_INPUT_BOUND <= figures.share.median:
+        words += ": the rest of the loss is CPU the pipeline takes from the step, not waiting"
+    return words
 
 
 def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[DiagnosisFinding]:

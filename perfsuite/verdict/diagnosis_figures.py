@@ -19,7 +19,7 @@ from perfsuite.measure.timing import Measurement, measurement_from_times
 from perfsuite.measure.utilisation import GpuStats, GpuTimeline, gpu_stats
 from perfsuite.records import Record, RecordError, migrate, migration
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SOURCES = ("wav", "cache")
 STEP_MODES = ("eager", "graph", "xla")
 STEP_RATIOS = {"graph_over_eager": ("graph", "eager"), "xla_over_graph": ("xla", "graph")}
@@ -274,7 +274,10 @@ class InputBoundFigures(Record):
     the same rounds. share: per-round 1 - t_synthetic / t_real against INPUT_BOUND_BOUNDARIES;
     classification: of its median (TF's profiler classes). t_real, t_synthetic: medians of the
     per-round mean seconds per step. batches: timed steps per side and round, after warmup untimed.
-    pipeline: which loader; None for a --pipeline run's own pipeline (pipeline_inspect)."""
+    pipeline: which loader; None for a --pipeline run's own pipeline (pipeline_inspect). wait: the
+    per-round share of the fed step's time spent fetching its batch (the profiler's input time; on a
+    CPU-only machine the share also holds the pipeline's CPU contention, the wait does not) against the
+    same boundaries; None in files before schema 8 (pipeline schema 5)."""
 
     share: RoundsEstimate
     classification: str
@@ -285,6 +288,7 @@ class InputBoundFigures(Record):
     batches: int
     warmup: int
     pipeline: Pipeline | None = None
+    wait: RoundsEstimate | None = None
 
 
 @dataclass(frozen=True)
@@ -500,6 +504,12 @@ def migrate_6_to_7(data: dict) -> dict:
         data["gpu"] = gpu_stats_6_to_7(data["gpu"])
     if isinstance(data.get("feed"), list):
         data["feed"] = [gpu_stats_6_to_7(f) for f in data["feed"]]
+    return data
+
+
+@migration(Diagnosis, 7, 8)
+def migrate_7_to_8(data: dict) -> dict:
+    """Schema 8 adds each input-bound figure's wait share; a file before it has none (None)."""
     return data
 
 

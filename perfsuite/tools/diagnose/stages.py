@@ -223,47 +223,55 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
     stage.tell("note", stage.plan)
     twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
     synthetic_s, real_s = [], {pipeline: [] for pipeline in pipelines}
+    wait_s = {pipeline: [] for pipeline in pipelines}
 
     def figures(pipeline: Pipeline) -> InputBoundFigures:
         rounds = real_s[pipeline]
-        return _input_bound_figures(pipeline, rounds, synthetic_s[:len(rounds)], batches=batches, warmup=warmup)
+        return _input_bound_figures(pipeline, rounds, synthetic_s[:len(rounds)], wait_s[pipeline], batches=batches,
+                                    warmup=warmup)
 
     def undecided() -> list[Pipeline]:
         return [p for p in pipelines if not real_s[p] or not figures(p).share.decided]
 
     def one_round(index: int) -> None:
         active = undecided()
-        before = _mean_step_s(step, twin, warmup=warmup, batches=batches)
+        before, _ = _step_and_wait_s(step, twin, warmup=warmup, batches=batches)
         for pipeline in active if index % 2 == 0 else active[::-1]:
-            real_s[pipeline].append(_mean_step_s(step, loader(pipeline), warmup=warmup, batches=batches))
-        synthetic_s.append((before + _mean_step_s(step, twin, warmup=warmup, batches=batches)) / 2)
+            seconds, waited = _step_and_wait_s(step, loader(pipeline), warmup=warmup, batches=batches)
+            real_s[pipeline].append(seconds)
+            wait_s[pipeline].append(waited)
+        synthetic_s.append((before + _step_and_wait_s(step, twin, warmup=warmup, batches=batches)[0]) / 2)
 
     outcome = stage.rounds_until_decided(one_round, decided=lambda: not undecided(), first_estimate_s=round_s)
     stage.status = status_of(outcome)
     return tuple(figures(p) for p in pipelines if real_s[p])
 
 
-def _mean_step_s(step, dataset, *, warmup: int, batches: int) -> float:
-    """input_bound.mean_step_s (the fixture's measurement: mean seconds per step with its fetch, after
-    `warmup` untimed steps) on a fresh iterator over dataset, closed inside the round."""
-    from perfsuite.measure.input_bound import mean_step_s
+def _step_and_wait_s(step, dataset, *, warmup: int, batches: int) -> tuple[float, float]:
+    """input_bound.step_and_wait_s (the fixture's measurement: mean seconds per step with its fetch, and
+    of it in the fetch, after `warmup` untimed steps) on a fresh iterator over dataset, closed inside the
+    round."""
+    from perfsuite.measure.input_bound import step_and_wait_s
 
     batches_of = iter(dataset)
-    seconds = mean_step_s(step, batches_of, warmup=warmup, count=batches)
+    seconds = step_and_wait_s(step, batches_of, warmup=warmup, count=batches)
     del batches_of  # closed here, inside the round, not later in someone else's
     return seconds
 
 
-def _input_bound_figures(pipeline: Pipeline, real_s, synthetic_s, *, batches: int, warmup: int) -> InputBoundFigures:
-    """InputBoundFigures from the same rounds' seconds per step, fed by the pipeline and by the twin."""
+def _input_bound_figures(pipeline: Pipeline, real_s, synthetic_s, wait_s, *, batches: int,
+                         warmup: int) -> InputBoundFigures:
+    """InputBoundFigures from the same rounds' seconds per step, fed by the pipeline and by the twin, and
+    the pipeline side's seconds per step spent fetching."""
     from perfsuite.measure import stats
 
     shares = [stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)]
     share = estimate(shares, INPUT_BOUND_BOUNDARIES)
+    wait = estimate([w / r for w, r in zip(wait_s, real_s)], INPUT_BOUND_BOUNDARIES)
     return InputBoundFigures(pipeline=pipeline, share=share, classification=stats.classify_input_bound(share.median),
                              t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
                              real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
-                             warmup=warmup)
+                             warmup=warmup, wait=wait)
 
 
 # ------------------------------------------------------------------------------- the emulated GPU
