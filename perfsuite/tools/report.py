@@ -288,13 +288,18 @@ def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
 def _input_bound_lines(diagnosis: Diagnosis) -> list[str]:
     if not diagnosis.input_bound:
         return []
-    lines = ["", "## Input-bound share", "", ("| pipeline | share | class (at the median) | decided | s/step fed | "
-             "s/step synthetic |"), "|---|---|---|---|---|---|"]
+    lines = ["", "## Input-bound share", "", ("| pipeline | share | class (at the median) | decided | wait share | "
+             "s/step fed | s/step synthetic |"), "|---|---|---|---|---|---|---|"]
     for figures in diagnosis.input_bound:
         lines.append(f"| {figures.pipeline.label} | {interval_cell(figures.share, _percent)} | "
-                     f"{figures.classification} | {'yes' if figures.share.decided else 'no'} | {figures.t_real:.4f} | "
-                     f"{figures.t_synthetic:.4f} |")
+                     f"{figures.classification} | {'yes' if figures.share.decided else 'no'} | {_wait_cell(figures)} | "
+                     f"{figures.t_real:.4f} | {figures.t_synthetic:.4f} |")
     return lines
+
+
+def _wait_cell(figures) -> str:
+    """The wait share's interval, or '-' in a file before it was measured (schema 8)."""
+    return "-" if figures.wait is None else interval_cell(figures.wait, _percent)
 
 
 def _step_lines(diagnosis: Diagnosis) -> list[str]:
@@ -382,8 +387,9 @@ def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
                   f"{step.calls} calls; retraces: {'not countable' if step.retraces is None else step.retraces}.")]
     if bound is not None:
         lines += ["", "## Input-bound share", "", (f"- share: {interval_cell(bound.share, _percent)} "
-                  f"({bound.classification} at the median); s/step fed {bound.t_real:.4f}, synthetic "
-                  f"{bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} timed steps per side")]
+                  f"({bound.classification} at the median); wait share {_wait_cell(bound)}; s/step fed "
+                  f"{bound.t_real:.4f}, synthetic {bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} "
+                  "timed steps per side")]
     if diagnosis.feed is not None:
         lines += _feed_lines((diagnosis.feed,))
     lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
