@@ -51,7 +51,6 @@ class InputBound:
     real_round_s: tuple[float, ...]
     synthetic_round_s: tuple[float, ...]
     wait_round_s: tuple[float, ...]
-    wait_share: float
     batches: int
     warmup: int
 
@@ -65,11 +64,9 @@ class InputBound:
                              f"{len(real)}, {len(synthetic)} and {len(wait)}")
         t_real, t_synthetic = statistics.median(real), statistics.median(synthetic)
         share = stats.input_bound_share(t_synthetic=t_synthetic, t_real=t_real)
-        wait_share = statistics.median(w / r for w, r in zip(wait, real))
         return cls(t_real=t_real, t_synthetic=t_synthetic, share=share,
                    classification=stats.classify_input_bound(share), rounds=len(real), real_round_s=real,
-                   synthetic_round_s=synthetic, wait_round_s=wait, wait_share=wait_share, batches=batches,
-                   warmup=warmup)
+                   synthetic_round_s=synthetic, wait_round_s=wait, batches=batches, warmup=warmup)
 
     @property
     def shares(self) -> tuple[float, ...]:
@@ -79,6 +76,10 @@ class InputBound:
     @property
     def wait_shares(self) -> tuple[float, ...]:
         return tuple(w / r for w, r in zip(self.wait_round_s, self.real_round_s))
+
+    @property
+    def wait_share(self) -> float:
+        return statistics.median(self.wait_shares)
 
     def as_dict(self) -> dict:
         return {"t_real": self.t_real, "t_synthetic": self.t_synthetic, "share": self.share,

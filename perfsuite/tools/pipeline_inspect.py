@@ -36,7 +36,7 @@ from perfsuite.tools.diagnose.plan import (
     no_progress,
     status_of,
 )
-from perfsuite.tools.diagnose.stages import feed_figures
+from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
     PythonOp,
@@ -266,6 +266,12 @@ class _Stream:
         self._iterator = iter(dataset)
         self.restarts = 0
 
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next()
+
     def next(self):
         for attempt in range(2):
             try:
@@ -389,6 +395,7 @@ def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, setti
     share of the budget is spent; the step's traces are counted over the rounds."""
     from perfsuite._tensorflow import tensorflow
     from perfsuite.measure import stats
+    from perfsuite.measure.input_bound import step_and_wait_s
     from perfsuite.measure.timing import tracing_count
 
     warmup, call_s = settings.warmup, first.first_steady_s
@@ -403,19 +410,11 @@ def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, setti
 
     def side(source) -> tuple[float, float]:
         stream = _Stream(source, target.pipeline)
-        for _ in range(warmup):
-            _call_step(step, stream.next(), target.step)
-        waited = 0.0
-        start = time.perf_counter()
-        for _ in range(batches):
-            fetch = time.perf_counter()
-            item = stream.next()
-            waited += time.perf_counter() - fetch
-            _call_step(step, item, target.step)
+        seconds = step_and_wait_s(lambda item: _call_step(step, item, target.step), stream, warmup=warmup,
+                                  count=batches, readback=lambda _: None)  # _call_step reads back itself
         calls[0] += warmup + batches
-        seconds = (time.perf_counter() - start) / batches
         stream.close()
-        return seconds, waited / batches
+        return seconds
 
     def one_round(index: int) -> None:
         for name in ("twin", "real") if index % 2 == 0 else ("real", "twin"):
@@ -440,8 +439,7 @@ def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, setti
     return InputBoundFigures(share=share, classification=stats.classify_input_bound(share.median),
                       t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
                       real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
-                      warmup=warmup,
-                      wait=estimate([w / r for w, r in zip(wait_s, real_s)], INPUT_BOUND_BOUNDARIES)), used
+                      warmup=warmup, wait=wait_estimate(wait_s, real_s)), used
 
 
 # ------------------------------------------------------------------------------------------ verdicts

@@ -57,6 +57,7 @@ from perfsuite.verdict.diagnosis_figures import (
     LoaderComparison,
     Pipeline,
     PipelineFigures,
+    RoundsEstimate,
     StepFigures,
     StepMode,
     StepRatio,
@@ -267,11 +268,16 @@ def _input_bound_figures(pipeline: Pipeline, real_s, synthetic_s, wait_s, *, bat
 
     shares = [stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)]
     share = estimate(shares, INPUT_BOUND_BOUNDARIES)
-    wait = estimate([w / r for w, r in zip(wait_s, real_s)], INPUT_BOUND_BOUNDARIES)
     return InputBoundFigures(pipeline=pipeline, share=share, classification=stats.classify_input_bound(share.median),
                              t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
                              real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
-                             warmup=warmup, wait=wait)
+                             warmup=warmup, wait=wait_estimate(wait_s, real_s))
+
+
+def wait_estimate(wait_s, real_s) -> RoundsEstimate:
+    """The wait share per round (seconds per step spent fetching over seconds per fed step) as its
+    estimate against the input-bound share's boundaries."""
+    return estimate([w / r for w, r in zip(wait_s, real_s)], INPUT_BOUND_BOUNDARIES)
 
 
 # ------------------------------------------------------------------------------- the emulated GPU
