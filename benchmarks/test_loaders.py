@@ -170,7 +170,8 @@ RATIOS = {  # name: (A, B); the ratio is A's samples/s over B's, pair by pair
 def test_loader_ratio(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow, ratio):
     """Interleaved rounds of the two loaders' throughput (Recorder.compare_datasets)."""
     sides = _ratio_sides(tensorflow, perfsuite_corpus, perfsuite_cache)
-    a, b = (sides[name]().repeat() for name in RATIOS[ratio])
+    # Built at each side's first round: under perfsuite ab a side measured by an earlier ratio is not built.
+    a, b = (lambda side=sides[name]: side().repeat() for name in RATIOS[ratio])
     result = perfsuite.compare_datasets(ratio, a=a, b=b, sides=RATIOS[ratio])
     # Rounds are the fixture's (or, under perfsuite ab, the controller's) to count; the figures must be speeds.
     assert result.ratios and all(math.isfinite(r) and r > 0 for r in result.ratios)

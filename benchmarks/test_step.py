@@ -1,7 +1,9 @@
 """The compiled TTS training step: eager / graph / XLA × batch size × device × precision, and same-run ratios.
 
 Every case uses a static input signature (padded shapes), reports its first call (trace + compile)
-apart as ``first_s`` and its steady per-step times; the ratios interleave the two modes' rounds.
+apart as ``first_s`` and its steady per-step times; the ratios interleave the two modes' rounds. A ratio
+reuses the steps test_step compiled on its device at its batch size (a compile is tens of seconds on a
+CPU and no part of what a ratio measures); run alone, it compiles its own.
 """
 
 import itertools
@@ -24,12 +26,19 @@ def _batch(batch_size):
     return make_synthetic_batch(batch_size=batch_size, text_len=TEXT_LEN, mel_frames=MEL_FRAMES, seed=0)
 
 
+@pytest.fixture(scope="session")
+def compiled_steps() -> dict:
+    """Steps test_step has built and called, by (device, mode, batch size, precision)."""
+    return {}
+
+
 @pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
-def test_step(perfsuite, tensorflow, device_name, mode, step_batch_size, precision):
+def test_step(perfsuite, tensorflow, device_name, compiled_steps, mode, step_batch_size, precision):
     with tensorflow.device(device_name):
         train = _train_step(perfsuite.profile, mode=mode, batch_size=step_batch_size, precision=precision)
         measurement = perfsuite.measure_step(train, batches=itertools.repeat(_batch(step_batch_size)),
                                              name=f"{mode}-bs{step_batch_size}-{precision}")
+    compiled_steps[device_name, mode, step_batch_size, precision] = train
     assert measurement.samples_per_s > 0
     if mode != "eager":  # a static signature: one trace, at the first call
         assert measurement.traces == 1, f"expected 1 trace with a static input signature, found {measurement.traces}"
@@ -38,17 +47,25 @@ def test_step(perfsuite, tensorflow, device_name, mode, step_batch_size, precisi
 RATIOS = {"xla_over_graph_ratio": ("xla", "graph"), "graph_over_eager_ratio": ("graph", "eager")}
 
 
+def _compiled_or_new(compiled_steps, profile, device, mode):
+    step = compiled_steps.get((device, mode, RATIO_BATCH, "fp32"))
+    return step if step is not None else _train_step(profile, mode=mode, batch_size=RATIO_BATCH)
+
+
 @pytest.mark.parametrize("ratio", list(RATIOS), ids=[name.removesuffix("_ratio") for name in RATIOS])
-def test_step_ratio(perfsuite, ratio):
+def test_step_ratio(perfsuite, tensorflow, compiled_steps, ratio):
+    """On the first GPU TensorFlow sees, else the CPU: where a step runs by default."""
     profile = perfsuite.profile
-    batch = _batch(RATIO_BATCH)
-    a, b = (_train_step(profile, mode=mode, batch_size=RATIO_BATCH) for mode in RATIOS[ratio])
+    device = "/GPU:0" if tensorflow.config.list_physical_devices("GPU") else "/CPU:0"
+    with tensorflow.device(device):
+        batch = _batch(RATIO_BATCH)
+        a, b = (_compiled_or_new(compiled_steps, profile, device, mode) for mode in RATIOS[ratio])
 
-    def round_of(train):
-        return lambda: measure_step(step=train, batch=batch, warmup_calls=1, measure_calls=profile.step_calls)
+        def round_of(train):
+            return lambda: measure_step(step=train, batch=batch, warmup_calls=1, measure_calls=profile.step_calls)
 
-    for train in (a, b):  # trace and compile before the interleaved warm-up round
-        step_readback(train(batch))
-    result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b),
-                               sides=tuple(f"{mode}_step" for mode in RATIOS[ratio]))
+        for train in (a, b):  # trace and compile before the interleaved warm-up round
+            step_readback(train(batch))
+        result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b),
+                                   sides=tuple(f"{mode}_step" for mode in RATIOS[ratio]))
     assert len(result.ratios) >= profile.min_rounds

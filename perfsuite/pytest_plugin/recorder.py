@@ -83,12 +83,19 @@ class Outcome:
 
 class DatasetRounds:
     """One side of compare_datasets: each call is a round (a Measurement); ``continuing``: every round
-    draws from one iterator (``continues`` says so to perfsuite ab), else each from a fresh one."""
+    draws from one iterator (``continues`` says so to perfsuite ab), else each from a fresh one.
+    ``dataset`` may be a zero-argument callable that builds it, called at the first round."""
 
-    def __init__(self, dataset: Iterable, profile: RunProfile, *, continuing: bool):
-        self.dataset, self.profile, self.continues = dataset, profile, continuing
+    def __init__(self, dataset: Iterable | Callable[[], Iterable], profile: RunProfile, *, continuing: bool):
+        self._dataset, self.profile, self.continues = dataset, profile, continuing
         self.iterator = None
         self.batch_s: list[float] = []  # each round's median batch time
+
+    @property
+    def dataset(self) -> Iterable:
+        if callable(self._dataset):
+            self._dataset = self._dataset()
+        return self._dataset
 
     def __call__(self) -> timing.Measurement:
         if not self.continues:
@@ -268,15 +275,17 @@ class Recorder:
                                         else result.a_values, unit="s/sample of A" if per_sample else "s/round of A")
         return result
 
-    def compare_datasets(self, name: str, *, a: Iterable, b: Iterable,
-                         sides: tuple[str, str] | None = None) -> timing.ABResult:
+    def compare_datasets(self, name: str, *, a: Iterable | Callable[[], Iterable],
+                         b: Iterable | Callable[[], Iterable], sides: tuple[str, str] | None = None) -> timing.ABResult:
         """``compare`` of two repeated datasets' throughput (samples/s), each round at least
         ``measure_batches`` batches and ``min_round_s`` seconds after one warm-up batch. Interleaved in
         one process, every round draws from a fresh iterator, so neither side's buffers fill during the
         other's round. Under ``perfsuite ab`` a named side is measured alone (its rounds back to back,
         the process frozen between them), so its rounds continue one iterator, as measure_dataset's
-        do: no pipeline start-up and teardown inside every round. Records ``harness_share_a`` / ``_b``:
-        how much of each side's batch time is the timing loop's own (it weighs most on the fast side)."""
+        do: no pipeline start-up and teardown inside every round. A side given as a zero-argument
+        callable is built at its first round: under ab a side measured earlier in the process is never
+        built again. Records ``harness_share_a`` / ``_b``: how much of each side's batch time is the
+        timing loop's own (it weighs most on the fast side)."""
         alone = self.context.round_driver is not None and sides is not None
         rounds = [DatasetRounds(dataset, self.profile, continuing=alone) for dataset in (a, b)]
         result = self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
