@@ -83,3 +83,30 @@ def test_figures_from_rounds_are_medians_and_per_round_shares():
         InputBound.from_rounds([0.2], [], [], batches=1, warmup=0)
     with pytest.raises(ValueError, match="same number"):
         InputBound.from_rounds([0.2], [0.1], [], batches=1, warmup=0)
+
+
+class _Benchmark:  # a disabled pytest-benchmark: it runs the work once
+    disabled = True
+
+    def __init__(self):
+        self.extra_info = {}
+
+    def pedantic(self, target, **_):
+        return target()
+
+
+def test_rounds_left_undecided_are_noted_under_the_metric_whose_gate_is_undecided(monkeypatch):
+    from pathlib import Path
+
+    from perfsuite.pytest_plugin.profiles import PROFILES
+    from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
+
+    context = SessionContext(profile=PROFILES["smoke"], baselines_dir=Path("."), baselines=None, gates="report",
+                             save_baselines=False, margin=0.3, baseline_profile="x", history={}, compare_alpha=0.01,
+                             compare_min_effect=0.1, compare_mode="report")
+    recorder = Recorder(benchmark=_Benchmark(), context=context, nodeid="benchmarks/test_x.py::t")
+    monkeypatch.setattr(recorder, "gate_undecided", lambda name, value, rounds: name == "x_input_wait")
+    recorder.measure_input_bound(step=_fast_step, dataset=tf.data.Dataset.range(10**6).batch(2), warmup=1, batches=2,
+                                 metric="x_input_bound")
+    [note] = recorder.notes
+    assert note.startswith("x_input_wait: max_rounds reached with a gate still inconclusive"), note

@@ -217,18 +217,19 @@ class Recorder:
         measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup,
                                        batches=batches or max(self.profile.step_calls, 2))
 
-        def undecided():
+        def undecided() -> list[str]:  # the metrics whose counting gates are inconclusive so far
             so_far = measurement.result()
-            return (self.gate_undecided(metric, so_far.share, so_far.shares)
-                    or self.gate_undecided(wait_metric, so_far.wait_share, so_far.wait_shares))
+            figures = {metric: (so_far.share, so_far.shares), wait_metric: (so_far.wait_share, so_far.wait_shares)}
+            return [name for name, (value, per_round) in figures.items() if self.gate_undecided(name, value, per_round)]
 
         def measure():
             started = time.perf_counter()
             for _ in range(rounds or self.profile.min_rounds):
                 measurement.one_round()
             if rounds is None:
-                self.more_rounds(metric, measurement.one_round, undecided=undecided, rounds=self.profile.min_rounds,
-                                 spent_s=time.perf_counter() - started)
+                self.more_rounds(metric, measurement.one_round, undecided=lambda: bool(undecided()),
+                                 rounds=self.profile.min_rounds, spent_s=time.perf_counter() - started,
+                                 label=lambda: " and ".join(undecided()) or metric)
             return measurement.result()
 
         result = self._once(measure)
@@ -358,12 +359,13 @@ class Recorder:
         return bool(check.undecided)
 
     def more_rounds(self, name: str, one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
-                    spent_s: float, step: int = 1) -> RoundsOutcome | None:
+                    spent_s: float, step: int = 1, label: Callable[[], str] | None = None) -> RoundsOutcome | None:
         """Rounds added by ``one_round`` after ``rounds`` planned ones that took ``spent_s``, while
         ``undecided()``, within max_rounds and UNDECIDED_BUDGET_FACTOR x max(budget, spent_s) in all (a
         measurement whose planned rounds alone outrun the budget may double them). ``name`` (a metric,
-        or the measurement's) labels the outcome: extra_info gets
-        ``<name>_rounds_outcome``, and the summary a note when the rounds ended with a gate undecided.
+        or the measurement's) labels the outcome: extra_info gets ``<name>_rounds_outcome``, and the
+        summary a note when the rounds ended with a gate undecided, named by ``label()`` if given (the
+        metrics still undecided) else by ``name``.
         Under ``perfsuite ab`` (a round_driver) none are added: such a measurement is not compared there."""
         if self.context.round_driver is not None:
             return None
@@ -373,7 +375,7 @@ class Recorder:
                                 clock=time.perf_counter)
         self.benchmark.extra_info[f"{name}_rounds_outcome"] = outcome.as_dict()
         if outcome.note is not None:
-            self.notes.append(f"{name}: {outcome.note}")
+            self.notes.append(f"{label() if label is not None else name}: {outcome.note}")
         return outcome
 
     # -------------------------------------------------------------------------------- recording
