@@ -479,7 +479,6 @@ def test_dataset_sides_interleaved_in_one_process_draw_a_fresh_iterator_every_ro
     assert a.iterators == b.iterators == len(result.ratios) + 1  # the warm-up pair and every round
 
 
-
 def test_a_dataset_side_given_as_a_builder_is_built_once_and_not_when_ab_measured_it_before():
     built = []
 
@@ -497,6 +496,7 @@ def test_a_dataset_side_given_as_a_builder_is_built_once_and_not_when_ab_measure
     built.clear()
     result = _recorder(None).compare_datasets("cache_over_wav_ratio", a=builder("a"), b=builder("b"))
     assert built == ["a", "b"] and len(result.ratios) >= 2  # interleaved: built once, a fresh iterator each round
+
 
 def test_the_fork_server_forks_workers_this_process_adopts_with_their_side_s_tree_and_environment(tmp_path):
     probe = tmp_path / "probe.py"
