@@ -46,6 +46,7 @@ from perfsuite.measure.emulated import (
     run_emulated,
 )
 from perfsuite.measure.stats import median_interval
+from perfsuite.measure.teardown import iterate
 from perfsuite.pytest_plugin import benchmark_adapter
 
 BATCH, WORKERS = 16, 2
@@ -73,7 +74,7 @@ def _batches(corpus, cache, *, kind, source, prefetch):
     """An endless iterator over the loader's batches; full batches only, so every step has the same shape."""
     config = LoaderConfig(kind=kind, source=source, batch_size=BATCH, num_parallel_calls=WORKERS,
                           prefetch=PREFETCH[prefetch], drop_remainder=True)
-    return iter(build_loader(dataset_dir=corpus, cache_dir=cache, config=config).dataset.repeat())
+    return iterate(build_loader(dataset_dir=corpus, cache_dir=cache, config=config).dataset.repeat())
 
 
 def _run_config(profile, min_samples=MIN_SAMPLES):
@@ -234,7 +235,7 @@ def _presets_fed(result):
 def _host_floor(tf, batches):
     """One real batch held in memory and repeated: a source with no cost, so its feed rate is what the
     host loop itself allows on this machine (next() on a tf.data iterator, waking from the step)."""
-    return iter(tf.data.Dataset.from_tensors(next(batches)).repeat().prefetch(AUTOTUNE))
+    return iterate(tf.data.Dataset.from_tensors(next(batches)).repeat().prefetch(AUTOTUNE))
 
 
 def test_emulated_feed_rate(perfsuite, perfsuite_corpus, perfsuite_cache, tensorflow):

@@ -14,6 +14,7 @@ from perfsuite.data.audio import MelConfig, log_mel_tf
 from perfsuite.data.corpus import cache_paths, read_metadata, wav_path
 from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.data.wav import inspect_wav
+from perfsuite.measure.teardown import iterate
 from perfsuite.measure.timing import measure_dataset
 
 PAIRS = [("tf_native", "wav"), ("numpy_function", "wav"), ("librosa", "wav"),
@@ -110,7 +111,7 @@ def test_bucketing_padding(perfsuite, perfsuite_corpus, perfsuite_cache):
     profile = perfsuite.profile
 
     def round_of(label):
-        iterator = iter(datasets[label])
+        iterator = iterate(datasets[label])
         return lambda: measure_dataset(dataset=iterator, warmup_batches=1, measure_batches=profile.measure_batches,
                                        min_seconds=profile.min_round_s, samples_in=counters[label])
 

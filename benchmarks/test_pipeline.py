@@ -90,7 +90,7 @@ def test_gpu_utilisation(perfsuite, perfsuite_corpus, perfsuite_cache, static_li
                                input_shapes=(None, *static_limits))
         step(next(iter(dataset)))  # compile outside the sampled window
         with GpuSampler() as sampler:
-            perfsuite.measure_step(step, batches=iter(dataset.repeat()), name="gpu-tf_native-cache-xla")
+            perfsuite.measure_step(step, batches=dataset.repeat(), name="gpu-tf_native-cache-xla")
     stats = gpu_stats(sampler.timeline)
     perfsuite.record(stats)
     for name, value in gpu_gate_metrics(stats).items():

@@ -19,6 +19,7 @@ from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.errors import DataError
 from perfsuite.measure import stats, timing
 from perfsuite.measure.input_bound import measure_input_bound
+from perfsuite.measure.teardown import iterate
 from perfsuite.tools import selftest
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
@@ -68,7 +69,7 @@ def _one_core_round(tf, config, dataset_dir, map_extra=None):
     options.threading.max_intra_op_parallelism = 1
     dataset = build_loader(dataset_dir=dataset_dir, config=config, map_extra=map_extra).dataset.with_options(options)
     batches = int(dataset.cardinality())
-    iterator = iter(dataset.repeat())
+    iterator = iterate(dataset.repeat())
 
     def run_round():
         start = time.perf_counter_ns()

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.data.audio import MelConfig
+from perfsuite.measure.teardown import iterate
 from perfsuite.measure.utilisation import DeviceTimeline, GpuStats, GpuTimeline, gpu_gate_metrics, gpu_stats
 from perfsuite.records import Record
 
@@ -415,7 +416,7 @@ def run_emulated(batches: Iterable, *, step: float | StepTime | Callable[[Any], 
     batch is asked for, and closes when the last step ends.
     """
     seconds_of = _step_seconds(step)
-    source = iter(batches)
+    source = iterate(batches)
     device = device or EmulatedDevice()
     for index in range(config.warmup_batches):
         device.hold(seconds_of(_next(source, index, config)))
@@ -629,7 +630,7 @@ def feed_rate(dataset: Iterable, *, config: FeedRateConfig = FeedRateConfig(),
     bracketing rounds (typically 2-4) + searches x iterations rounds, each about
     max(run.min_seconds, (run.warmup_batches + run.batches) x step).
     """
-    source = iter(dataset.repeat()) if hasattr(dataset, "repeat") else iter(dataset)
+    source = iterate(dataset.repeat() if hasattr(dataset, "repeat") else dataset)
     next(source)  # start-up (threads, first file reads) is no part of the rate
     probe = free_running_batch_s(source, batches=config.probe_batches)
     search = _Search(source, config, mel_config)  # the budget counts from here: the probe is cheap

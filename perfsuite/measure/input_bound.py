@@ -28,6 +28,7 @@ from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
+from perfsuite.measure.teardown import iterate
 from perfsuite.measure.timing import step_readback
 
 
@@ -110,7 +111,7 @@ class _Endless:
     """An iterator that names the dataset and the batches taken when it runs dry."""
 
     def __init__(self, dataset, name: str):
-        self._iterator, self._name, self.taken = iter(dataset), name, 0
+        self._iterator, self._name, self.taken = iterate(dataset), name, 0
 
     def __iter__(self):
         return self

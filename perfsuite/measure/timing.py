@@ -24,6 +24,7 @@ import numpy as np
 from perfsuite._tensorflow import imported, tensorflow
 from perfsuite.measure import stats
 from perfsuite.measure.rounds import interleaved
+from perfsuite.measure.teardown import iterate
 from perfsuite.records import Record
 
 
@@ -246,7 +247,7 @@ class _Source:
     """An iterator that says, when it runs dry, how many items were needed and how many it had."""
 
     def __init__(self, iterable: Iterable, *, name: str, needed: int, what: str):
-        self._iterator: Iterator = iter(iterable)
+        self._iterator: Iterator = iterate(iterable)
         self._name = name
         self._needed = needed
         self._what = what

@@ -22,6 +22,7 @@ from perfsuite.measure import stats, timing
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.rounds import RoundsOutcome, until_decided
 from perfsuite.measure.speech import FrameCounter, speech_figures
+from perfsuite.measure.teardown import iterate
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
 from perfsuite.pytest_plugin.summary import headline_figures
@@ -102,7 +103,7 @@ class DatasetRounds:
             return self._round(self.dataset, warmup_batches=self.profile.warmup_batches)
         first = self.iterator is None
         if first:
-            self.iterator = iter(self.dataset)
+            self.iterator = iterate(self.dataset)
         return self._round(self.iterator, warmup_batches=self.profile.warmup_batches if first else 1)
 
     def _round(self, source: Iterable, *, warmup_batches: int) -> timing.Measurement:
@@ -145,7 +146,7 @@ class Recorder:
         and ``mel_len`` also give audio-seconds/s and padding efficiency. ``before_round()`` runs before
         every round, untimed (e.g. evicting the files from the page cache for cold reads).
         """
-        iterator = iter(dataset.repeat()) if hasattr(dataset, "repeat") else iter(dataset)
+        iterator = iterate(dataset.repeat() if hasattr(dataset, "repeat") else dataset)
         counter = FrameCounter() if frame_s is not None and samples_in is None else None
         options = {k: v for k, v in {"samples_in": samples_in or counter, "readback": readback}.items()
                    if v is not None}
@@ -191,7 +192,7 @@ class Recorder:
         Run alone, the rounds follow each other with nothing in between: the warm-up's last call sizes
         them and they take no warm-up call of their own (a step call costs up to seconds on a CPU).
         Under ``perfsuite ab`` the other side runs between two rounds, so each round warms up again."""
-        source = iter(batches)
+        source = iterate(batches)
         options = {"readback": readback} if readback is not None else {}
         warm = timing.measure_step(step=step, batches=source, warmup_calls=max(self.profile.warmup_batches, 1),
                                    measure_calls=1, name=name, **options)
@@ -245,7 +246,7 @@ class Recorder:
         batches = int(dataset.cardinality())
         if batches < 2:
             raise ValueError(f"dataset: expected a known number of batches ≥ 2 for an epoch, found {batches}")
-        result = self._once(lambda: timing.measure_step(step=step, batches=iter(dataset), warmup_calls=1,
+        result = self._once(lambda: timing.measure_step(step=step, batches=iterate(dataset), warmup_calls=1,
                                                         measure_calls=batches - 1, name=name))
         self.primary_unit = "call"
         benchmark_adapter.time_per_unit(self.benchmark, [1 / result.batches_per_s], unit="s/step")

@@ -1,0 +1,62 @@
+"""Iterators torn down on a background thread, so that a measurement's caller does not wait for it.
+
+Destroying a tf.data iterator can block its caller for up to the autotune period (up to a minute):
+the iterator's destructor joins its autotune model thread, which at times sleeps until its next
+scheduled optimisation instead of waking at the cancellation (TensorFlow 2.21; what was seen, and
+how often, is in docs/measurement.md). The pipeline is cancelled by then and uses no CPU while its
+destructor waits; the wait only costs the run's wall time. ``iterate`` hands the iterator it creates,
+once dropped, to one daemon thread that drops the last reference there.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+_pending: queue.SimpleQueue = queue.SimpleQueue()
+_reaper: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def _drop_forever() -> None:
+    while True:
+        item = _pending.get()
+        del item  # the last reference: the iterator's destructor runs here
+
+
+def _hand_over(iterator: Iterator) -> None:
+    global _reaper
+    with _lock:
+        if _reaper is None:
+            _reaper = threading.Thread(target=_drop_forever, name="perfsuite-teardown", daemon=True)
+            _reaper.start()
+    _pending.put(iterator)
+
+
+class BackgroundTeardown:
+    """An iterator over ``iterator`` that, when dropped, has ``iterator`` destroyed on the background
+    thread. It must hold the only reference to ``iterator`` (``iterate`` makes sure of that)."""
+
+    __slots__ = ("_iterator",)
+
+    def __init__(self, iterator: Iterator):
+        self._iterator = iterator
+
+    def __iter__(self) -> BackgroundTeardown:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._iterator)
+
+    def __del__(self) -> None:
+        if not sys.is_finalizing():  # no new thread at interpreter exit: torn down here, as usual
+            _hand_over(self._iterator)
+
+
+def iterate(iterable: Iterable) -> Iterator:
+    """``iter(iterable)``; an iterator created here (not ``iterable`` itself) is torn down in the background."""
+    iterator = iter(iterable)
+    return iterator if iterator is iterable else BackgroundTeardown(iterator)

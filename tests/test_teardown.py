@@ -1,0 +1,47 @@
+"""Iterators a measurement creates are torn down on a background thread, not by the caller."""
+
+import threading
+import time
+
+from perfsuite.measure.teardown import iterate
+
+
+class _SlowToDestroy:
+    """An iterable whose iterators take ``seconds`` to destroy and say on which thread they were."""
+
+    def __init__(self, seconds):
+        self.seconds, self.destroyed, self.thread = seconds, threading.Event(), None
+
+    def __iter__(self):
+        owner = self
+
+        class Iterator:
+            def __init__(self):
+                self.items = iter([1, 2])
+
+            def __next__(self):
+                return next(self.items)
+
+            def __del__(self):
+                time.sleep(owner.seconds)
+                owner.thread = threading.current_thread().name
+                owner.destroyed.set()
+
+        return Iterator()
+
+
+def test_dropping_an_iterator_it_created_does_not_wait_for_its_destructor():
+    source = _SlowToDestroy(seconds=1.0)
+    iterator = iterate(source)
+    assert [next(iterator), next(iterator)] == [1, 2]
+    started = time.perf_counter()
+    del iterator
+    assert time.perf_counter() - started < 0.5
+    assert source.destroyed.wait(timeout=10)
+    assert source.thread == "perfsuite-teardown"
+
+
+def test_an_iterator_passed_in_stays_the_callers_and_items_and_the_end_pass_through():
+    own = iter([1, 2])
+    assert iterate(own) is own
+    assert list(iterate(range(3))) == [0, 1, 2]
