@@ -1,5 +1,6 @@
 """Iterators a measurement creates are torn down on a background thread, not by the caller."""
 
+import os
 import threading
 import time
 
@@ -45,3 +46,18 @@ def test_an_iterator_passed_in_stays_the_callers_and_items_and_the_end_pass_thro
     own = iter([1, 2])
     assert iterate(own) is own
     assert list(iterate(range(3))) == [0, 1, 2]
+
+
+
+def test_a_forked_process_tears_down_on_a_thread_of_its_own():
+    parent = _SlowToDestroy(seconds=0.0)
+    iterator = iterate(parent)
+    del iterator
+    assert parent.destroyed.wait(timeout=10)  # the parent's thread runs; a forked child has no copy of it
+    pid = os.fork()
+    if pid == 0:
+        child = _SlowToDestroy(seconds=0.0)
+        iterator = iterate(child)
+        del iterator
+        os._exit(0 if child.destroyed.wait(timeout=10) and child.thread == "perfsuite-teardown" else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0

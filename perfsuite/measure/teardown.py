@@ -10,6 +10,7 @@ once dropped, to one daemon thread that drops the last reference there.
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
@@ -25,6 +26,14 @@ def _drop_forever() -> None:
     while True:
         item = _pending.get()
         del item  # the last reference: the iterator's destructor runs here
+
+
+def _forget_in_child() -> None:  # a forked process has no copy of the thread: it starts its own
+    global _pending, _reaper, _lock
+    _pending, _reaper, _lock = queue.SimpleQueue(), None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _hand_over(iterator: Iterator) -> None:
