@@ -1,11 +1,10 @@
 """Iterators torn down on a background thread, so that a measurement's caller does not wait for it.
 
-Destroying a tf.data iterator can block its caller for up to the autotune period (up to a minute):
-the iterator's destructor joins its autotune model thread, which at times sleeps until its next
-scheduled optimisation instead of waking at the cancellation (TensorFlow 2.21; what was seen, and
-how often, is in docs/measurement.md). The pipeline is cancelled by then and uses no CPU while its
-destructor waits; the wait only costs the run's wall time. ``iterate`` hands the iterator it creates,
-once dropped, to one daemon thread that drops the last reference there.
+Destroying a tf.data iterator can block its caller for tens of seconds after the measurement ended:
+the root iterator's destructor waits for a thread of tf.data's own to finish (the autotune model
+thread, which sleeps between optimisations, is the likely one; what was seen is in
+docs/measurement.md). ``iterate`` hands the iterator it creates, once dropped, to one daemon thread
+that drops the last reference there, so the wait costs the run no wall time.
 """
 
 from __future__ import annotations
