@@ -4,7 +4,7 @@ Destroying a tf.data iterator can block its caller for tens of seconds after the
 the root iterator's destructor waits for a thread of tf.data's own to finish (the autotune model
 thread, which sleeps between optimisations, is the likely one; what was seen is in
 docs/measurement.md). ``iterate`` hands the iterator it creates, once dropped, to one daemon thread
-that drops the last reference there, so the wait costs the run no wall time.
+that drops the last reference there, so the wait costs its caller no wall time.
 """
 
 from __future__ import annotations
