@@ -159,8 +159,9 @@ class Paired:
         if len(self.a) != len(self.b):
             raise ValueError(f"{self.name}: expected as many rounds of B as of A, found {len(self.b)} and {len(self.a)}")
         for side, values in (("A", self.a), ("B", self.b)):
-            bad = [v for v in values if not (math.isfinite(v) and v > 0)]
-            if bad:
+            figures = np.asarray(values, dtype=float)
+            bad = figures[~(np.isfinite(figures) & (figures > 0))]
+            if bad.size:
                 raise ValueError(f"{self.name}: expected positive figures from side {side}, found {bad[0]}")
 
     def log_changes(self) -> np.ndarray:
@@ -247,12 +248,18 @@ def machine_busy(slow: tuple[int, int]) -> bool:
     return slow[0] > 0 and slow[1] > 0
 
 
-def estimate(paired: Paired, settings: ABSettings, cpu: Cpu = ()) -> Estimate:
-    """The change, its interval, the noise, the minimum effect and the look-corrected p-values; with
-    ``cpu`` (one pass's CPU time per sample of A and B), its change as a second signal."""
+def _pass_logs(paired: Paired) -> np.ndarray:
+    """The rounds' log changes (``Paired.log_changes``), at least two of them."""
     logs = paired.log_changes()
     if logs.size < 2:
         raise ValueError(f"{paired.name}: expected at least 2 rounds, found {logs.size}")
+    return logs
+
+
+def estimate(paired: Paired, settings: ABSettings, cpu: Cpu = ()) -> Estimate:
+    """The change, its interval, the noise, the minimum effect and the look-corrected p-values; with
+    ``cpu`` (one pass's CPU time per sample of A and B), its change as a second signal."""
+    logs = _pass_logs(paired)
     interval = median_interval(logs, confidence=settings.interval_confidence)
     noise = MAD_TO_STD * float(np.median(np.abs(logs - np.median(logs))))
     standard_error = MEDIAN_SE_FACTOR * noise / math.sqrt(logs.size)
@@ -277,8 +284,8 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings, cpu: Cpu = (
     processes (``slow_processes``)."""
     if len(passes) < 2:
         raise ValueError(f"expected at least 2 passes, found {len(passes)}")
-    per_pass = [estimate(paired, settings) for paired in passes]
-    medians = np.array([math.log1p(e.change) for e in per_pass])
+    per_pass = [_pass_logs(paired) for paired in passes]
+    medians = np.array([float(np.median(logs)) for logs in per_pass])
     count, mean = medians.size, float(np.mean(medians))
     between = float(np.std(medians, ddof=1))
     standard_error = between / math.sqrt(count)
@@ -288,11 +295,12 @@ def estimate_passes(passes: Sequence[Paired], settings: ABSettings, cpu: Cpu = (
     t = mean / standard_error if standard_error > 0 else math.copysign(math.inf, mean) if mean else 0.0
     tails = 2 * len(settings.pass_looks)  # two directions, each at alpha / 2, at every pass look
     return Estimate(
-        name=passes[0].name, rounds=sum(e.rounds for e in per_pass), change=math.expm1(mean),
+        name=passes[0].name, rounds=sum(logs.size for logs in per_pass), change=math.expm1(mean),
         low=math.expm1(mean - half), high=math.expm1(mean + half), coverage=confidence,
         noise=between, min_effect=max(settings.min_effect, settings.noise_multiple * standard_error),
         p_slower=min(1.0, tails * float(special.stdtr(df, t))), p_faster=min(1.0, tails * float(special.stdtr(df, -t))),
-        worse_rounds=sum(e.worse_rounds for e in per_pass), better_rounds=sum(e.better_rounds for e in per_pass),
+        worse_rounds=sum(int(np.sum(logs < 0)) for logs in per_pass),
+        better_rounds=sum(int(np.sum(logs > 0)) for logs in per_pass),
         passes=count, cpu_change=cpu_change(cpu), slow_processes=slow_processes(cpu, settings))
 
 
