@@ -449,6 +449,27 @@ def test_a_compare_of_named_sides_measures_each_side_once_per_worker():
     assert first.ratios == (2.0, 2.0) and second.ratios == (4.0, 4.0)  # n's two rounds stand in for it
 
 
+def test_a_dataset_measurement_naming_a_side_gives_its_rounds_to_a_later_compare_of_that_side():
+    channel = FakeChannel([{"cmd": "go"}] * 2 + [{"cmd": "stop"}] + [{"cmd": "go"}] * 2 + [{"cmd": "stop"}])
+    driver = ab_worker.RoundDriver(channel)
+    driver.start("benchmarks/test_x.py::plain[w2]")
+    _recorder(driver).measure_dataset(CountedBatches(), name="plain", side="n")
+
+    def never_built():
+        raise AssertionError("a side measured before was built again")
+
+    driver.start("benchmarks/test_x.py::ratio[r]")
+    result = _recorder(driver).compare_datasets("cache_over_wav_ratio", a=never_built, b=CountedBatches(),
+                                                sides=("n", "d"))
+    ready = [(e["nodeid"], e.get("side")) for e in channel.events if e["event"] == "ready"]
+    assert ready == [("benchmarks/test_x.py::plain[w2]", None), ("benchmarks/test_x.py::ratio[r]", "d")]
+    [ratio] = [e for e in channel.events if e["event"] == "ratio"]
+    assert ratio["measured_by"] == [{"nodeid": "benchmarks/test_x.py::plain[w2]", "index": 0}, None]
+    assert runner.ratio_rows(ratio) == ("test_x.py::plain[w2]", "test_x.py::ratio side d")
+    plain_rounds = [e["value"] for e in channel.events if e["event"] == "round"][:2]
+    assert result.a_values == tuple(plain_rounds) and len(result.ratios) == 2  # n: the plain rounds
+
+
 class CountedBatches:
     """An endless iterable of one-sample batches that counts the iterators drawn from it."""
 

@@ -74,7 +74,9 @@ class RoundDriver:
         self.channel = channel
         self.nodeid = ""
         self.index = 0
-        self.sides_measured: dict[str, tuple[tuple[float, ...], str]] = {}  # a named compare side: its rounds
+        # A named side: its rounds, their unit, and the measurement that took them when it was not the
+        # compare's own (its row: {"nodeid", "index"}), else None.
+        self.sides_measured: dict[str, tuple[tuple[float, ...], str, dict | None]] = {}
         # Every measurement's round function, and so the iterator its rounds drew from, is kept until the
         # worker ends, which skips their teardown: tf.data takes seconds to tear a loader's iterator down
         # after frozen rounds (docs/ab.md, "Kept iterators"), every benchmark, every pass. Kept iterators
@@ -84,9 +86,12 @@ class RoundDriver:
     def start(self, nodeid: str) -> None:
         self.nodeid, self.index = nodeid, 0
 
-    def rounds(self, one_round) -> list:
+    def rounds(self, one_round, *, side: str | None = None) -> list:
+        """Rounds of measure_dataset / measure_step; ``side``: they measure the named side of that name
+        (Recorder.measure_dataset), so a later compare naming it in this process takes them."""
         self.kept.append(one_round)
         results = []
+        row = {"nodeid": self.nodeid, "index": self.index}
         self._ready("rounds", "samples_per_s")
         while self._go():
             start, cpu_start = time.perf_counter(), time.process_time()
@@ -97,6 +102,8 @@ class RoundDriver:
                                          cpu_per_unit=cpu_s / (value * seconds) if value * seconds > 0 else None)
         if not results:
             pytest.skip("perfsuite ab: stopped before any round")
+        if side is not None and side not in self.sides_measured:
+            self.sides_measured[side] = (tuple(float(r.samples_per_s) for r in results), "samples/s", row)
         return results
 
     def pairs(self, a, b, *, name: str, sides: tuple[str, str] | None = None):
@@ -124,22 +131,23 @@ class RoundDriver:
         workers like any benchmark, the ratio's change derived from its sides' by the controller (told
         by a "ratio" event). A side is measured once per worker: a later compare naming the same side
         (by its contract, the same measurement) takes the rounds already measured in this process for
-        the result its test sees, and the controller compares that side once."""
+        the result its test sees, and the controller compares that side once. So does a side that a
+        measure_dataset named: the ratio event says which row measured it (``measured_by``)."""
         from perfsuite.measure import stats, timing
 
-        (a_values, unit), (b_values, b_unit) = (self._side(run, side) for run, side in zip((a, b), sides))
+        (a_values, unit, a_row), (b_values, b_unit, b_row) = (self._side(run, side) for run, side in zip((a, b), sides))
         if unit != b_unit:
             raise TypeError(f"sides {sides}: expected both to return the same kind of value, found {unit}, {b_unit}")
-        self.channel.send("ratio", nodeid=self.nodeid, name=name, sides=list(sides))
+        self.channel.send("ratio", nodeid=self.nodeid, name=name, sides=list(sides), measured_by=[a_row, b_row])
         n = min(len(a_values), len(b_values))
         a_values, b_values = a_values[:n], b_values[:n]
         ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
         return timing.ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios,
                                summary=stats.ratio_summary(ratios), order=("AB",) * n)
 
-    def _side(self, run, side: str) -> tuple[tuple[float, ...], str]:
-        """One named side's rounds (its values, its unit) after one warm-up call, or those measured for
-        it earlier in this process."""
+    def _side(self, run, side: str) -> tuple[tuple[float, ...], str, dict | None]:
+        """One named side's rounds (its values, its unit, None) after one warm-up call, or those measured
+        for it earlier in this process (with the row of the measure_dataset that took them)."""
         from perfsuite.measure import timing
 
         if side not in self.sides_measured:
@@ -160,7 +168,7 @@ class RoundDriver:
             self.kept.append(run)
             if not values:
                 pytest.skip("perfsuite ab: stopped before any round")
-            self.sides_measured[side] = (tuple(values), unit)
+            self.sides_measured[side] = (tuple(values), unit, None)
         return self.sides_measured[side]
 
     def _ready(self, kind: str, metric: str, **fields) -> None:

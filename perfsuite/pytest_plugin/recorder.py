@@ -135,7 +135,8 @@ class Recorder:
 
     def measure_dataset(self, dataset, *, name: str, samples_in: Callable[[Any], int] | None = None,
                         readback: Callable[[Any], Any] | None = None, frame_s: float | None = None,
-                        before_round: Callable[[], Any] | None = None) -> timing.Measurement:
+                        before_round: Callable[[], Any] | None = None, side: str | None = None
+                        ) -> timing.Measurement:
         """Steady-state throughput of a dataset (repeated as needed): warm-up batches apart, then rounds of
         at least ``measure_batches`` batches and ``min_round_s`` seconds, as many as the budget allows.
 
@@ -144,7 +145,9 @@ class Recorder:
         ``readback(batch)`` forces completion (default: reads every tensor back to the host).
         ``frame_s``: seconds of audio per mel frame (hop / sample rate): with it, batches holding ``mel``
         and ``mel_len`` also give audio-seconds/s and padding efficiency. ``before_round()`` runs before
-        every round, untimed (e.g. evicting the files from the page cache for cold reads).
+        every round, untimed (e.g. evicting the files from the page cache for cold reads). ``side``
+        names what it measures as a ``compare`` side of that name would: under ``perfsuite ab`` a later
+        compare naming that side in the same process takes these rounds instead of measuring it again.
         """
         iterator = iterate(dataset.repeat() if hasattr(dataset, "repeat") else dataset)
         counter = FrameCounter() if frame_s is not None and samples_in is None else None
@@ -165,7 +168,7 @@ class Recorder:
                 frames.append((sum(counter.real[noted + 1:]), sum(counter.padded[noted + 1:])))
             return result
 
-        rounds = self._rounds(one_round)
+        rounds = self._rounds(one_round) if side is None else self._rounds(one_round, side=side)
         measurement = self._record_rounds(rounds, name=name, first=warm, unit="batch")
         if counter is not None and frames and frames[-1][1] > 0:
             self._record_speech(rounds, frames[-len(rounds):], frame_s)
@@ -299,17 +302,19 @@ class Recorder:
 
     # ------------------------------------------------------------------------------- rounds
 
-    def _rounds(self, one_round: Callable[[], timing.Measurement], *,
-                round_s: float | None = None) -> list[timing.Measurement]:
+    def _rounds(self, one_round: Callable[[], timing.Measurement], *, round_s: float | None = None,
+                side: str | None = None) -> list[timing.Measurement]:
         """A calibration round (discarded) sizes the budget, unless the caller knows a round's length
         (``round_s``), then that many rounds through pytest-benchmark (with a round_driver: the rounds
-        its controller asks for)."""
+        its controller asks for, and ``side`` names what they measure, as ``measure_dataset`` says)."""
         if round_s is None:
             start = time.perf_counter()
             one_round()
             round_s = time.perf_counter() - start
         if self.context.round_driver is not None:
-            return self.context.round_driver.rounds(one_round)
+            if side is None:  # a driver older than measured sides takes no such argument
+                return self.context.round_driver.rounds(one_round)
+            return self.context.round_driver.rounds(one_round, side=side)
         count = self.profile.rounds_for(round_s)
         results = []
 

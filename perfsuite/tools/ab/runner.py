@@ -57,6 +57,14 @@ def side_name(nodeid: str, side: str) -> str:
     return f"{display_name(nodeid.split('[', 1)[0])} side {side}"
 
 
+def ratio_rows(event: dict) -> tuple[str, str]:
+    """The rows of a ratio event's two sides: the compare's own side row, or the row of the measurement
+    that took the side's rounds (``measured_by``: a measure_dataset naming that side)."""
+    rows = event.get("measured_by") or (None, None)
+    return tuple(side_name(event["nodeid"], side) if row is None else display_name(row["nodeid"], row["index"])
+                 for side, row in zip(event["sides"], rows))
+
+
 def _higher_is_better(metric: str) -> bool:
     from perfsuite.verdict import metrics
 
@@ -156,8 +164,7 @@ class Controller:
                     elif event.get("event") == "done":
                         done[side] = event
                     elif event.get("event") == "ratio":
-                        self.ratios[display_name(event["nodeid"])] = tuple(
-                            side_name(event["nodeid"], s) for s in event["sides"])
+                        self.ratios[display_name(event["nodeid"])] = ratio_rows(event)
                     elif event.get("event") == "finished":
                         raise self.pool[side].failure("pytest finished before this benchmark ran", benchmark=name)
             a, b = pending["A"], pending["B"]
@@ -344,8 +351,14 @@ def _fork_server(options: Options, scratch: Path, progress: Callable[[str], None
 
 
 def _ratios(controllers: list[Controller]) -> dict[str, tuple[str, str]]:
-    """Every compare of named sides any pass ran: its sides' rows."""
-    return {name: sides for c in controllers for name, sides in c.ratios.items()}
+    """Every compare of named sides any pass ran: its sides' rows, as the first pass that ran it named
+    them (a later pass runs only undecided tests, where a ratio may measure a side itself that a decided
+    test's measurement gave it before)."""
+    rows: dict[str, tuple[str, str]] = {}
+    for controller in controllers:
+        for name, sides in controller.ratios.items():
+            rows.setdefault(name, sides)
+    return rows
 
 
 def _undecided(measured: list[Measured], settings) -> set[str]:
