@@ -50,7 +50,7 @@ class RunProfile:
 PROFILES = {
     "smoke": RunProfile(name="smoke", corpus="tiny", model="tiny", warmup_batches=1, measure_batches=3,
                         min_round_s=0.0, step_calls=2, budget_s=0.5, min_rounds=2, max_rounds=2,
-                        batch_sizes=(16,), workers=(2,), step_batch_sizes=(16,), precisions=("fp32", "mixed_float16")),
+                        batch_sizes=(16,), workers=(2,), step_batch_sizes=(8,), precisions=("fp32", "mixed_float16")),
     "quick": RunProfile(name="quick", corpus="default", model="default", warmup_batches=2, measure_batches=8,
                         min_round_s=0.2, step_calls=2, budget_s=4.0, min_rounds=5, max_rounds=15,
                         batch_sizes=(16,), workers=(1, 2), step_batch_sizes=(8, 16), precisions=("fp32",)),
