@@ -62,10 +62,11 @@ def test_step_ratio(perfsuite, tensorflow, compiled_steps, ratio):
         a, b = (_compiled_or_new(compiled_steps, profile, device, mode) for mode in RATIOS[ratio])
 
         def round_of(train):
-            return lambda: measure_step(step=train, batch=batch, warmup_calls=1, measure_calls=profile.step_calls)
+            step_readback(train(batch))  # trace and compile before the interleaved warm-up round
+            call_s = measure_step(step=train, batch=batch, warmup_calls=0, measure_calls=1).steady_s
+            calls = profile.calls_per_round(call_s)  # each round as long as the profile's, one call at least
+            return lambda: measure_step(step=train, batch=batch, warmup_calls=1, measure_calls=calls)
 
-        for train in (a, b):  # trace and compile before the interleaved warm-up round
-            step_readback(train(batch))
         result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b),
                                    sides=tuple(f"{mode}_step" for mode in RATIOS[ratio]))
     assert len(result.ratios) >= profile.min_rounds

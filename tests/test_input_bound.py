@@ -63,6 +63,25 @@ def test_rounds_can_be_added_one_at_a_time():
     assert rounds.result().as_dict()["round_shares"] == list(rounds.result().shares)
 
 
+def test_the_first_round_warms_up_and_later_rounds_settle():
+    calls = []
+
+    def counted_step(batch):
+        calls.append(batch)
+        return tf.reduce_sum(batch)
+
+    rounds = InputBoundRounds(step=counted_step, dataset=tf.data.Dataset.range(10**6).batch(2), warmup=3,
+                              batches=2, settle=1)
+    rounds.one_round()
+    assert len(calls) == 2 * (3 + 2)  # each side: warmup untimed steps, then its timed ones
+    rounds.one_round()
+    assert len(calls) == 2 * (3 + 2) + 2 * (1 + 2)
+    assert rounds.result().as_dict()["settle"] == 1
+    default = measure_input_bound(step=counted_step, dataset=tf.data.Dataset.range(10**6).batch(2), warmup=3,
+                                  batches=2, rounds=1)
+    assert default.settle == 3  # by default, a later round warms up as the first
+
+
 def test_input_bound_needs_an_endless_dataset_and_says_so():
     with pytest.raises(TypeError, match="tf.data.Dataset"):
         measure_input_bound(step=_fast_step, dataset=[tf.ones([2])], warmup=1, batches=1)
@@ -71,18 +90,20 @@ def test_input_bound_needs_an_endless_dataset_and_says_so():
                             rounds=3)
     with pytest.raises(ValueError, match="batches: expected an integer >= 1"):
         InputBoundRounds(step=_fast_step, dataset=tf.data.Dataset.range(4), warmup=1, batches=0)
+    with pytest.raises(ValueError, match="settle: expected an integer >= 0, found -1"):
+        InputBoundRounds(step=_fast_step, dataset=tf.data.Dataset.range(4), warmup=1, batches=1, settle=-1)
 
 
 def test_figures_from_rounds_are_medians_and_per_round_shares():
-    result = InputBound.from_rounds([0.2, 0.4, 0.3], [0.1, 0.1, 0.2], [0.1, 0.04, 0.0], batches=4, warmup=1)
+    result = InputBound.from_rounds([0.2, 0.4, 0.3], [0.1, 0.1, 0.2], [0.1, 0.04, 0.0], batches=4, warmup=1, settle=1)
     assert (result.t_real, result.t_synthetic) == (0.3, 0.1)
     assert result.share == pytest.approx(1 - 0.1 / 0.3) and result.classification == "highly input-bound"
     assert result.shares == pytest.approx((0.5, 0.75, 1 / 3))
     assert result.wait_shares == pytest.approx((0.5, 0.1, 0.0)) and result.wait_share == pytest.approx(0.1)
     with pytest.raises(ValueError, match="same number"):
-        InputBound.from_rounds([0.2], [], [], batches=1, warmup=0)
+        InputBound.from_rounds([0.2], [], [], batches=1, warmup=0, settle=0)
     with pytest.raises(ValueError, match="same number"):
-        InputBound.from_rounds([0.2], [0.1], [], batches=1, warmup=0)
+        InputBound.from_rounds([0.2], [0.1], [], batches=1, warmup=0, settle=0)
 
 
 class _Benchmark:  # a disabled pytest-benchmark: it runs the work once

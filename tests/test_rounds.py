@@ -12,6 +12,7 @@ from perfsuite.measure.rounds import (
     rotated,
     until_decided,
 )
+from perfsuite.pytest_plugin.profiles import PROFILES
 
 
 class FakeClock:
@@ -82,3 +83,12 @@ def test_decided_is_asked_only_once_min_rounds_are_measured():
     assert outcome.stopped == DECIDED and outcome.rounds == 3 and outcome.added == 3
     assert asked == [4.0]  # one warm-up and three measured rounds, then the first question
     assert outcome.note is None
+
+
+@given(st.sampled_from(sorted(PROFILES)), st.floats(1e-5, 30.0))
+def test_a_step_round_lasts_the_profiles_round_with_the_fewest_calls_that_do(name, call_s):
+    profile = PROFILES[name]
+    calls = profile.calls_per_round(call_s)
+    assert calls >= profile.step_calls
+    if calls > profile.step_calls:  # more calls only to fill the round, and no more than fill it
+        assert calls * call_s >= profile.min_round_s * (1 - 1e-9) and (calls - 1) * call_s < profile.min_round_s

@@ -2,10 +2,12 @@
 
 Measured as TensorFlow's profiler classifies it: the same step fed by the real pipeline and by its
 synthetic twin (one batch of the same structure repeated: no input work), in rounds that alternate
-which side runs first, so a drift of the machine's speed reaches both alike. A side of a round runs
-``warmup`` untimed steps (draining a prefetch buffer that refilled while the other side ran, and
-tracing the step), then times ``batches`` steps with their fetches; its figure is the mean seconds per
-step, not a median: a pipeline that stalls every few batches costs exactly its stalls. The share of a
+which side runs first, so a drift of the machine's speed reaches both alike. A side of the first round
+runs ``warmup`` untimed steps (tracing the step, starting the pipeline), a side of a later round
+``settle`` (draining the prefetch buffer that refilled while the other side ran, or letting that refill
+finish before the synthetic side is timed); then it times ``batches`` steps with their fetches. Its
+figure is the mean seconds per step, not a median: a pipeline that stalls every few batches costs
+exactly its stalls. The share of a
 round is 1 - t_synthetic / t_real (``stats.input_bound_share``).
 
 The same rounds time the real side's fetches apart: the wait share of a round is the part of its
@@ -41,7 +43,7 @@ class InputBound:
     (stats.classify_input_bound); shares: each round's own share (what a gate's interval is decided
     from). wait_round_s: each round's mean seconds per real step spent fetching its batch; wait_shares:
     each round's wait_round_s / real_round_s, wait_share their median. batches: timed steps per side
-    and round, after warmup untimed ones.
+    and round, after warmup untimed ones in the first round and settle in each later one.
     """
 
     t_real: float
@@ -54,10 +56,11 @@ class InputBound:
     wait_round_s: tuple[float, ...]
     batches: int
     warmup: int
+    settle: int
 
     @classmethod
     def from_rounds(cls, real_round_s, synthetic_round_s, wait_round_s, *, batches: int,
-                    warmup: int) -> InputBound:
+                    warmup: int, settle: int) -> InputBound:
         real, synthetic = tuple(map(float, real_round_s)), tuple(map(float, synthetic_round_s))
         wait = tuple(map(float, wait_round_s))
         if not real or not len(real) == len(synthetic) == len(wait):
@@ -67,7 +70,8 @@ class InputBound:
         share = stats.input_bound_share(t_synthetic=t_synthetic, t_real=t_real)
         return cls(t_real=t_real, t_synthetic=t_synthetic, share=share,
                    classification=stats.classify_input_bound(share), rounds=len(real), real_round_s=real,
-                   synthetic_round_s=synthetic, wait_round_s=wait, batches=batches, warmup=warmup)
+                   synthetic_round_s=synthetic, wait_round_s=wait, batches=batches, warmup=warmup,
+                   settle=settle)
 
     @property
     def shares(self) -> tuple[float, ...]:
@@ -88,7 +92,7 @@ class InputBound:
                 "real_round_s": list(self.real_round_s), "synthetic_round_s": list(self.synthetic_round_s),
                 "round_shares": list(self.shares), "wait_share": self.wait_share,
                 "wait_round_s": list(self.wait_round_s), "round_wait_shares": list(self.wait_shares),
-                "batches": self.batches, "warmup": self.warmup}
+                "batches": self.batches, "warmup": self.warmup, "settle": self.settle}
 
 
 def step_and_wait_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: int, count: int,
@@ -129,19 +133,20 @@ class _Endless:
 class InputBoundRounds:
     """The rounds of one input-bound measurement: ``one_round()`` adds one, ``result()`` is the figure so
     far. ``dataset``: a tf.data.Dataset (its synthetic twin is dataset.take(1).cache().repeat()), repeated
-    so that it never ends. ``readback(output)`` forces the step's completion (default: one element of
-    its output back to the host)."""
+    so that it never ends. ``settle``: untimed steps per side after the first round (default: ``warmup``).
+    ``readback(output)`` forces the step's completion (default: one element of its output back to the host)."""
 
-    def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int,
+    def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int, settle: int | None = None,
                  readback: Callable[[Any], Any] | None = None, name: str = "input_bound"):
-        for key, value, least in (("warmup", warmup, 0), ("batches", batches, 1)):
+        settle = warmup if settle is None else settle
+        for key, value, least in (("warmup", warmup, 0), ("settle", settle, 0), ("batches", batches, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{key}: expected an integer >= {least}, found {value!r}")
         tf = tensorflow()
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found "
                             f"{type(dataset).__name__}")
-        self._step, self._warmup, self._batches = step, warmup, batches
+        self._step, self._warmup, self._settle, self._batches = step, warmup, settle, batches
         self._readback = readback or step_readback
         self._real = _Endless(dataset, name)
         self._synthetic = _Endless(dataset.take(1).cache().repeat(), f"{name} (synthetic twin)")
@@ -151,25 +156,27 @@ class InputBoundRounds:
 
     def one_round(self) -> None:
         """One round: both sides, the real one first in even rounds and last in odd ones."""
+        untimed = self._settle if self._real_s else self._warmup
         for real in (True, False) if len(self._real_s) % 2 == 0 else (False, True):
             step_s, wait_s = step_and_wait_s(self._step, self._real if real else self._synthetic,
-                                             warmup=self._warmup, count=self._batches, readback=self._readback)
+                                             warmup=untimed, count=self._batches, readback=self._readback)
             (self._real_s if real else self._synthetic_s).append(step_s)
             if real:
                 self._wait_s.append(wait_s)
 
     def result(self) -> InputBound:
         return InputBound.from_rounds(self._real_s, self._synthetic_s, self._wait_s, batches=self._batches,
-                                      warmup=self._warmup)
+                                      warmup=self._warmup, settle=self._settle)
 
 
 def measure_input_bound(*, step: Callable[[Any], Any], dataset, warmup: int, batches: int, rounds: int = 3,
-                        readback: Callable[[Any], Any] | None = None, name: str = "input_bound") -> InputBound:
+                        settle: int | None = None, readback: Callable[[Any], Any] | None = None,
+                        name: str = "input_bound") -> InputBound:
     """The input-bound share from ``rounds`` alternating rounds (see the module notes)."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds: expected an integer >= 1, found {rounds!r}")
-    measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, batches=batches, readback=readback,
-                                   name=name)
+    measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, batches=batches, settle=settle,
+                                   readback=readback, name=name)
     for _ in range(rounds):
         measurement.one_round()
     return measurement.result()

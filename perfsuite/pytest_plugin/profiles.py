@@ -13,6 +13,7 @@ full:  the nightly sweep (more batch sizes and workers, larger budgets).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 
@@ -23,8 +24,8 @@ class RunProfile:
     model: str  # a perfsuite.workload.model.MODEL_PRESETS key
     warmup_batches: int
     measure_batches: int  # steady batches per loader round (at least; see min_round_s)
-    min_round_s: float  # a loader's round takes more batches until it lasts this long
-    step_calls: int  # steady calls per step round
+    min_round_s: float  # a round takes more batches (or step calls) until it lasts this long
+    step_calls: int  # steady calls per step round, at least (see calls_per_round)
     budget_s: float  # measuring time per benchmark (per side of an interleaved comparison)
     min_rounds: int
     max_rounds: int
@@ -43,6 +44,14 @@ class RunProfile:
         fitting = int(self.budget_s // round_s) if round_s > 0 else self.max_rounds
         return max(self.min_rounds, min(self.max_rounds, fitting))
 
+    def calls_per_round(self, call_s: float) -> int:
+        """Steady calls of a ``call_s``-second step per round: at least ``step_calls``, more until the round
+        lasts ``min_round_s`` (a millisecond GPU step gets rounds a timer reads well, a CPU step of seconds
+        pays one call a round)."""
+        if not call_s > 0:
+            return self.step_calls
+        return max(self.step_calls, math.ceil(self.min_round_s / call_s))
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -52,7 +61,7 @@ PROFILES = {
                         min_round_s=0.0, step_calls=2, budget_s=0.5, min_rounds=2, max_rounds=2,
                         batch_sizes=(16,), workers=(2,), step_batch_sizes=(8,), precisions=("fp32", "mixed_float16")),
     "quick": RunProfile(name="quick", corpus="default", model="default", warmup_batches=2, measure_batches=8,
-                        min_round_s=0.2, step_calls=2, budget_s=4.0, min_rounds=5, max_rounds=15,
+                        min_round_s=0.2, step_calls=1, budget_s=4.0, min_rounds=5, max_rounds=15,
                         batch_sizes=(16,), workers=(1, 2), step_batch_sizes=(8, 16), precisions=("fp32",)),
     "full": RunProfile(name="full", corpus="default", model="default", warmup_batches=4, measure_batches=32,
                        min_round_s=0.5, step_calls=10, budget_s=30.0, min_rounds=7, max_rounds=41,

@@ -189,8 +189,9 @@ class Recorder:
     def measure_step(self, step: Callable[[Any], Any], *, batches: Iterable, name: str,
                      readback: Callable[[Any], Any] | None = None) -> timing.Measurement:
         """Steady-state speed of a training step fed from ``batches``: its first call (trace + compile)
-        apart as ``first_s``, then rounds of ``step_calls`` calls within the budget. ``readback(output)``
-        forces completion (default: one element of the step's output back to the host).
+        apart as ``first_s``, then rounds within the budget, of as many calls as the warm-up's last call
+        says fill the profile's round (``calls_per_round``). ``readback(output)`` forces completion
+        (default: one element of the step's output back to the host).
 
         Run alone, the rounds follow each other with nothing in between: the warm-up's last call sizes
         them and they take no warm-up call of their own (a step call costs up to seconds on a CPU).
@@ -200,25 +201,27 @@ class Recorder:
         warm = timing.measure_step(step=step, batches=source, warmup_calls=max(self.profile.warmup_batches, 1),
                                    measure_calls=1, name=name, **options)
         alone = self.context.round_driver is None
+        calls = self.profile.calls_per_round(warm.steady_s)
 
         def one_round():
             return timing.measure_step(step=step, batches=source, warmup_calls=0 if alone else 1, name=name,
-                                       measure_calls=self.profile.step_calls, **options)
+                                       measure_calls=calls, **options)
 
-        round_s = warm.steady_s * self.profile.step_calls if alone else None
+        round_s = warm.steady_s * calls if alone else None
         return self._record_rounds(self._rounds(one_round, round_s=round_s), name=name, first=warm, unit="call")
 
-    def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2,
+    def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2, settle: int | None = None,
                             batches: int | None = None, rounds: int | None = None,
                             metric: str = "input_bound") -> InputBound:
         """The step fed by ``dataset`` (a repeated tf.data.Dataset) and by its synthetic twin (one cached
         batch), in alternating rounds (perfsuite.measure.input_bound); records the input-bound share
         ``metric`` and the wait share (``metric`` named ``..._input_wait`` instead of ``..._input_bound``)
-        with their per-round values. Defaults: ``step_calls`` batches a round, ``min_rounds`` rounds,
-        then more while a gate on either is inconclusive (``more_rounds``). A given ``rounds`` fixes the
-        count instead."""
+        with their per-round values. Defaults: ``step_calls`` batches a round (2 at least), ``min_rounds``
+        rounds, then more while a gate on either is inconclusive (``more_rounds``). A given ``rounds`` fixes
+        the count instead. ``warmup`` and ``settle``: untimed steps per side in the first round and in each
+        later one (``settle`` defaults to ``warmup``)."""
         wait_metric = metric_registry.wait_metric_of(metric)
-        measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup,
+        measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, settle=settle,
                                        batches=batches or max(self.profile.step_calls, 2))
 
         def undecided() -> list[str]:  # the metrics whose counting gates are inconclusive so far
