@@ -46,9 +46,10 @@ FIGURE_ROUNDS = 3  # cases without a gate: a figure, not a verdict, so fewer rou
 
 def _input_bound(perfsuite, step, dataset, metric="input_bound", rounds=FIGURE_ROUNDS):
     """After the first round (its 2 untimed steps a side trace, compile and start the pipeline), one
-    untimed step a side settles the switch: on a CPU a step lasts longer than the slowest of these
-    pipelines takes to refill its prefetch buffer (docs/measurement.md, "One settling step")."""
-    return perfsuite.measure_input_bound(step=step, dataset=dataset.repeat(), metric=metric, rounds=rounds, settle=1)
+    untimed step a side settles each switch: a CPU step outlasts these pipelines' refill of their
+    prefetch buffers (docs/measurement.md, "Machine F")."""
+    return perfsuite.measure_input_bound(step=step, dataset=dataset.repeat(), metric=metric, rounds=rounds,
+                                         settle=1)
 
 
 @pytest.mark.not_in_ab(reason="an input-bound share is a same-run figure near 0, not a speed")

@@ -95,7 +95,8 @@ def test_input_bound_needs_an_endless_dataset_and_says_so():
 
 
 def test_figures_from_rounds_are_medians_and_per_round_shares():
-    result = InputBound.from_rounds([0.2, 0.4, 0.3], [0.1, 0.1, 0.2], [0.1, 0.04, 0.0], batches=4, warmup=1, settle=1)
+    result = InputBound.from_rounds([0.2, 0.4, 0.3], [0.1, 0.1, 0.2], [0.1, 0.04, 0.0], batches=4, warmup=1,
+                                    settle=1)
     assert (result.t_real, result.t_synthetic) == (0.3, 0.1)
     assert result.share == pytest.approx(1 - 0.1 / 0.3) and result.classification == "highly input-bound"
     assert result.shares == pytest.approx((0.5, 0.75, 1 / 3))

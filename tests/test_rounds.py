@@ -91,4 +91,5 @@ def test_a_step_round_lasts_the_profiles_round_with_the_fewest_calls_that_do(nam
     calls = profile.calls_per_round(call_s)
     assert calls >= profile.step_calls
     if calls > profile.step_calls:  # more calls only to fill the round, and no more than fill it
-        assert calls * call_s >= profile.min_round_s * (1 - 1e-9) and (calls - 1) * call_s < profile.min_round_s
+        assert calls * call_s >= profile.min_round_s * (1 - 1e-9)
+        assert (calls - 1) * call_s < profile.min_round_s

@@ -7,8 +7,7 @@ runs ``warmup`` untimed steps (tracing the step, starting the pipeline), a side 
 ``settle`` (draining the prefetch buffer that refilled while the other side ran, or letting that refill
 finish before the synthetic side is timed); then it times ``batches`` steps with their fetches. Its
 figure is the mean seconds per step, not a median: a pipeline that stalls every few batches costs
-exactly its stalls. The share of a
-round is 1 - t_synthetic / t_real (``stats.input_bound_share``).
+exactly its stalls. The share of a round is 1 - t_synthetic / t_real (``stats.input_bound_share``).
 
 The same rounds time the real side's fetches apart: the wait share of a round is the part of its
 steps' time spent in ``next()`` on the pipeline, what the profiler reports as input time. The two
@@ -134,10 +133,12 @@ class InputBoundRounds:
     """The rounds of one input-bound measurement: ``one_round()`` adds one, ``result()`` is the figure so
     far. ``dataset``: a tf.data.Dataset (its synthetic twin is dataset.take(1).cache().repeat()), repeated
     so that it never ends. ``settle``: untimed steps per side after the first round (default: ``warmup``).
-    ``readback(output)`` forces the step's completion (default: one element of its output back to the host)."""
+    ``readback(output)`` forces the step's completion (default: one element of its output back to the
+    host)."""
 
-    def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int, settle: int | None = None,
-                 readback: Callable[[Any], Any] | None = None, name: str = "input_bound"):
+    def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int,
+                 settle: int | None = None, readback: Callable[[Any], Any] | None = None,
+                 name: str = "input_bound"):
         settle = warmup if settle is None else settle
         for key, value, least in (("warmup", warmup, 0), ("settle", settle, 0), ("batches", batches, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:

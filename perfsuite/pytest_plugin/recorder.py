@@ -210,8 +210,8 @@ class Recorder:
         round_s = warm.steady_s * calls if alone else None
         return self._record_rounds(self._rounds(one_round, round_s=round_s), name=name, first=warm, unit="call")
 
-    def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2, settle: int | None = None,
-                            batches: int | None = None, rounds: int | None = None,
+    def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2,
+                            settle: int | None = None, batches: int | None = None, rounds: int | None = None,
                             metric: str = "input_bound") -> InputBound:
         """The step fed by ``dataset`` (a repeated tf.data.Dataset) and by its synthetic twin (one cached
         batch), in alternating rounds (perfsuite.measure.input_bound); records the input-bound share
