@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from perfsuite.measure.timing import measure_step, step_readback
+from perfsuite.measure.timing import measure_step
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
 TEXT_LEN, MEL_FRAMES = 80, 400  # a 4-5 s LJSpeech utterance
@@ -62,9 +62,10 @@ def test_step_ratio(perfsuite, tensorflow, compiled_steps, ratio):
         a, b = (_compiled_or_new(compiled_steps, profile, device, mode) for mode in RATIOS[ratio])
 
         def round_of(train):
-            step_readback(train(batch))  # trace and compile before the interleaved warm-up round
-            call_s = measure_step(step=train, batch=batch, warmup_calls=0, measure_calls=1).steady_s
-            calls = profile.calls_per_round(call_s)  # each round as long as the profile's, one call at least
+            # Its first call (a trace and compile, unless test_step built it) apart, then one timed call
+            # sizes its rounds: each as long as the profile's round, one call at least.
+            calls = profile.calls_per_round(measure_step(step=train, batch=batch, warmup_calls=1,
+                                                         measure_calls=1).steady_s)
             return lambda: measure_step(step=train, batch=batch, warmup_calls=1, measure_calls=calls)
 
         result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b),

@@ -77,9 +77,11 @@ def test_the_first_round_warms_up_and_later_rounds_settle():
     rounds.one_round()
     assert len(calls) == 2 * (3 + 2) + 2 * (1 + 2)
     assert rounds.result().as_dict()["settle"] == 1
+    calls.clear()
     default = measure_input_bound(step=counted_step, dataset=tf.data.Dataset.range(10**6).batch(2), warmup=3,
-                                  batches=2, rounds=1)
+                                  batches=2, rounds=2)
     assert default.settle == 3  # by default, a later round warms up as the first
+    assert len(calls) == 2 * 2 * (3 + 2)
 
 
 def test_input_bound_needs_an_endless_dataset_and_says_so():
