@@ -28,7 +28,8 @@ def _batch(batch_size):
 
 @pytest.fixture(scope="session")
 def compiled_steps() -> dict:
-    """Steps test_step has built and called, by (device, mode, batch size, precision)."""
+    """Steps test_step has built and measured, by (device, mode, batch size, precision): the step and
+    its steady seconds per call."""
     return {}
 
 
@@ -38,7 +39,7 @@ def test_step(perfsuite, tensorflow, device_name, compiled_steps, mode, step_bat
         train = _train_step(perfsuite.profile, mode=mode, batch_size=step_batch_size, precision=precision)
         measurement = perfsuite.measure_step(train, batches=itertools.repeat(_batch(step_batch_size)),
                                              name=f"{mode}-bs{step_batch_size}-{precision}")
-    compiled_steps[device_name, mode, step_batch_size, precision] = train
+    compiled_steps[device_name, mode, step_batch_size, precision] = train, 1 / measurement.batches_per_s
     assert measurement.samples_per_s > 0
     if mode != "eager":  # a static signature: one trace, at the first call
         assert measurement.traces == 1, f"expected 1 trace with a static input signature, found {measurement.traces}"
@@ -48,8 +49,9 @@ RATIOS = {"xla_over_graph_ratio": ("xla", "graph"), "graph_over_eager_ratio": ("
 
 
 def _compiled_or_new(compiled_steps, profile, device, mode):
-    step = compiled_steps.get((device, mode, RATIO_BATCH, "fp32"))
-    return step if step is not None else _train_step(profile, mode=mode, batch_size=RATIO_BATCH)
+    """The step test_step measured and its steady call, or a new step and None (its call not timed yet)."""
+    return compiled_steps.get((device, mode, RATIO_BATCH, "fp32")) or (
+        _train_step(profile, mode=mode, batch_size=RATIO_BATCH), None)
 
 
 @pytest.mark.parametrize("ratio", list(RATIOS), ids=[name.removesuffix("_ratio") for name in RATIOS])
@@ -61,13 +63,14 @@ def test_step_ratio(perfsuite, tensorflow, compiled_steps, ratio):
         batch = _batch(RATIO_BATCH)
         a, b = (_compiled_or_new(compiled_steps, profile, device, mode) for mode in RATIOS[ratio])
 
-        def round_of(train):
-            # Its first call (a trace and compile, unless test_step built it) apart, then one timed call
-            # sizes its rounds: each as long as the profile's round, one call at least.
-            calls = profile.calls_per_round(measure_step(step=train, batch=batch, warmup_calls=1,
-                                                         measure_calls=1).steady_s)
+        def round_of(train, call_s):
+            # Rounds as long as the profile's round, one call at least, sized by test_step's steady call
+            # or, for a step of its own, by one timed call after its first (trace and compile).
+            if call_s is None:
+                call_s = measure_step(step=train, batch=batch, warmup_calls=1, measure_calls=1).steady_s
+            calls = profile.calls_per_round(call_s)
             return lambda: measure_step(step=train, batch=batch, warmup_calls=1, measure_calls=calls)
 
-        result = perfsuite.compare(ratio, a=round_of(a), b=round_of(b),
+        result = perfsuite.compare(ratio, a=round_of(*a), b=round_of(*b), warm=True,
                                    sides=tuple(f"{mode}_step" for mode in RATIOS[ratio]))
     assert len(result.ratios) >= profile.min_rounds

@@ -397,13 +397,23 @@ def test_step_rounds_take_a_warm_up_call_each_only_under_the_driver():
     calls = []
     alone = _recorder(None).measure_step(_counted_step(calls), batches=itertools.repeat(np.zeros((4, 1))), name="s")
     smoke = PROFILES["smoke"]
-    assert len(calls) == smoke.warmup_batches + 1 + smoke.min_rounds * smoke.step_calls
+    assert len(calls) == smoke.step_warmup_calls + 1 + smoke.min_rounds * smoke.step_calls
     assert alone.batches == smoke.min_rounds * smoke.step_calls and alone.first_s is not None
     calls.clear()
     driver = ab_worker.RoundDriver(FakeChannel([{"cmd": "go"}] * 3 + [{"cmd": "stop"}]))
     driver.start("benchmarks/test_x.py::t")
     _recorder(driver).measure_step(_counted_step(calls), batches=itertools.repeat(np.zeros((4, 1))), name="s")
-    assert len(calls) == smoke.warmup_batches + 1 + (1 + 3) * (1 + smoke.step_calls)  # a calibration round too
+    assert len(calls) == smoke.step_warmup_calls + 1 + (1 + 3) * (1 + smoke.step_calls)  # a calibration round too
+
+
+@pytest.mark.parametrize("rounds", [None, 3])
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_compare_of_sides_that_warm_up_in_every_round_takes_no_warm_up_round(warm, rounds):
+    calls = []
+    result = _recorder(None).compare("xla_over_graph_ratio", a=lambda: calls.append("a") or 0.01,
+                                     b=lambda: calls.append("b") or 0.02, rounds=rounds, warm=warm)
+    assert len(result.ratios) == (rounds or PROFILES["smoke"].max_rounds)
+    assert len(calls) == 2 * (len(result.ratios) + (0 if warm else 1))
 
 
 def test_a_compare_under_the_driver_alternates_the_order_and_reports_each_ratio():

@@ -52,6 +52,12 @@ class RunProfile:
             return self.step_calls
         return max(self.step_calls, math.ceil(self.min_round_s / call_s))
 
+    @property
+    def step_warmup_calls(self) -> int:
+        """Untimed calls of a step before the one that sizes its rounds: its first (trace and compile) and
+        ``warmup_batches`` - 2 more. The sizing call is in no round, so it is the last warm-up call."""
+        return max(self.warmup_batches - 1, 1)
+
     def as_dict(self) -> dict:
         return asdict(self)
 

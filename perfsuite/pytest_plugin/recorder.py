@@ -198,7 +198,7 @@ class Recorder:
         Under ``perfsuite ab`` the other side runs between two rounds, so each round warms up again."""
         source = iterate(batches)
         options = {"readback": readback} if readback is not None else {}
-        warm = timing.measure_step(step=step, batches=source, warmup_calls=max(self.profile.warmup_batches, 1),
+        warm = timing.measure_step(step=step, batches=source, warmup_calls=self.profile.step_warmup_calls,
                                    measure_calls=1, name=name, **options)
         alone = self.context.round_driver is None
         calls = self.profile.calls_per_round(warm.steady_s)
@@ -259,23 +259,25 @@ class Recorder:
         return self.record(result)
 
     def compare(self, name: str, *, a: Callable[[], Any], b: Callable[[], Any], rounds: int | None = None,
-                sides: tuple[str, str] | None = None) -> timing.ABResult:
+                sides: tuple[str, str] | None = None, warm: bool = False) -> timing.ABResult:
         """Interleaved rounds of ``a`` and ``b`` (A B, B A, ...; each returns seconds for a fixed amount
-        of work, or a Measurement), after one warm-up round; records the median per-round ratio of A's
-        speed over B's as ``name`` (a metric declared in the registry, e.g. ``*_ratio``), with every
-        round's ratio. Rounds follow the budget; while the gate on ``name`` is inconclusive, pairs of
+        of work, or a Measurement), after one warm-up round (see ``warm``); records the median per-round
+        ratio of A's speed over B's as ``name`` (a metric declared in the registry, e.g. ``*_ratio``), with
+        every round's ratio. Rounds follow the budget; while the gate on ``name`` is inconclusive, pairs of
         rounds are added until it is decided, ``max_rounds`` is reached or twice the budget is spent.
         A given ``rounds`` fixes the count instead. ``sides`` names what a and b measure: compares that
         name a side alike measure the same thing, so ``perfsuite ab`` compares each named side once a
-        pass and derives the ratio's change from its sides'."""
+        pass and derives the ratio's change from its sides'. ``warm``: each side warms up within every
+        round of its own (a step's warm-up call), so no warm-up round precedes them."""
         metric_registry.lookup(name)
         if sides is not None and (len(sides) != 2 or len(set(sides)) != 2 or not all(sides)):
             raise ValueError(f"sides: expected two different names (A's, B's), found {sides!r}")
-        started = time.perf_counter()
+        started, warmup_rounds = time.perf_counter(), 0 if warm else 1
         if rounds is not None:
-            result = self._once(lambda: timing.interleave(a=a, b=b, rounds=rounds, warmup_rounds=1))
+            result = self._once(lambda: timing.interleave(a=a, b=b, rounds=rounds,
+                                                          warmup_rounds=warmup_rounds))
         else:
-            result = self._once(lambda: self._interleaved(a, b, name, sides))
+            result = self._once(lambda: self._interleaved(a, b, name, sides, warmup_rounds=warmup_rounds))
         self.add(name, result.summary.median, rounds=result.ratios,
                  extra={f"{name}_detail": result.as_dict(), f"{name}_seconds": time.perf_counter() - started})
         per_sample = result.unit == "samples/s"
@@ -341,14 +343,16 @@ class Recorder:
         self._benchmark_used = True
         return benchmark_adapter.time_rounds(self.benchmark, work, rounds=1)
 
-    def _interleaved(self, a, b, name: str, sides: tuple[str, str] | None = None) -> timing.ABResult:
+    def _interleaved(self, a, b, name: str, sides: tuple[str, str] | None = None,
+                     warmup_rounds: int = 1) -> timing.ABResult:
         if self.context.round_driver is not None:
             if sides is None:  # a driver older than named sides takes no such argument
                 return self.context.round_driver.pairs(a, b, name=name)
             return self.context.round_driver.pairs(a, b, name=name, sides=tuple(sides))
         start = time.perf_counter()
-        result = timing.interleave(a=a, b=b, rounds=1, warmup_rounds=1)  # warm-up A B, then B A
-        pair_s = (time.perf_counter() - start) / 2
+        # (a warm-up pair, then) one measured pair sizes the rounds
+        result = timing.interleave(a=a, b=b, rounds=1, warmup_rounds=warmup_rounds)
+        pair_s = (time.perf_counter() - start) / (1 + warmup_rounds)
         wanted = self.profile.rounds_for(pair_s / 2)
         if wanted > 1:
             result = timing.join_rounds(result, timing.interleave(a=a, b=b, rounds=wanted - 1, warmup_rounds=0))
