@@ -48,9 +48,10 @@ FIGURE_ROUNDS = 3  # the other cases (numpy_function WAV's gate is context): a f
 
 
 def _input_bound(perfsuite, step, dataset, metric="input_bound", rounds=FIGURE_ROUNDS):
-    """After the first round (its 2 untimed steps a side trace, compile and start the pipeline), one
-    untimed step a side settles each switch: a CPU step outlasts these pipelines' refill of their
-    prefetch buffers (docs/measurement.md, "Machine F")."""
+    """Each side times steps for the profile's round (one on a CPU), sized by the synthetic side's 2
+    untimed steps that trace and compile the step; the real side's first round starts with 2 that start
+    the pipeline. Later, one untimed step a side settles each switch: a CPU step outlasts these
+    pipelines' refill of their prefetch buffers (docs/measurement.md, "Machine F")."""
     return perfsuite.measure_input_bound(step=step, dataset=dataset.repeat(), metric=metric, rounds=rounds,
                                          settle=1)
 

@@ -84,6 +84,27 @@ def test_the_first_round_warms_up_and_later_rounds_settle():
     assert len(calls) == 2 * 2 * (3 + 2)
 
 
+def test_a_round_lasts_round_s_sized_by_the_synthetic_sides_last_warm_up_step():
+    calls = []
+
+    def sleeping_step(batch):  # 10 ms: 5 steps make the 50 ms round, 3 at least on a slow box
+        calls.append(batch)
+        time.sleep(0.01)
+        return tf.reduce_sum(batch)
+
+    rounds = InputBoundRounds(step=sleeping_step, dataset=tf.data.Dataset.range(10**6).batch(2), warmup=2,
+                              batches=1, settle=1, round_s=0.05)
+    rounds.one_round()
+    timed = rounds.result().batches
+    assert 3 <= timed <= 5
+    # sizing: the synthetic side's 2 warm-up steps; then the real side warms up, the synthetic one settles
+    assert len(calls) == 2 + (2 + timed) + (1 + timed)
+    rounds.one_round()
+    assert len(calls) == 2 + (2 + timed) + (1 + timed) + 2 * (1 + timed) and rounds.result().batches == timed
+    with pytest.raises(ValueError, match="round_s: expected a finite number of seconds >= 0, found -1"):
+        InputBoundRounds(step=sleeping_step, dataset=tf.data.Dataset.range(4), warmup=1, batches=1, round_s=-1)
+
+
 def test_input_bound_needs_an_endless_dataset_and_says_so():
     with pytest.raises(TypeError, match="tf.data.Dataset"):
         measure_input_bound(step=_fast_step, dataset=[tf.ones([2])], warmup=1, batches=1)

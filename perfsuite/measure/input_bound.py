@@ -5,7 +5,8 @@ synthetic twin (one batch of the same structure repeated: no input work), in rou
 which side runs first, so a drift of the machine's speed reaches both alike. A side of the first round
 runs ``warmup`` untimed steps (tracing the step, starting the pipeline), a side of a later round
 ``settle`` (draining the prefetch buffer that refilled while the other side ran, or letting that refill
-finish before the synthetic side is timed); then it times ``batches`` steps with their fetches. Its
+finish before the synthetic side is timed); then it times ``batches`` steps with their fetches (or
+as many as last ``round_s``, sized once by the synthetic side's last warm-up step). Its
 figure is the mean seconds per step, not a median: a pipeline that stalls every few batches costs
 exactly its stalls. The share of a round is 1 - t_synthetic / t_real (``stats.input_bound_share``).
 
@@ -21,6 +22,7 @@ undecided; ``measure_input_bound`` runs a fixed number. The result, ``InputBound
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -133,21 +135,26 @@ class InputBoundRounds:
     """The rounds of one input-bound measurement: ``one_round()`` adds one, ``result()`` is the figure so
     far. ``dataset``: a tf.data.Dataset (its synthetic twin is dataset.take(1).cache().repeat()), repeated
     so that it never ends. ``settle``: untimed steps per side after the first round (default: ``warmup``).
-    ``readback(output)`` forces the step's completion (default: one element of its output back to the
-    host)."""
+    ``round_s``: when above 0, each side times more than ``batches`` steps until they last this long,
+    sized before the first round by the synthetic twin's ``warmup`` steps, its last one timed (that side
+    then settles instead of warming up in the first round). ``readback(output)`` forces the step's
+    completion (default: one element of its output back to the host)."""
 
     def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int,
-                 settle: int | None = None, readback: Callable[[Any], Any] | None = None,
+                 settle: int | None = None, round_s: float = 0.0, readback: Callable[[Any], Any] | None = None,
                  name: str = "input_bound"):
         settle = warmup if settle is None else settle
         for key, value, least in (("warmup", warmup, 0), ("settle", settle, 0), ("batches", batches, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{key}: expected an integer >= {least}, found {value!r}")
+        if not (isinstance(round_s, (int, float)) and not isinstance(round_s, bool) and 0 <= round_s < math.inf):
+            raise ValueError(f"round_s: expected a finite number of seconds >= 0, found {round_s!r}")
         tf = tensorflow()
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found "
                             f"{type(dataset).__name__}")
         self._step, self._warmup, self._settle, self._batches = step, warmup, settle, batches
+        self._round_s = round_s
         self._readback = readback or step_readback
         self._real = _Endless(dataset, name)
         self._synthetic = _Endless(dataset.take(1).cache().repeat(), f"{name} (synthetic twin)")
@@ -155,10 +162,22 @@ class InputBoundRounds:
         self._synthetic_s: list[float] = []
         self._wait_s: list[float] = []
 
+    def _size(self) -> None:
+        """The synthetic twin's warm-up steps (the step's trace and compile), the last one timed; the timed
+        steps per side become the fewest that last ``round_s``, ``batches`` at least."""
+        step_s, _ = step_and_wait_s(self._step, self._synthetic, warmup=max(self._warmup - 1, 0), count=1,
+                                    readback=self._readback)
+        self._batches = max(self._batches, math.ceil(self._round_s / step_s))
+
     def one_round(self) -> None:
         """One round: both sides, the real one first in even rounds and last in odd ones."""
-        untimed = self._settle if self._real_s else self._warmup
+        first = not self._real_s
+        sized = first and self._round_s > 0
+        if sized:
+            self._size()
         for real in (True, False) if len(self._real_s) % 2 == 0 else (False, True):
+            warm = not first or (sized and not real)  # _size warmed the synthetic side up
+            untimed = self._settle if warm else self._warmup
             step_s, wait_s = step_and_wait_s(self._step, self._real if real else self._synthetic,
                                              warmup=untimed, count=self._batches, readback=self._readback)
             (self._real_s if real else self._synthetic_s).append(step_s)

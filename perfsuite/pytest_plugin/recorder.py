@@ -216,13 +216,15 @@ class Recorder:
         """The step fed by ``dataset`` (a repeated tf.data.Dataset) and by its synthetic twin (one cached
         batch), in alternating rounds (perfsuite.measure.input_bound); records the input-bound share
         ``metric`` and the wait share (``metric`` named ``..._input_wait`` instead of ``..._input_bound``)
-        with their per-round values. Defaults: ``step_calls`` batches a round (2 at least), ``min_rounds``
-        rounds, then more while a gate on either is inconclusive (``more_rounds``). A given ``rounds`` fixes
-        the count instead. ``warmup`` and ``settle``: untimed steps per side in the first round and in each
-        later one (``settle`` defaults to ``warmup``)."""
+        with their per-round values. Defaults: a side's timed steps sized like a step round (at least
+        ``step_calls``, more until they last ``min_round_s``), ``min_rounds`` rounds, then more while a gate
+        on either is inconclusive (``more_rounds``). A given ``batches`` or ``rounds`` fixes the count
+        instead. ``warmup`` and ``settle``: untimed steps per side in the first round and in each later one
+        (``settle`` defaults to ``warmup``)."""
         wait_metric = metric_registry.wait_metric_of(metric)
         measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, settle=settle,
-                                       batches=batches or max(self.profile.step_calls, 2))
+                                       batches=batches or self.profile.step_calls,
+                                       round_s=0.0 if batches else self.profile.min_round_s)
 
         def undecided() -> list[str]:  # the metrics whose counting gates are inconclusive so far
             so_far = measurement.result()
