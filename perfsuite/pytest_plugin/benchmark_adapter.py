@@ -13,7 +13,7 @@ each round's time per unit of work, so ``stats.ops`` is units per second and pyt
 JSON rank by speed. ``extra_info["stats_unit"]`` names the unit, and so does the benchmark's group (e.g.
 'loaders, s/sample'), so that each of pytest-benchmark's tables ranks times of one kind:
 
-- ``s/sample``: dataset benchmarks (ops = samples/s);
+- ``s/sample``: dataset benchmarks and the tf.data service's rounds (ops = samples/s);
 - ``s/step``: step and epoch benchmarks (ops = step calls/s) and ``s/step fed by the pipeline`` for the
   input-bound share (the real pipeline's side: its ops is the fed step's speed);
 - ``s/sample of A`` (``s/round of A`` when its sides return seconds for a fixed amount of work):

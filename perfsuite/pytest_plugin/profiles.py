@@ -7,7 +7,7 @@ say how many rounds were taken. Warm-up, trace and compile are outside the budge
 
 smoke: CI's pass over every benchmark: they run and produce metrics, not how fast anything is.
 quick: the CI-sized measurement (``pytest benchmarks/ -m "not selftest"``; its wall time per machine is in
-       docs/measurement.md).
+       docs/measurement.md): loaders at batch 16 over 1 and 2 workers, the step's modes at batch 8.
 full:  the nightly sweep (more batch sizes and workers, larger budgets).
 """
 
@@ -68,7 +68,7 @@ PROFILES = {
                         batch_sizes=(16,), workers=(2,), step_batch_sizes=(8,), precisions=("fp32", "mixed_float16")),
     "quick": RunProfile(name="quick", corpus="default", model="default", warmup_batches=2, measure_batches=8,
                         min_round_s=0.2, step_calls=1, budget_s=4.0, min_rounds=5, max_rounds=15,
-                        batch_sizes=(16,), workers=(1, 2), step_batch_sizes=(8, 16), precisions=("fp32",)),
+                        batch_sizes=(16,), workers=(1, 2), step_batch_sizes=(8,), precisions=("fp32",)),
     "full": RunProfile(name="full", corpus="default", model="default", warmup_batches=4, measure_batches=32,
                        min_round_s=0.5, step_calls=10, budget_s=30.0, min_rounds=7, max_rounds=41,
                        batch_sizes=(8, 16, 32, 64), workers=(1, 2, 4, -1), step_batch_sizes=(8, 16, 32),
