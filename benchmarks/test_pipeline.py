@@ -43,8 +43,8 @@ def compiled_step(perfsuite_profile, static_limits):
                            input_shapes=(None, *static_limits))
 
 
-GATED = {("tf_native", "cache")}  # its wait share has a gate that counts
-FIGURE_ROUNDS = 3  # the other cases (numpy_function WAV's gate is context): a figure, not a verdict
+GATED = {("tf_native", "cache"), ("numpy_function", "wav")}  # their wait or input-bound shares have gates
+FIGURE_ROUNDS = 3  # cases without a gate: a figure, not a verdict, so fewer rounds
 
 
 def _input_bound(perfsuite, step, dataset, metric="input_bound", rounds=FIGURE_ROUNDS):
