@@ -135,7 +135,7 @@ class InputBoundRounds:
     """The rounds of one input-bound measurement: ``one_round()`` adds one, ``result()`` is the figure so
     far. ``dataset``: a tf.data.Dataset (its synthetic twin is dataset.take(1).cache().repeat()), repeated
     so that it never ends. ``settle``: untimed steps per side after the first round (default: ``warmup``).
-    ``round_s``: when above 0, each side times more than ``batches`` steps until they last this long,
+    ``round_s``: when above 0, each side times at least ``batches`` steps, more until they last this long,
     sized before the first round by the synthetic twin's ``warmup`` steps, its last one timed (that side
     then settles instead of warming up in the first round). ``readback(output)`` forces the step's
     completion (default: one element of its output back to the host)."""
