@@ -93,3 +93,10 @@ def test_a_step_round_lasts_the_profiles_round_with_the_fewest_calls_that_do(nam
     assert calls * call_s >= profile.min_round_s * (1 - 1e-9)  # the round lasts the profile's round
     if calls > profile.step_calls:  # more calls only to fill the round, and no more than fill it
         assert (calls - 1) * call_s < profile.min_round_s
+
+
+def test_a_steps_sizing_call_is_its_last_warm_up_call():
+    # Untimed calls before a step's rounds, sizing call included, are the profile's warm-up batches
+    # (at least the first call, which traces and compiles, and the sizing call).
+    for profile in PROFILES.values():
+        assert profile.step_warmup_calls + 1 == max(profile.warmup_batches, 2), profile.name
