@@ -97,3 +97,20 @@ def test_a_file_that_is_not_a_saved_run_is_named(tmp_path, fingerprint):
     assert result.returncode == 2
     assert "0001_x.json: expected a saved pytest-benchmark run" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_fewer_runs_than_a_change_point_needs_say_so_not_no_change(tmp_path, fingerprint):
+    storage, out = tmp_path / ".benchmarks", tmp_path / "history"
+    write_runs(storage, fingerprint, seed=0)
+    for extra in sorted((storage / "Linux-CPython-3.11-64bit").glob("*.json"))[3:]:
+        extra.unlink()
+    (stepped, _flat) = build_history(storage, fingerprint)
+    assert len(stepped.points) == 3 and not stepped.searched and stepped.changes == ()
+    result = subprocess.run([sys.executable, "-m", "perfsuite", "history", "--storage", str(storage),
+                             "--out", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    said = "not enough runs (3 of 6) to look for change points"
+    assert result.stdout.count(said) == 2
+    page = (out / "history.md").read_text()
+    assert page.count(said.capitalize()) == 2
+    assert "No change point" not in page

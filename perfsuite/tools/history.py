@@ -34,6 +34,7 @@ from perfsuite.tables import RIGHT, Table
 
 PENALTY = 3.0
 MIN_SEGMENT = 3
+MIN_RUNS = 2 * MIN_SEGMENT  # a change point needs a segment of MIN_SEGMENT runs on each side
 EXTRA_HINT = "pip install 'perfsuite[history]' (the 'test' extra includes it too)"
 
 
@@ -71,6 +72,14 @@ class Series:
     benchmark_id: str
     points: tuple[Point, ...]
     changes: tuple[ChangePoint, ...]
+
+    @property
+    def searched(self) -> bool:
+        """Whether the series has enough runs (MIN_RUNS) to look for change points at all."""
+        return len(self.points) >= MIN_RUNS
+
+    def too_short(self) -> str:
+        return f"not enough runs ({len(self.points)} of {MIN_RUNS}) to look for change points"
 
 
 def _short(commit: str) -> str:
@@ -121,9 +130,10 @@ def _interval(info: dict) -> tuple[float | None, float | None]:
 
 
 def change_points(points: list[Point]) -> tuple[ChangePoint, ...]:
-    """The shifts in a series (see the module docstring); none with fewer than 2 × MIN_SEGMENT runs."""
+    """The shifts in a series (see the module docstring); none with fewer than MIN_RUNS runs (not looked
+    for: ``Series.searched`` says so)."""
     values = np.log([p.samples_per_s for p in points])
-    if len(values) < 2 * MIN_SEGMENT:
+    if len(values) < MIN_RUNS:
         return ()
     try:
         import ruptures
@@ -190,7 +200,8 @@ def summary_table(history: list[Series]) -> Table:
     for s in history:
         last = s.points[-1]
         interval = "-" if last.low is None else f"[{last.low:,.0f}, {last.high:,.0f}]"
-        rows.append((s.benchmark_id, len(s.points), f"{last.samples_per_s:,.0f} {interval}", len(s.changes)))
+        changes = len(s.changes) if s.searched else f"not looked for ({len(s.points)} of {MIN_RUNS} runs)"
+        rows.append((s.benchmark_id, len(s.points), f"{last.samples_per_s:,.0f} {interval}", changes))
     return Table.of(("benchmark", "runs", "latest samples/s [interval]", "change points"), rows,
                     ("left", RIGHT, RIGHT, RIGHT))
 
@@ -216,7 +227,9 @@ def write_history(history: list[Series], directory: Path, *, storage: Path) -> P
     for index, series in enumerate(history):
         name = plot_series(series, directory / f"history-{index:02d}-{file_stem(series.benchmark_id)}.png").name
         lines += ["", f"## {series.benchmark_id}", ""]
-        if series.changes:
+        if not series.searched:
+            lines += [f"{series.too_short().capitalize()}.", ""]
+        elif series.changes:
             lines += [changes_table(series).markdown(), ""]
         else:
             lines += [f"No change point over {len(series.points)} run(s).", ""]
