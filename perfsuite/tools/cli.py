@@ -125,6 +125,8 @@ def _history(args, parser) -> int:
         return EXIT_OK
     print("\n".join(summary_table(history).terminal()))
     for series in history:
+        if not series.searched:
+            print(f"{series.benchmark_id}: {series.too_short()}")
         for change in series.changes:
             print(f"{series.benchmark_id}: {change.shift:+.1%} [{change.shift_low:+.1%}, {change.shift_high:+.1%}] "
                   f"between {change.commits()}")
