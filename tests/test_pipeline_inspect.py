@@ -19,7 +19,7 @@ from perfsuite.tools.diagnose.targets import (
     load_callable,
     load_step,
 )
-from perfsuite.tools.pipeline_inspect import (
+from perfsuite.tools.diagnose.pipeline import (
     PIPELINE_SCHEMA_VERSION,
     PipelineDiagnosis,
     PipelineSettings,

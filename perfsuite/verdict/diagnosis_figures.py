@@ -274,7 +274,7 @@ class InputBoundFigures(Record):
     the same rounds. share: per-round 1 - t_synthetic / t_real against INPUT_BOUND_BOUNDARIES;
     classification: of its median (TF's profiler classes). t_real, t_synthetic: medians of the
     per-round mean seconds per step. batches: timed steps per side and round, after warmup untimed.
-    pipeline: which loader; None for a --pipeline run's own pipeline (pipeline_inspect). wait: the
+    pipeline: which loader; None for a --pipeline run's own pipeline (diagnose/pipeline.py). wait: the
     per-round share of the fed step's time spent fetching its batch (the profiler's input time; on a
     CPU-only machine the share also holds the pipeline's CPU contention, the wait does not) against the
     same boundaries; None in files before schema 8 (pipeline schema 5)."""
