@@ -216,7 +216,11 @@ def _no_visible_devices_env_and_no_leftover_thread(monkeypatch):
 
 
 @pytest.fixture
-def clock() -> FakeClock:
+def clock(monkeypatch) -> FakeClock:
+    # The fake clock advances a tick (62.5 ms) per call while the sampler waits 1 ms of real time, so in
+    # the fake's time every sample is dozens of intervals after the last: coverage cannot be judged on
+    # it. It is judged on the real sampler thread and its real clock below ("Coverage").
+    monkeypatch.setattr(utilisation, "MAX_GAP_INTERVALS", float("inf"))
     return FakeClock()
 
 
@@ -555,6 +559,70 @@ def test_nvml_error_mid_run_marks_the_timeline_incomplete(monkeypatch, clock, fa
     assert len(series.timestamps) == len(series.mem_used) == len(series.sm_clock)
     info = gpu_stats(timeline).extra_info()
     assert info["gpu_complete"] is False and "GpuIsLost" in info["gpu_error"]
+
+
+# --------------------------------------------------------------------------- coverage, on the real clock
+
+
+class StallingNvml(FakeNvml):
+    """The fake NVML whose utilisation query blocks for `stall_s` at its `at_call`-th call (1-based), as an
+    NVML call held up by the driver would; its other answers are the fake's at a fixed tick."""
+
+    def __init__(self, *, stall_s: float, at_call: int):
+        super().__init__(clock=FakeClock(), buffer=False)
+        self.stall_s, self.at_call, self.calls = stall_s, at_call, 0
+        self.stalled = threading.Event()
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        self.calls += 1
+        if self.calls == self.at_call:
+            time.sleep(self.stall_s)
+            self.stalled.set()
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+
+COVER_INTERVAL_S, STALL_INTERVALS, WINDOW_INTERVALS = 0.05, 8, 24
+
+
+def stalled_window(monkeypatch, *, stall_s: float, at_call: int) -> GpuTimeline:
+    """A window of WINDOW_INTERVALS sampled by the real sampler thread with the real clock (time.time)."""
+    fake = use(monkeypatch, StallingNvml(stall_s=stall_s, at_call=at_call))
+    with GpuSampler(interval_s=COVER_INTERVAL_S) as sampler:
+        time.sleep(WINDOW_INTERVALS * COVER_INTERVAL_S)
+    assert fake.calls >= at_call and (stall_s == 0 or fake.stalled.is_set())
+    return sampler.timeline
+
+
+def test_a_sampler_that_keeps_to_its_interval_covers_the_window(monkeypatch):
+    timeline = stalled_window(monkeypatch, stall_s=0.0, at_call=5)
+    coverage = utilisation.sample_coverage(timeline.devices[0].timestamps, start=timeline.start,
+                                           end=timeline.end, interval_s=COVER_INTERVAL_S)
+    assert timeline.complete and timeline.error is None, timeline.error
+    assert coverage.covered and coverage.samples >= WINDOW_INTERVALS // 3
+    assert gpu_gate_metrics(gpu_stats(timeline))["gpu_complete"] is True
+
+
+@pytest.mark.parametrize("where,at_call", [("mid-window", 6), ("at the first sample", 1)])
+def test_a_sampler_thread_stalled_for_several_intervals_leaves_the_window_incomplete(monkeypatch, where, at_call):
+    timeline = stalled_window(monkeypatch, stall_s=STALL_INTERVALS * COVER_INTERVAL_S, at_call=at_call)
+    assert not timeline.complete, where
+    assert "GPU 0: the sampler's" in timeline.error and "without a sample" in timeline.error
+    stamps = timeline.devices[0].timestamps
+    coverage = utilisation.sample_coverage(stamps, start=timeline.start, end=timeline.end,
+                                           interval_s=COVER_INTERVAL_S)
+    assert coverage.longest_s >= STALL_INTERVALS * COVER_INTERVAL_S
+    info = gpu_stats(timeline).extra_info()
+    assert info["gpu_complete"] is False and gpu_gate_metrics(gpu_stats(timeline))["gpu_complete"] is False
+
+
+def test_coverage_of_sample_times_names_each_gap():
+    coverage = utilisation.sample_coverage([10.1, 10.2, 10.6, 10.7, 99.0], start=10.0, end=10.8, interval_s=0.1)
+    assert coverage.samples == 4  # the stamp outside the window is not counted
+    assert (coverage.first_gap_s, coverage.largest_gap_s, coverage.last_gap_s) == pytest.approx((0.1, 0.4, 0.1))
+    assert not coverage.covered and "0.4 s of the 0.8 s window" in coverage.problem("GPU 3")
+    none = utilisation.sample_coverage([], start=0.0, end=1.0, interval_s=0.1)
+    assert none.samples == 0 and not none.covered
+    assert utilisation.sample_coverage([0.1, 0.35, 0.6, 0.8], start=0.0, end=1.0, interval_s=0.1).covered
 
 
 def test_thread_is_joined_when_the_body_raises(monkeypatch, clock):

@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from perfsuite.errors import GpuUnavailable
-from perfsuite.measure.utilisation import DeviceTimeline, GpuTimeline, gpu_stats
+from perfsuite.measure.utilisation import DeviceTimeline, GpuTimeline, gpu_stats, sample_coverage
 
 DEFAULT_INTERVAL_S = 0.05
 
@@ -285,7 +285,9 @@ class GpuSampler:
     `clock` must be wall-clock seconds since the epoch (time.time): the driver buffer stamps its samples
     in epoch microseconds, and the window they are clipped to is taken with this clock.
     An NVML error while sampling stops the sampling and marks the timeline incomplete with the error text;
-    the block itself is not disturbed. The thread is stopped and joined on every exit; if it does not stop
+    the block itself is not disturbed. So does a window the sampler's own samples do not cover
+    (`utilisation.sample_coverage` of each device's polled sample times: a sampler held up for a few
+    intervals, by a blocking NVML call or a starved thread, leaves a gap). The thread is stopped and joined on every exit; if it does not stop
     within `join_timeout_s` (an NVML call hanging), __exit__ raises.
     """
 
@@ -348,17 +350,27 @@ class GpuSampler:
                 "(an NVML call is hanging)"
             )
         self._nvml.nvmlShutdown()
+        devices = tuple(r.clipped(start=self._start, end=self._end) for r in self._recorders)
+        error = self._error if self._crash is None else f"sampler failed: {self._crash!r}"
+        if error is None:
+            error = self._gap(devices)
         self._timeline = GpuTimeline(
             start=self._start,
             end=self._end,
             interval_s=self.interval_s,
-            devices=tuple(r.clipped(start=self._start, end=self._end) for r in self._recorders),
-            complete=self._error is None and self._crash is None,
-            error=self._error if self._crash is None else f"sampler failed: {self._crash!r}",
+            devices=devices,
+            complete=error is None,
+            error=error,
         )
         if self._crash is not None and exc_type is None:
             raise RuntimeError("GpuSampler: the sampling thread failed") from self._crash
         return False
+
+    def _gap(self, devices: Sequence[DeviceTimeline]) -> str | None:
+        """Why the sampler's own sample times do not cover the window, for the devices that miss it."""
+        problems = [sample_coverage(d.timestamps, start=self._start, end=self._end, interval_s=self.interval_s)
+                    .problem(f"GPU {d.index}") for d in devices]
+        return "; ".join(p for p in problems if p) or None
 
     @property
     def timeline(self) -> GpuTimeline:

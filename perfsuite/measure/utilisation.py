@@ -20,6 +20,11 @@ IDLE_THRESHOLD_PCT = 10.0
 # should keep the GPU busy.
 MIN_UTIL_MEDIAN_PCT = 85.0
 MAX_IDLE_FRACTION = 0.05
+# A sampler covers its window when no stretch of it without one of the sampler's own samples (from the
+# window's start to the first, between two, from the last to the end) is longer than this many sampling
+# intervals. A sampler that keeps to its interval leaves gaps of one interval and the time of its calls;
+# one held up (an NVML call that blocks, a starved thread) for a few intervals leaves a longer one.
+MAX_GAP_INTERVALS = 3.0
 
 
 # ---------------------------------------------------------------------------------------------- timeline
@@ -54,7 +59,7 @@ class GpuTimeline(Record):
     end: float
     interval_s: float
     devices: tuple[DeviceTimeline, ...]
-    complete: bool  # False when an NVML error stopped sampling early
+    complete: bool  # False when an NVML error stopped sampling early or the samples miss part of the window
     error: str | None
 
     @property
@@ -65,6 +70,53 @@ class GpuTimeline(Record):
     @property
     def duration_s(self) -> float:
         return self.end - self.start
+
+
+
+@dataclass(frozen=True)
+class SampleCoverage(Record):
+    """How a sampler's own sample times (stamped by its clock as it took them) cover a window: the
+    stretches without a sample from the window's start to the first, the largest between two, and from
+    the last to the end, in seconds. The window is covered when none is over MAX_GAP_INTERVALS x
+    interval_s."""
+
+    samples: int
+    interval_s: float
+    window_s: float
+    first_gap_s: float
+    largest_gap_s: float
+    last_gap_s: float
+
+    @property
+    def longest_s(self) -> float:
+        return max(self.first_gap_s, self.largest_gap_s, self.last_gap_s)
+
+    @property
+    def covered(self) -> bool:
+        return self.longest_s <= MAX_GAP_INTERVALS * self.interval_s
+
+    def problem(self, device: str) -> str | None:
+        """Why the window is not covered, naming the device; None when it is."""
+        if self.covered:
+            return None
+        return (f"{device}: the sampler's {self.samples} sample(s) leave {self.longest_s:.3g} s of the "
+                f"{self.window_s:.3g} s window without a sample (from the start to the first "
+                f"{self.first_gap_s:.3g} s, largest between two {self.largest_gap_s:.3g} s, from the last to "
+                f"the end {self.last_gap_s:.3g} s); at most {MAX_GAP_INTERVALS:g} sampling intervals of "
+                f"{self.interval_s:.3g} s expected")
+
+
+def sample_coverage(stamps: Sequence[float], *, start: float, end: float, interval_s: float) -> SampleCoverage:
+    """The coverage of [start, end] by the sample times in it (see SampleCoverage); no sample leaves the
+    whole window as one gap."""
+    inside = sorted(t for t in stamps if start <= t <= end)
+    between = [b - a for a, b in zip(inside, inside[1:])]
+    if not inside:
+        return SampleCoverage(0, interval_s, end - start, end - start, 0.0, end - start)
+    return SampleCoverage(samples=len(inside), interval_s=interval_s, window_s=end - start,
+                          first_gap_s=inside[0] - start, largest_gap_s=max(between, default=0.0),
+                          last_gap_s=end - inside[-1])
+
 
 # A significant cycle whose swing (peak to trough of the utilisation averaged per phase of the cycle) is
 # smaller than this many percentage points is a ripple, not an oscillation: at full load, a beat between
@@ -228,7 +280,7 @@ def gpu_gate_metrics(stats: GpuStats) -> dict[str, Any]:
     gpu_util_median  percent (0-100), default gate MIN_UTIL_MEDIAN_PCT = 85
     gpu_idle_fraction  fraction (0-1), default gate MAX_IDLE_FRACTION = 0.05
     gpu_oscillation  bool, a significant cycle; a GPU runner gates it at False
-    gpu_complete  bool; a gate on an incomplete timeline should not pass
+    gpu_complete  bool: the window was sampled without an error and its samples cover it
     """
     return {
         "gpu_util_median": stats.util_median,
