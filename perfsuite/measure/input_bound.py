@@ -31,6 +31,7 @@ from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
+from perfsuite.measure.rounds import alternating, planned
 from perfsuite.measure.teardown import iterate
 from perfsuite.measure.timing import step_readback
 
@@ -175,7 +176,7 @@ class InputBoundRounds:
         sized = first and self._round_s > 0
         if sized:
             self._size()
-        for real in (True, False) if len(self._real_s) % 2 == 0 else (False, True):
+        for real in alternating((True, False), len(self._real_s)):
             warm = not first or (sized and not real)  # _size warmed the synthetic side up
             untimed = self._settle if warm else self._warmup
             step_s, wait_s = step_and_wait_s(self._step, self._real if real else self._synthetic,
@@ -197,6 +198,5 @@ def measure_input_bound(*, step: Callable[[Any], Any], dataset, warmup: int, bat
         raise ValueError(f"rounds: expected an integer >= 1, found {rounds!r}")
     measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, batches=batches, settle=settle,
                                    readback=readback, name=name)
-    for _ in range(rounds):
-        measurement.one_round()
+    planned(lambda index: measurement.one_round(), rounds)
     return measurement.result()

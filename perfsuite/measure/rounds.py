@@ -1,17 +1,22 @@
-"""The one round driver: the order of interleaved runs within a round, and rounds added until a figure
-is decided within a time limit.
+"""The one round driver: the order of interleaved runs within a round, planned rounds, and rounds added
+until a figure is decided within a time limit. Every measurement in rounds runs them through here.
 
 alternating() is the order interleaved measurements use (timing.interleave, timing.interleave_rounds,
-diagnose's stages): forwards on even rounds, backwards on odd ones (A B C, C B A, ...), so over a pair of
-rounds every run sits at the same mean position and a steady drift cancels. rotated() (the self-test's
-arms) also puts every run in every position equally often, over 2 x len(labels) rounds.
-until_decided() adds rounds while a figure is undecided: the fixture's undecided gates, diagnose's stages.
-A round is started only where it fits the limit at the longest round so far, so the limit is kept.
+input_bound, the emulated contrasts, diagnose's stages, perfsuite ab's controller): forwards on even rounds,
+backwards on odd ones (A B C, C B A, ...), so over a pair of rounds every run sits at the same mean position
+and a steady drift cancels. rotated() (the self-test's arms) also puts every run in every position equally
+often, over 2 x len(labels) rounds. A round's order comes from its index, counted from the first round of the
+measurement (warm-up rounds included), so rounds added later continue the alternation.
+planned() runs a fixed number of rounds, through a timing instrument where one is given (pytest-benchmark's
+pedantic, through pytest_plugin/benchmark_adapter); interleaved() runs several runs once per round in
+an order. until_decided() adds rounds while a figure is undecided (the fixture's undecided gates, ratio
+gates included, diagnose's stages, perfsuite ab's controller): a round is started only where it fits the
+limit at the longest round so far, so the limit is kept. RoundsOutcome.note is what a summary says when
+they ended with the figure undecided, the same words wherever a budget runs out.
 
-The two instruments that time rounds outside this module call into it for their order and limits:
-pytest-benchmark's pedantic (pytest_plugin/benchmark_adapter) times a fixture's planned rounds, and
-`perfsuite ab`'s controller asks a worker for each round through the fixture's round_driver seam
-(pytest_plugin/ab_worker), deciding when to stop from both sides at once.
+RoundDriver is the one seam for rounds driven from outside: `perfsuite ab`'s worker (pytest_plugin/ab_worker)
+gives the fixture one through the plugin's hook (pytest_plugin/hooks.py), and its controller asks for each
+round, deciding when to stop from both sides at once.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from perfsuite.records import Record
 
@@ -41,23 +46,63 @@ def rotated(labels: Sequence[T], index: int) -> tuple[T, ...]:
     return order if (index // len(labels)) % 2 == 0 else order[::-1]
 
 
+class RoundDriver(Protocol):
+    """Rounds driven from outside the run profile's budget: the fixture's (pytest_plugin.recorder) measurements,
+    once warmed up, hand their rounds to it; its figures come back as the rounds' results. None where the
+    budget decides. Implemented by perfsuite ab's worker (pytest_plugin.ab_worker.RoundDriver).
+
+    rounds(one_round, side=...): the results of one_round() for each round it runs (measure_dataset,
+    measure_step; ``side`` names what they measure, as Recorder.measure_dataset says). pairs(a, b, name=...,
+    sides=...): a compare's interleaved rounds of a and b as a timing.ABResult (A's speed over B's)."""
+
+    def rounds(self, one_round: Callable[[], T], *, side: str | None = None) -> list[T]: ...
+
+    def pairs(self, a: Callable[[], Any], b: Callable[[], Any], *, name: str,
+              sides: tuple[str, str] | None = None) -> Any: ...
+
+
+def planned(one_round: Callable[[int], T], rounds: int, *, start: int = 0,
+            instrument: Callable[[Callable[[], None], int], Any] | None = None) -> list[T]:
+    """`rounds` rounds, one_round(index) for index start, start + 1, ...; their results in order.
+    instrument(target, rounds), where given, runs the rounds and times each itself (pytest-benchmark's
+    pedantic); those it did not run (a disabled pytest-benchmark runs the target once) are run here."""
+    if rounds < 0 or start < 0:
+        raise ValueError(f"rounds, start: expected >= 0 and >= 0, found {rounds} and {start}")
+    results: list[T] = []
+
+    def target() -> None:
+        results.append(one_round(start + len(results)))
+
+    if instrument is not None and rounds > 0:
+        instrument(target, rounds)
+    while len(results) < rounds:
+        target()
+    return results
+
+
 def interleaved(runs: Mapping[Any, Callable[[], T]], *, rounds: int, warmup_rounds: int = 0,
-                order: Callable[[Sequence, int], tuple] = alternating) -> tuple[dict[Any, list[T]], list[tuple]]:
+                order: Callable[[Sequence, int], tuple] = alternating,
+                start: int = 0) -> tuple[dict[Any, list[T]], list[tuple]]:
     """Every run once per round in `order` (alternating or rotated), warm-up rounds first (in that order,
-    their results discarded). Returns ({label: its result per measured round}, each measured round's order)."""
+    their results discarded). ``start``: the index of the first round (warm-up included) in the
+    measurement's order, for rounds that continue earlier ones. Returns ({label: its result per measured
+    round}, each measured round's order)."""
     if rounds < 1 or warmup_rounds < 0:
         raise ValueError(f"rounds, warmup_rounds: expected >= 1 and >= 0, found {rounds} and {warmup_rounds}")
     if not runs:
         raise ValueError("runs: expected at least one callable, found none")
     values: dict[Any, list[T]] = {label: [] for label in runs}
     orders = []
-    for index in range(warmup_rounds + rounds):
+
+    def one_round(index: int) -> None:
         sequence = order(tuple(runs), index)
         results = {label: runs[label]() for label in sequence}
-        if index >= warmup_rounds:
+        if index >= start + warmup_rounds:
             for label in sequence:
                 values[label].append(results[label])
             orders.append(sequence)
+
+    planned(one_round, warmup_rounds + rounds, start=start)
     return values, orders
 
 
