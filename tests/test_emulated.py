@@ -35,6 +35,7 @@ from perfsuite.measure.emulated import (
     feed_rate,
     fixed_step,
     run_emulated,
+    step_accounting,
     utilisation_timeline,
     window_coverage,
     with_coverage,
@@ -253,6 +254,85 @@ def test_a_run_s_timeline_covers_its_window():
     run = run_emulated(produced(0.002), step=0.01, config=EmulatedRunConfig(batches=4, min_samples=10))
     assert run.timeline.complete, run.timeline.error
     assert run.figures().timeline_covered_share >= 0.9
+
+
+class LosingDevice(EmulatedDevice):
+    """An emulated device that loses the record of its `lose`-th measured step (1-based): the step runs,
+    the timeline never hears of it."""
+
+    def __init__(self, lose: int):
+        super().__init__()
+        self.lose, self.held = lose, 0
+
+    def clear(self):
+        super().clear()
+        self.held = 0
+
+    def hold(self, seconds):
+        interval = super().hold(seconds)
+        self.held += 1
+        if self.held == self.lose:
+            self.busy.pop()
+        return interval
+
+
+class StalledDevice(EmulatedDevice):
+    """An emulated device whose hand-over stalls for `stall_s` before the `at`-th measured step: time the
+    loop spends that is neither the device's, the pipeline's nor a late wake-up."""
+
+    def __init__(self, *, at: int, stall_s: float):
+        super().__init__()
+        self.at, self.stall_s, self.held = at, stall_s, 0
+
+    def clear(self):
+        super().clear()
+        self.held = 0
+
+    def hold(self, seconds):
+        self.held += 1
+        if self.held == self.at:
+            time.sleep(self.stall_s)
+        return super().hold(seconds)
+
+
+ACCOUNTED = EmulatedRunConfig(batches=4, warmup_batches=1, min_samples=12)
+
+
+def test_a_round_accounts_for_every_step_and_its_window():
+    run = run_emulated(produced(0.001), step=0.01, config=ACCOUNTED)
+    accounting = run.accounting
+    assert accounting.steps_run == accounting.steps_in_timeline == len(run.step_s) >= ACCOUNTED.batches
+    assert accounting.busy_s == pytest.approx(sum(run.step_s))
+    assert accounting.unaccounted_s <= 0.05 * accounting.window_s
+    assert run.timeline.complete, run.timeline.error
+    assert emulated_gate_metrics(emulated_stats(run))["emulated_complete"] is True
+
+
+def test_a_round_that_loses_a_step_is_incomplete_and_fails_the_complete_gate():
+    run = run_emulated(produced(0.001), step=0.01, config=ACCOUNTED, device=LosingDevice(lose=5))
+    assert run.accounting.steps_in_timeline == run.accounting.steps_run - 1
+    assert not run.timeline.complete
+    assert f"{run.accounting.steps_run} step(s) ran, {run.accounting.steps_run - 1} of them" in run.timeline.error
+    assert complete_verdict([run.timeline] * 5) == FAIL
+
+
+def test_a_loop_held_up_outside_the_pipeline_and_the_device_is_incomplete():
+    run = run_emulated(produced(0.001), step=0.01, config=ACCOUNTED, device=StalledDevice(at=4, stall_s=0.1))
+    assert run.accounting.steps_in_timeline == run.accounting.steps_run
+    assert run.accounting.unaccounted_s >= 0.1
+    assert not run.timeline.complete and "neither busy, waiting on the pipeline nor a late wake-up" in run.timeline.error
+    assert complete_verdict([run.timeline] * 5) == FAIL
+
+
+def test_waits_and_late_wake_ups_are_accounted_not_the_loop_s():
+    busy = [(1.0, 2.0), (3.0, 4.0), (4.5, 5.0)]
+    accounting = step_accounting(busy, [2.2, 4.1, 5.3], steps=[1.0, 1.0, 0.5], waits=[0.0, 0.8, 0.4],
+                                 start=1.0, end=5.0)
+    assert accounting.steps_in_timeline == 3 and accounting.busy_s == pytest.approx(2.5)
+    assert accounting.late_s == pytest.approx(0.3)  # the last step's wake-up is after the window
+    assert accounting.unaccounted_s == pytest.approx(4.0 - 2.5 - 1.2 - 0.3)
+    shorter = step_accounting(busy, [2.2, 4.1, 5.3], steps=[1.0, 0.9, 0.5], waits=[0.0, 0.8, 0.4], start=1.0, end=5.0)
+    assert shorter.steps_in_timeline == 2 and "3 step(s) ran, 2 of them" in shorter.problem
 
 
 def duty_cycle(*, on: int, off: int, cycles: int, interval: float = 0.01) -> list[tuple[float, float]]:

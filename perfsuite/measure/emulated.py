@@ -14,8 +14,12 @@ the pipeline exactly the CPU it would have next to a real GPU: starvation is rep
   `GpuTimeline` of the type the NVML sampler produces (utilisation = busy share of each fixed interval,
   stamped at the interval's end), so `gpu_stats` / `gpu_gate_metrics` compute the same statistics and
   gates from it. `emulated_gate_metrics` renames them `emulated_*`, apart from the real GPU's metrics.
-  The timeline is complete only when its samples cover the measured window (`window_coverage`): a
-  timeline that misses part of the window fails the `*_complete` gate instead of passing by default.
+  The timeline is complete only when its samples cover the measured window (`window_coverage`: a window
+  of too few sample intervals loses its trailing part) and the round's steps account for it
+  (`StepAccounting`): every step the loop ran is a busy interval of the timeline, with its device time,
+  and the window is busy, the host waiting on the pipeline, or the host waking late from a step, but for
+  at most MAX_UNACCOUNTED_SHARE of it. A lost step or a loop held up outside the pipeline and the
+  device fails the `*_complete` gate instead of passing by default.
 - `feed_rate(dataset)`: the shortest fixed step time the pipeline keeps >= 90 % busy, found by a few
   interleaved bisections on a log scale, with their interval, in steps/s and audio seconds/s.
 
@@ -56,6 +60,9 @@ FRAME_COUNTS = ("padded", "true")
 # 10 whole samples in a window always cover 90 % of it (the trailing partial interval is under one).
 MIN_COVERAGE = 0.9
 MAX_GAP_INTERVALS = 1.5
+# The loop's own time between steps (handing over, reading a batch's frames) is neither the device's nor
+# the pipeline's; a window of more than this share of it measures the loop, not the pipeline.
+MAX_UNACCOUNTED_SHARE = 0.05
 DEFAULT_MEL = MelConfig()  # the loaders' mel: audio seconds = mel frames x hop / sample rate
 
 
@@ -210,6 +217,12 @@ class EmulatedDevice:
         self._clock = clock
         self._free_at = -math.inf
         self.busy: list[tuple[float, float]] = []
+        self.woke: list[float] = []  # when the host went on after each step (its clock)
+
+    def clear(self) -> None:
+        """Forget the steps so far (the warm-up's)."""
+        self.busy.clear()
+        self.woke.clear()
 
     def hold(self, seconds: float) -> tuple[float, float]:
         """One step of `seconds` device time; returns its busy interval (start, end) once it has ended."""
@@ -220,6 +233,7 @@ class EmulatedDevice:
         self._free_at = end
         self.busy.append((start, end))
         self.sleeper.until(end)
+        self.woke.append(self._clock())
         return start, end
 
 
@@ -308,6 +322,64 @@ def with_coverage(timeline: GpuTimeline) -> GpuTimeline:
     return dataclasses.replace(timeline, complete=False, error=problem)
 
 
+@dataclass(frozen=True)
+class StepAccounting(Record):
+    """What a round's window is made of. steps_run: the steps the loop ran; steps_in_timeline: those
+    that are a busy interval of the device inside the window, in order, with the device time the loop
+    asked for. busy_s: the device's busy seconds; waiting_s: the host's seconds in the pipeline's next();
+    late_s: the host's seconds between a step's end and its going on (a late wake-up, device idle time a
+    real host has too); unaccounted_s: the rest of the window (the loop's own time)."""
+
+    steps_run: int
+    steps_in_timeline: int
+    window_s: float
+    busy_s: float
+    waiting_s: float
+    late_s: float
+
+    @property
+    def unaccounted_s(self) -> float:
+        return self.window_s - self.busy_s - self.waiting_s - self.late_s
+
+    @property
+    def complete(self) -> bool:
+        return self.problem is None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the round's timeline does not account for its steps and window, or None."""
+        problems = []
+        if self.steps_in_timeline != self.steps_run:
+            problems.append(f"{self.steps_run} step(s) ran, {self.steps_in_timeline} of them are in the timeline")
+        if self.unaccounted_s > MAX_UNACCOUNTED_SHARE * self.window_s:
+            problems.append(f"{self.unaccounted_s:.3g} s of the {self.window_s:.3g} s window is neither busy, "
+                            f"waiting on the pipeline nor a late wake-up (at most {MAX_UNACCOUNTED_SHARE:.0%} "
+                            f"expected)")
+        return "; ".join(problems) or None
+
+
+def step_accounting(busy: list[tuple[float, float]], woke: list[float], *, steps: list[float],
+                    waits: list[float], start: float, end: float) -> StepAccounting:
+    """The accounting of a round (see StepAccounting) from the device's busy intervals and wake-ups and the
+    loop's steps and waits, all on one clock; [start, end] the window."""
+    in_timeline = sum(1 for (b_start, b_end), seconds in zip(busy, steps)
+                      if start <= b_start and b_end <= end
+                      and math.isclose(b_end - b_start, seconds, rel_tol=1e-9, abs_tol=1e-9))
+    busy_s = sum(min(b_end, end) - max(b_start, start) for b_start, b_end in busy if b_end > start and b_start < end)
+    late = sum(max(0.0, min(up, end) - b_end) for (_, b_end), up in zip(busy, woke))
+    return StepAccounting(steps_run=len(steps), steps_in_timeline=in_timeline, window_s=end - start,
+                          busy_s=busy_s, waiting_s=sum(waits), late_s=late)
+
+
+def with_accounting(timeline: GpuTimeline, accounting: StepAccounting) -> GpuTimeline:
+    """The timeline marked incomplete, with the reason as its error, when the round's steps do not account
+    for its window; an already incomplete timeline keeps its own error."""
+    problem = accounting.problem
+    if problem is None or not timeline.complete:
+        return timeline
+    return dataclasses.replace(timeline, complete=False, error=problem)
+
+
 # ----------------------------------------------------------------------------------------------- a run
 
 
@@ -369,7 +441,8 @@ class EmulatedRun(Record):
     busy: the device's busy intervals in the window; step_s: their device times; wait_s: the host's time
     in next() per batch (the pipeline's share of the gap). busy_fraction = busy seconds / window seconds,
     MLPerf Storage's accelerator utilisation. audio_s: audio seconds of the measured batches (None when
-    batches carry no ``mel_len``).
+    batches carry no ``mel_len``). accounting: what the window is made of (StepAccounting); the timeline
+    is incomplete when it does not account for every step and the window.
     """
 
     start: float
@@ -379,6 +452,7 @@ class EmulatedRun(Record):
     wait_s: tuple[float, ...]
     audio_s: float | None
     timeline: GpuTimeline = field(repr=False)
+    accounting: StepAccounting | None = None
 
     @property
     def duration_s(self) -> float:
@@ -420,7 +494,7 @@ def run_emulated(batches: Iterable, *, step: float | StepTime | Callable[[Any], 
     device = device or EmulatedDevice()
     for index in range(config.warmup_batches):
         device.hold(seconds_of(_next(source, index, config)))
-    device.busy.clear()
+    device.clear()
     start = time.perf_counter()
     steps, waits, audio = [], [], 0.0
     while not _enough(config, steps, device.busy[-1][1] - start if steps else 0.0):  # the window so far
@@ -435,10 +509,11 @@ def run_emulated(batches: Iterable, *, step: float | StepTime | Callable[[Any], 
     end = device.busy[-1][1]
     offset = time.time() - time.perf_counter()
     busy = tuple((s + offset, e + offset) for s, e in device.busy)
-    timeline = utilisation_timeline(busy, start=start + offset, end=end + offset,
-                                    interval_s=config.interval_for(steps))
+    accounting = step_accounting(device.busy, device.woke, steps=steps, waits=waits, start=start, end=end)
+    timeline = with_accounting(utilisation_timeline(busy, start=start + offset, end=end + offset,
+                                                    interval_s=config.interval_for(steps)), accounting)
     return EmulatedRun(start=start + offset, end=end + offset, busy=busy, step_s=tuple(steps), wait_s=tuple(waits),
-                       audio_s=audio, timeline=timeline)
+                       audio_s=audio, timeline=timeline, accounting=accounting)
 
 
 def _enough(config: EmulatedRunConfig, steps: list[float], elapsed: float) -> bool:
