@@ -23,7 +23,7 @@ the environment: PERFSUITE_AB_SELFTEST_TRIALS (default 5), _PROFILE (quick: the 
 of a few milliseconds measure the scheduler), _K (the benchmarks; default: the TF-native WAV loader and
 the TF-native cache loader as a control), _BUDGET (seconds per run, default 100), _FRACTIONS (default
 "0.10:0.06,0.25:0.16": target slowdown:map fraction, read off the line through what ab measured for
-two probe fractions in the quick profile; docs/ab.md has the probe),
+two probe fractions in the quick profile; docs/results/ has the probe),
 _OUT (a JSON file for every run's verdicts).
 """
 

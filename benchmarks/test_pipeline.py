@@ -51,7 +51,7 @@ def _input_bound(perfsuite, step, dataset, metric="input_bound", rounds=FIGURE_R
     """Each side times steps for the profile's round (one on a CPU), sized by the synthetic side's 2
     untimed steps that trace and compile the step; the real side's first round starts with 2 that start
     the pipeline. Later, one untimed step a side settles each switch: a CPU step outlasts these
-    pipelines' refill of their prefetch buffers (docs/measurement.md, "Machine F")."""
+    pipelines' refill of their prefetch buffers (docs/results/, "Machine F: the main job")."""
     return perfsuite.measure_input_bound(step=step, dataset=dataset.repeat(), metric=metric, rounds=rounds,
                                          settle=1)
 

@@ -52,7 +52,7 @@ def _round_warmup_calls(mode: str, device: str) -> int:
     """Untimed calls a ratio's round starts with: one, since a compiled step's first call after the other
     mode ran can be slower than the rest; none for an eager step on a CPU, whose calls take seconds and
     whose first call after a switch is barely slower (scripts/measure_switch_warmup.py; figures in
-    docs/measurement.md, "The main job under 10 minutes on machine F")."""
+    docs/results/, "The main job under 10 minutes on machine F")."""
     return 0 if (mode, device) == ("eager", "/CPU:0") else 1
 
 

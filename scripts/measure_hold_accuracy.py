@@ -1,4 +1,4 @@
-"""How close the emulated accelerator's `hold()` lasts to its target: the table in docs/emulated.md.
+"""How close the emulated accelerator's `hold()` lasts to its target: the tables in docs/results/.
 
 Per target: 5 holds to learn the wake-up lateness, then the host's wall time across each hold over the
 target (median, p10, p90, worst), the process CPU over the wall time, and how many holds returned before

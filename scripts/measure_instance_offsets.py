@@ -8,8 +8,8 @@ Prints each process's instance medians, the SD of the instances within a process
 SD of the processes' means beside what the instances' spread alone predicts for it (SD / sqrt(instances)).
 A between-process SD no larger than predicted says the offset belongs to the pipeline instance, not the
 process; a larger one, that processes carry an offset of their own. Why ``perfsuite ab`` still starts fresh workers every pass
-(its workers alternate, frozen in turn, and there passes in one worker shared an offset): docs/ab.md,
-"Why not reuse the workers".
+(its workers alternate, frozen in turn, and there passes in one worker shared an offset):
+docs/results/2026-11-25-machine-D.md, "Why not reuse the workers".
 """
 
 import argparse

@@ -9,7 +9,7 @@ Each process builds the default synthetic corpus's loader (batch 16, 2 workers),
 times rounds of at least 0.2 s (the quick profile's) for --seconds. Per configuration it prints each
 process's median samples/s, the SD of the processes' log medians (between processes) and the median
 robust SD of the rounds within a process. Why: ``perfsuite ab`` decides over passes of fresh workers
-because of this spread (docs/ab.md).
+because of this spread (docs/ab.md; the runs: docs/results/2026-11-23-machine-C.md).
 """
 
 import argparse

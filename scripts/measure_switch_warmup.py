@@ -7,7 +7,7 @@ the median call. A ratio near 1 says a round of that mode needs no untimed call 
 
     python scripts/measure_switch_warmup.py --modes eager,graph --batch 8
 
-docs/measurement.md ("The main job under 10 minutes on machine F") has the runs and figures.
+docs/results/2026-11-27-machine-F.md ("The main job under 10 minutes on machine F") has the runs and figures.
 """
 
 import argparse

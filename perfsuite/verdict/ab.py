@@ -17,7 +17,7 @@ Both revisions run on the same machine in the same job, one round of A and one o
 
 Passes. The rounds of one pair of worker processes are not independent of that pair: two processes
 of the same revision can differ for their whole life, drifting within it, by more on some benchmarks
-than on others (docs/ab.md has the measurements); a round-level test reads such a difference as a
+than on others (the measurements: docs/results/); a round-level test reads such a difference as a
 change. So the comparison runs in ``passes`` (fresh workers each), and
 with two or more the pass is the unit (``estimate_passes``): each pass's median log ratio, their mean
 with a Student-t interval and a two-sided t-test over the passes, min_effect from their standard error.

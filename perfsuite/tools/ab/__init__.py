@@ -55,7 +55,7 @@ def pytest_args(args) -> list[str]:
 
 # The defaults are sized for a pull request on a small CI runner: many short passes rather than long
 # ones, since a difference between two processes of the same code outweighs the rounds' noise within
-# one (docs/ab.md, "Cost and verdicts on machine D": the measurements behind these values).
+# one (docs/results/, machine D's "Cost and verdicts": the measurements behind these values).
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_MIN_ROUNDS = 4
 DEFAULT_PASSES = 8
