@@ -2,34 +2,173 @@
 
 Speech people think in seconds of audio, not samples: a batch of 16 one-second clips and one of 16
 ten-second clips are not the same work. A padded batch also computes on its padding. Both figures come
-from a batch's true lengths (``mel_len``, frames) and its padded shape (``mel``: [batch, frames, bins]).
+from a batch's true lengths (frames) and its padded shape ([batch, frames, ...]). Which component holds
+the audio and which its lengths is a ``batch_spec.BatchLayout``; without one, dict batches with ``mel``
+and ``mel_len`` keys (perfsuite's own loaders).
+
+Where the lengths come from (``BatchFrames.source``): the length tensor; except where it says the padded
+length for every sample of a batch (the lengths were lost, e.g. every clip padded to a fixed length before
+its features were computed): then the content, trailing constant frames (``content_lengths``), whenever
+it finds any; the row lengths of a ragged batch (no padding); the content where no length tensor fits.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from perfsuite.measure.batch_spec import BatchLayout, leaves
 from perfsuite.measure.timing import leading_dim
+from perfsuite.records import Record
+
+LENGTH_TENSOR = "length tensor"
+CONTENT = "content: trailing constant frames"
+RAGGED = "ragged row lengths"
+
+
+def content_lengths(audio: np.ndarray) -> np.ndarray:
+    """Per sample of a [batch, time, ...] array: the frames before its trailing pad frames. A pad frame
+    holds one value throughout (zeros, a log floor, any padding value) and equals the sample's last frame;
+    a sample whose last frame is not constant has no padding; trailing silence at a constant floor counts
+    as padding, which the step computes on all the same."""
+    audio = np.asarray(audio)
+    if audio.ndim < 2:
+        raise ValueError(f"audio: expected an array [batch, time, ...], found shape {audio.shape}")
+    frames = audio.reshape(audio.shape[0], audio.shape[1], -1)
+    if frames.shape[1] == 0:
+        return np.zeros(frames.shape[0], np.int64)
+    last = frames[:, -1:, :]
+    constant = np.all(last == last[:, :, :1], axis=(1, 2))
+    pad = np.all(frames == last, axis=2)  # [batch, time]: the frame equals the sample's last frame
+    trailing = np.argmin(pad[:, ::-1], axis=1)  # the run of pad frames at the end ...
+    trailing = np.where(pad.all(axis=1), frames.shape[1], trailing)  # ... or every frame
+    return np.where(constant, frames.shape[1] - trailing, frames.shape[1]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class BatchFrames(Record):
+    """One batch's frames: samples, real (true frames, summed), padded (samples x time axis), longest
+    (samples x the longest true length: the batch padded to its longest), time_axis, source (where the
+    true lengths came from: LENGTH_TENSOR, CONTENT or RAGGED), lengths_at_padded (the length tensor said
+    the padded length for every sample)."""
+
+    samples: int
+    real: int
+    padded: int
+    longest: int
+    time_axis: int
+    source: str
+    lengths_at_padded: bool
+
+
+def measure_batch(batch: Any, layout: BatchLayout) -> BatchFrames | None:
+    """The BatchFrames of a batch read by layout; None when the layout found no audio component."""
+    if layout.mel is None:
+        return None
+    parts = dict(leaves(batch))
+    audio = parts[layout.mel]
+    if layout.ragged:
+        lengths = np.asarray(audio.row_lengths())
+        return _frames(lengths, int(lengths.max(initial=0)), RAGGED, at_padded=False, padded=int(lengths.sum()))
+    audio = np.asarray(audio)
+    time_axis = audio.shape[1]
+    if layout.mel_len is None:
+        return _frames(content_lengths(audio), time_axis, CONTENT, at_padded=False)
+    lengths = np.asarray(parts[layout.mel_len]).astype(np.int64)
+    at_padded = bool(lengths.size) and bool(np.all(lengths == time_axis))
+    if at_padded:
+        measured = content_lengths(audio)
+        if np.any(measured < time_axis):
+            return _frames(measured, time_axis, CONTENT, at_padded=True)
+    return _frames(lengths, time_axis, LENGTH_TENSOR, at_padded=at_padded)
+
+
+def _frames(lengths: np.ndarray, time_axis: int, source: str, *, at_padded: bool,
+            padded: int | None = None) -> BatchFrames:
+    longest = int(lengths.max(initial=0))
+    return BatchFrames(samples=int(lengths.size), real=int(lengths.sum()),
+                       padded=int(lengths.size * time_axis) if padded is None else padded,
+                       longest=int(lengths.size * longest), time_axis=int(time_axis), source=source,
+                       lengths_at_padded=at_padded)
+
+
+@dataclass(frozen=True)
+class PaddingFigures(Record):
+    """The padding of the batches measured: efficiency = real / padded frames; to_longest = real / the
+    frames of the same batches padded each to its longest; beyond_longest = the share of the padded frames
+    past each batch's longest sample (0 when every batch is padded to its longest, large when padded to a
+    fixed length); time_axes: the padded lengths seen; sources: batches per length source;
+    lengths_at_padded: batches whose length tensor said the padded length for every sample."""
+
+    batches: int
+    real_frames: int
+    padded_frames: int
+    efficiency: float
+    to_longest: float
+    beyond_longest: float
+    time_axes: tuple[int, ...]
+    sources: dict[str, int]
+    lengths_at_padded: int
+
+    def source_words(self) -> str:
+        """'length tensor' or 'content: trailing constant frames (12 of 16 batches), length tensor (4)'."""
+        if len(self.sources) == 1:
+            return next(iter(self.sources))
+        ranked = sorted(self.sources.items(), key=lambda item: -item[1])
+        return ", ".join(f"{name} ({count} of {self.batches} batches)" for name, count in ranked)
+
+
+def padding_figures(frames: list[BatchFrames]) -> PaddingFigures | None:
+    """The PaddingFigures of measured batches; None when there are none (or they hold no frames)."""
+    padded = sum(f.padded for f in frames)
+    if not frames or padded <= 0:
+        return None
+    real, longest = sum(f.real for f in frames), sum(f.longest for f in frames)
+    return PaddingFigures(batches=len(frames), real_frames=real, padded_frames=padded, efficiency=real / padded,
+                          to_longest=real / longest if longest else 1.0,
+                          beyond_longest=max(0, padded - longest) / padded,
+                          time_axes=tuple(sorted({f.time_axis for f in frames})),
+                          sources=dict(Counter(f.source for f in frames)),
+                          lengths_at_padded=sum(f.lengths_at_padded for f in frames))
 
 
 @dataclass
 class FrameCounter:
     """A ``samples_in`` for the timing loops that also notes each batch's real and padded mel frames.
 
-    Batches without ``mel_len`` and ``mel`` count samples only (their frames are not noted)."""
+    With a layout, every batch is read by it (``measure_batch``; its BatchFrames kept in ``batches``) and
+    a batch without the audio counts samples only. Without one, dict batches with ``mel_len`` and ``mel``
+    (perfsuite's loaders; the length tensor trusted); other batches count samples only."""
 
     real: list[int] = field(default_factory=list)
     padded: list[int] = field(default_factory=list)
+    layout: BatchLayout | None = None
+    batches: list[BatchFrames] = field(default_factory=list)
 
     def __call__(self, batch: Any) -> int:
+        if self.layout is not None:
+            return self._by_layout(batch)
         lengths = np.asarray(batch["mel_len"]) if isinstance(batch, dict) and "mel_len" in batch else None
         if lengths is not None and "mel" in batch:
             self.real.append(int(lengths.sum()))
             self.padded.append(int(lengths.size * batch["mel"].shape[1]))
         return int(lengths.size) if lengths is not None else leading_dim(batch)
+
+    def _by_layout(self, batch: Any) -> int:
+        frames = measure_batch(batch, self.layout)
+        if frames is None:
+            return leading_dim(batch)
+        self.batches.append(frames)
+        self.real.append(frames.real)
+        self.padded.append(frames.padded)
+        return frames.samples
+
+    def figures(self) -> PaddingFigures | None:
+        """The PaddingFigures of the batches read by layout so far (None without any)."""
+        return padding_figures(self.batches)
 
 
 @dataclass(frozen=True)

@@ -1,36 +1,24 @@
 """The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: importing the
-user's dataset factory and step, calling the factory, and reading the dataset's serialized graph (its
-Python-function ops, where it prefetches, the dynamic shapes of its elements). A target perfsuite cannot
+user's dataset factory and step and calling the factory (the dataset's graph is read by graph.py,
+whose names are kept here for the callers that import them from this module). A target perfsuite cannot
 use raises TargetError, one line naming what was looked up and what was found."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import inspect
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.records import Record
+from perfsuite.tools.diagnose.graph import DynamicShape, GraphFindings, PythonOp, dynamic_shapes, inspect_graph
 
-PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
-PREFETCH_OPS = ("PrefetchDataset", "PrefetchToDevice")
-# Dataset op types in the words of the tf.data method that makes them.
-TRANSFORMATIONS = {"MapDataset": "map", "ParallelMapDataset": "map", "ParallelMapDatasetV2": "map (parallel)",
-                   "FlatMapDataset": "flat_map", "InterleaveDataset": "interleave",
-                   "ParallelInterleaveDatasetV2": "interleave (parallel)",
-                   "ParallelInterleaveDatasetV3": "interleave (parallel)",
-                   "ParallelInterleaveDatasetV4": "interleave (parallel)", "FilterDataset": "filter",
-                   "GeneratorDataset": "from_generator", "MapAndBatchDataset": "map and batch (fused)",
-                   "ScanDataset": "scan", "GroupByWindowDataset": "group_by_window",
-                   "GroupByReducerDataset": "group_by_reducer", "ReduceDataset": "reduce"}
-
+__all__ = ["DynamicShape", "GraphFindings", "PythonOp", "TargetError", "dynamic_shapes", "inspect_graph",
+           "load_callable", "load_step", "make_dataset", "one_line_error"]
 
 
 class TargetError(PerfsuiteError, ValueError):
@@ -164,153 +152,3 @@ def make_dataset(factory: Callable, args: Mapping[str, str], spec: str):
     if not isinstance(dataset, tensorflow().data.Dataset):
         raise TargetError("--pipeline", spec, "a tf.data.Dataset", type(dataset).__name__)
     return dataset
-
-
-# ------------------------------------------------------------------------------------- the graph
-
-
-@dataclass(frozen=True)
-class PythonOp(Record):
-    """A Python-function op in the dataset graph: its op type and node, the graph function it sits in,
-    the dataset transformation that runs it (in tf.data's words, its op type and node), and the Python
-    callable it calls when TensorFlow still knows it (None otherwise)."""
-
-    op: str
-    node: str
-    function: str
-    transformation: str
-    transformation_op: str
-    transformation_node: str
-    python: str | None
-
-
-@dataclass(frozen=True)
-class DynamicShape(Record):
-    """An element component whose static shape leaves dimensions open: its path in element_spec ('' for
-    a single tensor), its shape in words, and the open dimensions (None: not even the rank is known)."""
-
-    component: str
-    shape: str
-    dims: tuple[int, ...] | None
-
-
-@dataclass(frozen=True)
-class GraphFindings(Record):
-    """What the dataset's graph shows. transformations: dataset op types from the source to the output
-    (along first inputs). ends_with_prefetch: the last one is a prefetch. inject_prefetch: whether tf.data
-    adds one at run time when the last transformation is synchronous (its option; TensorFlow's default
-    is on). dynamic_shapes: element components with open dimensions, which can make a step retrace."""
-
-    transformations: tuple[str, ...]
-    python_ops: tuple[PythonOp, ...]
-    ends_with_prefetch: bool
-    inject_prefetch: bool
-    dynamic_shapes: tuple[DynamicShape, ...]
-    element_spec: str
-
-
-def inspect_graph(dataset) -> GraphFindings:
-    """The GraphFindings of a tf.data.Dataset, from its serialized graph (dataset._as_serialized_graph())."""
-    from perfsuite._tensorflow import tensorflow
-
-    tf = tensorflow()
-    graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
-    functions = {function.signature.name: function for function in graph.library.function}
-    nodes = {node.name: node for node in graph.node}
-    python_ops = tuple(op for node in graph.node if "Dataset" in node.op for op in _python_ops_of(node, functions))
-    chain = _chain(nodes)
-    options = dataset.options()
-    inject = options.experimental_optimization.inject_prefetch
-    autotune = options.autotune.enabled
-    return GraphFindings(transformations=chain, python_ops=python_ops,
-                         ends_with_prefetch=bool(chain) and chain[-1] in PREFETCH_OPS,
-                         inject_prefetch=(inject is not False) and (autotune is not False),
-                         dynamic_shapes=dynamic_shapes(dataset.element_spec), element_spec=str(dataset.element_spec))
-
-
-def _chain(nodes: dict) -> tuple[str, ...]:
-    """Dataset op types from the source to the output node ('dataset'), following first inputs."""
-    out, name = [], None
-    retval = nodes.get("dataset")
-    if retval is not None and retval.input:
-        name = retval.input[0].split(":")[0].lstrip("^")
-    while name in nodes:
-        node = nodes[name]
-        out.append(node.op)
-        inputs = [i.split(":")[0].lstrip("^") for i in node.input]
-        name = next((i for i in inputs if nodes.get(i) is not None and nodes[i].op != "Const"), None)
-    return tuple(reversed(out))
-
-
-def _function_attrs(node) -> list[str]:
-    """The graph functions a node calls (func attrs and lists of them)."""
-    names = []
-    for value in node.attr.values():
-        if value.func.name:
-            names.append(value.func.name)
-        names += [func.name for func in value.list.func]
-    return names
-
-
-def _python_ops_of(node, functions: dict) -> list[PythonOp]:
-    """Every Python-function op reachable from a dataset node through the functions it calls."""
-    found, seen = [], set()
-    pending = list(_function_attrs(node))
-    generator = False
-    while pending:
-        name = pending.pop(0)
-        if name in seen or name not in functions:
-            continue
-        seen.add(name)
-        for inner in functions[name].node_def:
-            generator |= inner.op == "GeneratorDataset"
-            if inner.op in PYTHON_OPS:
-                found.append((inner, name))
-            pending += _function_attrs(inner)
-    words = TRANSFORMATIONS.get(node.op, node.op)
-    if generator:
-        words = f"from_generator (a Python generator under {words})"
-    return [PythonOp(op=inner.op, node=inner.name, function=function, transformation=words,
-                     transformation_op=node.op, transformation_node=node.name, python=_python_name(inner))
-            for inner, function in found]
-
-
-def _python_name(node) -> str | None:
-    """The qualified name of the Python callable a PyFunc op calls, from TensorFlow's registry of them
-    (internal: None when it cannot be read)."""
-    with contextlib.suppress(Exception):
-        from tensorflow.python.ops import script_ops
-
-        function = script_ops._py_funcs.get(node.attr["token"].s.decode())
-        function = getattr(function, "__wrapped__", function)
-        name = getattr(function, "__qualname__", None)
-        return None if name is None else f"{getattr(function, '__module__', '?')}.{name}"
-    return None
-
-
-def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
-    """Components of element_spec whose static shape has open dimensions (or an unknown rank)."""
-    out = []
-    for path, spec in _leaves(element_spec, ""):
-        shape = getattr(spec, "shape", None)
-        if shape is None:
-            continue
-        if shape.rank is None:
-            out.append(DynamicShape(component=path, shape="<unknown rank>", dims=None))
-            continue
-        dims = tuple(i for i, dim in enumerate(shape.as_list()) if dim is None)
-        if dims:
-            out.append(DynamicShape(component=path, shape=str(tuple(shape.as_list())), dims=dims))
-    return tuple(out)
-
-
-def _leaves(structure, path: str) -> Iterator[tuple[str, Any]]:
-    """(path, leaf) of a nested element_spec: dicts by sorted key (tf.nest's order), tuples by index."""
-    if isinstance(structure, Mapping):
-        for key in sorted(structure):
-            yield from _leaves(structure[key], f"{path}/{key}" if path else str(key))
-    elif isinstance(structure, tuple | list):
-        for index, item in enumerate(structure):
-            yield from _leaves(item, f"{path}/{index}" if path else str(index))
-    else:
-        yield path, structure
