@@ -355,8 +355,11 @@ class Busy:
             yield 1
 
 
+NO_GATES = types.SimpleNamespace(check=lambda **_: types.SimpleNamespace(undecided=()))  # baselines without gates
+
+
 def _recorder(driver, context_type=SessionContext):
-    fields = {"profile": PROFILES["smoke"], "baselines_dir": Path("."), "baselines": None, "gates": "report",
+    fields = {"profile": PROFILES["smoke"], "baselines_dir": Path("."), "baselines": NO_GATES, "gates": "report",
               "save_baselines": False, "margin": 0.3, "baseline_profile": "x", "history": {},
               "compare_alpha": 0.01, "compare_min_effect": 0.1, "compare_mode": "report"}
     if driver is not None:
@@ -584,18 +587,43 @@ def test_a_skip_from_the_controller_skips_the_benchmark():
         _dataset_rounds(_recorder(driver))
 
 
-def test_a_revision_without_the_seam_gets_its_recorder_methods_wrapped(monkeypatch):
+def test_a_side_with_the_plugins_hook_gets_the_worker_s_driver_through_it():
+    from perfsuite.pytest_plugin import hooks
+
+    plugin = ab_worker.WorkerPlugin(FakeChannel([]))
+    config = types.SimpleNamespace(hook=types.SimpleNamespace(pytest_perfsuite_round_driver=None))
+    assert ab_worker.install(config) == ab_worker.HOOK
+    assert hasattr(hooks, "pytest_perfsuite_round_driver")  # the hook the worker implements is the plugin's
+    assert plugin.pytest_perfsuite_round_driver(config=config) is plugin.driver
+
+
+def _fixture_setup(plugin, argname, value):
+    """The worker plugin's pytest_fixture_setup wrapper around a fixture that made ``value``."""
+    wrapper = plugin.pytest_fixture_setup(types.SimpleNamespace(argname=argname), None)
+    next(wrapper)
+    with pytest.raises(StopIteration) as done:
+        wrapper.send(value)
+    return done.value.value
+
+
+def test_a_side_older_than_the_hook_gets_the_driver_on_each_recorder_its_fixture_makes(monkeypatch):
     from perfsuite.pytest_plugin import recorder as recorder_module
 
-    old_fields = [(f.name, f.type, f) for f in dataclasses.fields(SessionContext) if f.name != "round_driver"]
-    OldContext = dataclasses.make_dataclass("SessionContext", old_fields, frozen=True)
-    monkeypatch.setattr(recorder_module, "SessionContext", OldContext)
-    for name in ("_rounds", "_interleaved"):
-        monkeypatch.setattr(Recorder, name, getattr(Recorder, name))  # restored afterwards
+    config = types.SimpleNamespace(hook=types.SimpleNamespace())  # a side's plugin without the hook
     channel = FakeChannel([{"cmd": "go"}] * 2 + [{"cmd": "stop"}])
-    assert ab_worker.install(None, ab_worker.RoundDriver(channel)) == "wrapped"
-    _dataset_rounds(_recorder(None, OldContext))
+    plugin = ab_worker.WorkerPlugin(channel)
+    plugin.how = ab_worker.install(config)
+    assert plugin.how == ab_worker.FIXTURE
+    other = object()
+    assert _fixture_setup(plugin, "tmp_path", other) is other  # other fixtures are left alone
+    recorder = _fixture_setup(plugin, "perfsuite", _recorder(None))
+    assert recorder.context.round_driver is plugin.driver
+    _dataset_rounds(recorder)
     assert [e["event"] for e in channel.events] == ["ready", "round", "round"]
+    old_fields = [(f.name, f.type, f) for f in dataclasses.fields(SessionContext) if f.name != "round_driver"]
+    monkeypatch.setattr(recorder_module, "SessionContext", dataclasses.make_dataclass("SessionContext", old_fields))
+    with pytest.raises(RuntimeError, match="pytest_perfsuite_round_driver or a round_driver field"):
+        ab_worker.install(config)
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -244,3 +244,71 @@ def test_markers_are_registered():
     from perfsuite.pytest_plugin.plugin import MARKERS
 
     assert set(MARKERS) == {"gpu", "service", "selftest", "slow", "not_in_ab"}
+
+
+DRIVEN = textwrap.dedent("""
+    import time
+
+    def batches():
+        while True:
+            time.sleep(0.001)
+            yield [0, 1, 2, 3]
+
+    def test_dataset(perfsuite):
+        perfsuite.measure_dataset(batches(), name="range", samples_in=len, readback=lambda b: None)
+        assert perfsuite.benchmark.extra_info["rounds"] == 7  # the driver's, not the budget's
+""")
+
+
+def test_another_plugin_drives_the_rounds_through_the_public_hook(pytester):
+    _baselines(pytester, {})
+    pytester.makeconftest("""
+        import pytest
+
+        class SevenRounds:
+            def rounds(self, one_round, *, side=None):
+                return [one_round() for _ in range(7)]
+
+            def pairs(self, a, b, *, name, sides=None):
+                raise AssertionError("no compare here")
+
+        @pytest.hookimpl
+        def pytest_perfsuite_round_driver(config):
+            return SevenRounds()
+    """)
+    pytester.makepyfile(test_bench=DRIVEN)
+    result = pytester.runpytest_subprocess(*INNER, "--perfsuite-profile=smoke", "--perfsuite-baselines=baselines")
+    result.assert_outcomes(passed=1)
+
+
+RATIO_RUNS_OUT = textwrap.dedent("""
+    import time
+
+    def test_ratio(perfsuite):
+        perfsuite.compare("fast_over_slow_ratio", a=lambda: time.sleep(0.002) or 0.002,
+                          b=lambda: time.sleep(0.006) or 0.006)
+""")
+
+
+def test_a_ratio_gate_whose_rounds_run_out_undecided_leaves_the_budget_note_in_the_summary(pytester):
+    _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
+    pytester.makeconftest("""
+        import perfsuite.measure.timing as timing
+        from perfsuite.measure import stats
+        real, measured = timing.interleave, []
+
+        def straddling(**kwargs):  # per-round ratios 100, 10, 100, ... around the gate at 50
+            result = real(**kwargs)
+            measured.extend(result.ratios)
+            ratios = tuple(10.0 if i % 2 else 100.0 for i in range(len(measured) - len(result.ratios), len(measured)))
+            return timing.ABResult(a_values=result.a_values, b_values=result.b_values, unit=result.unit,
+                                   ratios=ratios, summary=stats.ratio_summary(ratios), order=result.order)
+
+        timing.interleave = straddling
+    """)
+    pytester.makepyfile(test_bench=RATIO_RUNS_OUT)
+    result = pytester.runpytest_subprocess(*INNER, "--perfsuite-profile=smoke", "--perfsuite-baselines=baselines")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*fast_over_slow_ratio*inconclusive*",
+                                 "note: *fast_over_slow_ratio: max_rounds reached with a gate still inconclusive "
+                                 "after 2 rounds (0 added*"])

@@ -1,5 +1,11 @@
 """The one round driver: the orders of interleaved runs, and rounds added until decided within a limit."""
 
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -7,12 +13,15 @@ from perfsuite.measure.rounds import (
     BUDGET_SPENT,
     DECIDED,
     MAX_ROUNDS_REACHED,
+    RoundsOutcome,
     alternating,
     interleaved,
+    planned,
     rotated,
     until_decided,
 )
 from perfsuite.pytest_plugin.profiles import PROFILES
+from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
 
 
 class FakeClock:
@@ -100,3 +109,86 @@ def test_a_steps_sizing_call_is_its_last_warm_up_call():
     # (at least the first call, which traces and compiles, and the sizing call).
     for profile in PROFILES.values():
         assert profile.step_warmup_calls + 1 == max(profile.warmup_batches, 2), profile.name
+
+
+def test_planned_rounds_fill_in_what_the_instrument_did_not_run_and_keep_counting():
+    seen, ran = [], []
+
+    def once(target, rounds):  # a disabled pytest-benchmark runs the target once
+        ran.append(rounds)
+        target()
+
+    results = planned(lambda index: seen.append(index) or index * 10, 4, start=3, instrument=once)
+    assert ran == [4] and seen == [3, 4, 5, 6] and results == [30, 40, 50, 60]
+    assert planned(lambda index: index, 0, instrument=once) == [] and ran == [4]  # no rounds: no instrument
+
+
+@given(st.integers(0, 3), st.integers(1, 4), st.integers(1, 4))
+def test_interleaved_rounds_that_continue_earlier_ones_continue_their_order(warmup, first, more):
+    runs = {label: (lambda label=label: label) for label in "abc"}
+    _, whole = interleaved(runs, rounds=first + more, warmup_rounds=warmup)
+    _, head = interleaved(runs, rounds=first, warmup_rounds=warmup)
+    _, tail = interleaved(runs, rounds=more, start=warmup + first)
+    assert head + tail == whole
+
+
+class NoGates:
+    """Baselines whose every gate is decided (undecided=False) or never (True)."""
+
+    def __init__(self, undecided: bool):
+        self.undecided = undecided
+
+    def check(self, **_):
+        return SimpleNamespace(undecided=("a gate",) if self.undecided else ())
+
+
+class Benchmark:
+    disabled = True
+
+    def __init__(self):
+        self.extra_info = {}
+
+    def pedantic(self, target, **_):
+        return target()
+
+
+def _recorder(profile, *, undecided: bool) -> Recorder:
+    context = SessionContext(profile=profile, baselines_dir=Path("."), baselines=NoGates(undecided), gates="report",
+                             save_baselines=False, margin=0.3, baseline_profile="x", history={}, compare_alpha=0.01,
+                             compare_min_effect=0.1, compare_mode="report")
+    return Recorder(benchmark=Benchmark(), context=context, nodeid="benchmarks/test_x.py::t")
+
+
+def _compare_order(recorder, *, warm: bool) -> tuple[list[str], list[str]]:
+    calls = []
+
+    def side(label, seconds):
+        return lambda: calls.append(label) or time.sleep(seconds) or seconds
+
+    result = recorder.compare("xla_over_graph_ratio", a=side("a", 0.002), b=side("b", 0.004), warm=warm)
+    return ["".join(calls[i:i + 2]).upper() for i in range(0, len(calls), 2)], list(result.order)
+
+
+@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize("undecided", [False, True])
+def test_a_compares_rounds_alternate_from_its_first_round_to_its_last(warm, undecided):
+    profile = replace(PROFILES["smoke"], budget_s=0.02, min_rounds=3, max_rounds=9)
+    orders, measured = _compare_order(_recorder(profile, undecided=undecided), warm=warm)
+    assert orders == [alternating(("A", "B"), index)[0] + alternating(("A", "B"), index)[1]
+                      for index in range(len(orders))]
+    assert measured == orders[0 if warm else 1:]  # a warm-up round first unless each side warms up itself
+    assert len(measured) >= profile.min_rounds + (2 if undecided else 0)  # pairs added while undecided
+
+
+def test_a_ratio_gate_whose_budget_runs_out_leaves_the_same_note_as_every_undecided_gate():
+    profile = replace(PROFILES["smoke"], budget_s=0.02, min_rounds=2, max_rounds=10_000)
+    recorder = _recorder(profile, undecided=True)
+    _compare_order(recorder, warm=False)
+    outcome = RoundsOutcome.from_dict(recorder.benchmark.extra_info["xla_over_graph_ratio_rounds_outcome"])
+    assert outcome.stopped == BUDGET_SPENT and outcome.added >= 2
+    assert recorder.notes == [f"xla_over_graph_ratio: {outcome.note}"]
+    assert recorder.notes[0].startswith("xla_over_graph_ratio: budget spent with a gate still inconclusive after")
+    assert outcome.seconds <= outcome.limit_s  # the added pairs kept to twice the budget after the planned rounds
+    decided = _recorder(profile, undecided=False)
+    _compare_order(decided, warm=False)
+    assert decided.notes == []

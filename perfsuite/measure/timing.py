@@ -434,14 +434,16 @@ def round_value(result: Any, side: str) -> tuple[float, str]:
                     f"found {type(result).__name__}")
 
 
-def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmup_rounds: int = 1) -> ABResult:
+def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmup_rounds: int = 1,
+               start: int = 0) -> ABResult:
     """Run a and b alternately and compare them pair by pair.
 
     Rounds go A B, B A, A B, ... (rounds.alternating; warm-up rounds included, results discarded): each
     side runs first equally often, so a drift of the machine's speed during a pair favours A and B
-    equally often, and the per-pair ratio cancels what both sides of a pair share.
+    equally often, and the per-pair ratio cancels what both sides of a pair share. ``start``: the first
+    round's index in that order (rounds that continue earlier ones, see join_rounds).
     """
-    joint = interleave_rounds({"a": a, "b": b}, rounds=rounds, warmup_rounds=warmup_rounds)
+    joint = interleave_rounds({"a": a, "b": b}, rounds=rounds, warmup_rounds=warmup_rounds, start=start)
     a_values, b_values = joint.values["a"], joint.values["b"]
     ratios = stats.ratio_of(b_values, a_values) if joint.unit == "s" else stats.ratio_of(a_values, b_values)
     return ABResult(a_values=a_values, b_values=b_values, unit=joint.unit, ratios=ratios,
@@ -476,18 +478,18 @@ class Rounds:
                 "unit": self.unit, "order": [list(o) for o in self.order]}
 
 
-def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1) -> Rounds:
+def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1, start: int = 0) -> Rounds:
     """interleave() for any number of runs: every round runs each of them once (rounds.interleaved),
     forwards on even rounds and backwards on odd ones (A B C, C B A, A B C, ...; warm-up rounds included in the
     alternation, results discarded). Over a pair of rounds every run sits at the same mean position,
     so a steady drift of the machine's speed cancels, and a ratio of two runs within one round
-    cancels what the round shares.
+    cancels what the round shares. ``start``: the first round's index in that order.
     """
     _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
     if len(runs) < 1:
         raise ValueError("runs: expected at least one callable, found none")
     timed = {label: (lambda run=run, label=label: round_value(run(), str(label))) for label, run in runs.items()}
-    results, order = interleaved(timed, rounds=rounds, warmup_rounds=warmup_rounds)
+    results, order = interleaved(timed, rounds=rounds, warmup_rounds=warmup_rounds, start=start)
     units = {unit for per_round in results.values() for _, unit in per_round}
     if len(units) != 1:
         raise TypeError(f"runs: expected every run to return the same kind of value, found {sorted(units)}")

@@ -5,9 +5,10 @@ EVENTS_FD COMMANDS_FD PYTEST_ARGS...``, or the same arguments in a process forke
 with the side's source tree as the working directory and first on the import path, so ``perfsuite``
 and the benchmarks are that side's. The file itself comes
 from the controller's perfsuite and uses only the standard library and pytest at import, so it also
-drives a revision older than this feature: the side's Recorder gets the round driver through its
-``round_driver`` context field where it has one, and through a wrapper of ``Recorder._rounds`` /
-``Recorder._interleaved`` (the same two places) where it predates that seam.
+drives a revision older than this file: the side's fixture gets the round driver through the plugin's
+public hook ``pytest_perfsuite_round_driver`` (perfsuite.pytest_plugin.hooks) where the side has it, and
+where the side predates that hook, through the public ``round_driver`` field of the context of every
+Recorder its fixture makes (every revision with perfsuite ab has that field).
 
 Protocol: one JSON object per line. Events (worker -> controller): started, collect_error, collected,
 ready (a benchmark's warm-up is done; it waits), round (one round's figure; with the process CPU
@@ -63,8 +64,8 @@ class Channel:
 
 
 class RoundDriver:
-    """The Recorder's round_driver: each round runs when the controller says "go", and its figure goes
-    back to the controller. rounds(): samples/s of each round of measure_dataset / measure_step (after
+    """The Recorder's round_driver (a measure.rounds.RoundDriver): each round runs when the controller
+    says "go", and its figure goes back to the controller (``_asked``, the loop of every round here). rounds(): samples/s of each round of measure_dataset / measure_step (after
     the Recorder's own calibration round) and the process CPU time it took per sample (all threads:
     "more work" raises it, waiting for a core does not, busy waiting does); pairs(): the per-round
     ratio of a compare benchmark and its two sides' speeds (one warm-up pair first, then one pair per
@@ -90,18 +91,10 @@ class RoundDriver:
         """Rounds of measure_dataset / measure_step; ``side``: they measure the named side of that name
         (Recorder.measure_dataset), so a later compare naming it in this process takes them."""
         self.kept.append(one_round)
-        results = []
         row = {"nodeid": self.nodeid, "index": self.index}
         self._ready("rounds", "samples_per_s")
-        while self._go():
-            start, cpu_start = time.perf_counter(), time.process_time()
-            results.append(one_round())
-            seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
-            value = float(results[-1].samples_per_s)
-            self.channel.send_and_freeze("round", value=value, seconds=seconds, cpu_s=cpu_s,
-                                         cpu_per_unit=cpu_s / (value * seconds) if value * seconds > 0 else None)
-        if not results:
-            pytest.skip("perfsuite ab: stopped before any round")
+        results = self._asked(lambda index: one_round(),
+                              lambda result, seconds, cpu_s: _speed_event(float(result.samples_per_s), seconds, cpu_s))
         if side is not None and side not in self.sides_measured:
             self.sides_measured[side] = (tuple(float(r.samples_per_s) for r in results), "samples/s", row)
         return results
@@ -115,15 +108,14 @@ class RoundDriver:
         # tracing) is no round. One pair, not the Recorder's two: every pass pays it on both sides.
         timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0)
         self._ready("pairs", name)
-        result = None
-        while self._go():
-            start = time.perf_counter()
-            pair = _pair(stats, timing, a, b, a_first=result is None or len(result.ratios) % 2 == 0)
-            result = pair if result is None else timing.join_rounds(result, pair)
-            self.channel.send_and_freeze("round", value=float(pair.ratios[0]), seconds=time.perf_counter() - start,
-                                         parts=_speeds(pair))
-        if result is None:
-            pytest.skip("perfsuite ab: stopped before any round")
+        # A first in even rounds, B first in odd ones (measure.rounds.alternating, which a side's perfsuite
+        # older than it lacks)
+        pairs = self._asked(lambda index: _pair(stats, timing, a, b, a_first=index % 2 == 0),
+                            lambda pair, seconds, cpu_s: {"value": float(pair.ratios[0]), "seconds": seconds,
+                                                          "parts": _speeds(pair)})
+        result = pairs[0]
+        for pair in pairs[1:]:
+            result = timing.join_rounds(result, pair)
         return result
 
     def _named_sides(self, a, b, *, name: str, sides: tuple[str, str]):
@@ -156,20 +148,29 @@ class RoundDriver:
             # from a fresh one; sides measured differently are not compared.
             self._ready("rounds", "samples_per_s" if unit == "samples/s" else "calls_per_s", side=side,
                         continues=bool(getattr(run, "continues", False)))
-            values = []
-            while self._go():
-                start, cpu_start = time.perf_counter(), time.process_time()
-                value, unit = timing.round_value(run(), side)
-                seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
-                speed = 1 / value if unit == "s" else value  # a speed either way: higher is better
-                values.append(value)
-                self.channel.send_and_freeze("round", value=speed, seconds=seconds, cpu_s=cpu_s,
-                                             cpu_per_unit=cpu_s / (speed * seconds) if speed * seconds > 0 else None)
+
+            def event(figure, seconds, cpu_s):  # a speed either way: higher is better
+                value, unit = figure
+                return _speed_event(1 / value if unit == "s" else value, seconds, cpu_s)
+
+            figures = self._asked(lambda index: timing.round_value(run(), side), event)
             self.kept.append(run)
-            if not values:
-                pytest.skip("perfsuite ab: stopped before any round")
-            self.sides_measured[side] = (tuple(values), unit, None)
+            self.sides_measured[side] = (tuple(value for value, _ in figures), figures[0][1], None)
         return self.sides_measured[side]
+
+    def _asked(self, one_round, event) -> list:
+        """one_round(index) for each round the controller asks for (index 0, 1, ...), until it says
+        stop; after each, a round event of the fields event(result, seconds, process CPU seconds) gives,
+        the process then frozen. Their results; a skip where it asked for none."""
+        results = []
+        while self._go():
+            start, cpu_start = time.perf_counter(), time.process_time()
+            results.append(one_round(len(results)))
+            seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+            self.channel.send_and_freeze("round", **event(results[-1], seconds, cpu_s))
+        if not results:
+            pytest.skip("perfsuite ab: stopped before any round")
+        return results
 
     def _ready(self, kind: str, metric: str, **fields) -> None:
         self.channel.send_and_freeze("ready", nodeid=self.nodeid, index=self.index, kind=kind, metric=metric,
@@ -181,6 +182,12 @@ class RoundDriver:
         if command.get("cmd") == "skip":
             pytest.skip(f"perfsuite ab: {command.get('reason', 'skipped by the controller')}")
         return command.get("cmd") == "go"
+
+
+def _speed_event(speed: float, seconds: float, cpu_s: float) -> dict:
+    """A round event's fields for a speed: with the process CPU seconds of the round and per unit of work."""
+    return {"value": speed, "seconds": seconds, "cpu_s": cpu_s,
+            "cpu_per_unit": cpu_s / (speed * seconds) if speed * seconds > 0 else None}
 
 
 def _speeds(pair) -> list[float]:
@@ -199,31 +206,28 @@ def _pair(stats, timing, a, b, *, a_first: bool):
                                summary=stats.ratio_summary(ratios), order=("BA",))
 
 
-def install(config, driver: RoundDriver) -> str:
-    """Give the side's Recorder the driver: its round_driver field ("seam"), or a wrapper of the two
-    methods the seam sits in ("wrapped") for a revision that predates it."""
-    from perfsuite.pytest_plugin import plugin as side_plugin
+HOOK, FIXTURE = "hook", "fixture"  # how a side's fixture gets the driver (install)
+
+
+def install(config) -> str:
+    """How the side's fixture gets the driver: through the plugin's hook pytest_perfsuite_round_driver
+    (HOOK: WorkerPlugin implements it), or, for a revision that predates the hook, on the context of each
+    Recorder its fixture makes (FIXTURE: WorkerPlugin.pytest_fixture_setup). A revision with neither
+    cannot be driven."""
+    if hasattr(config.hook, "pytest_perfsuite_round_driver"):
+        return HOOK
     from perfsuite.pytest_plugin import recorder as side_recorder
 
     if "round_driver" in getattr(side_recorder.SessionContext, "__dataclass_fields__", {}):
-        context = side_plugin._context(config)
-        config.stash[side_plugin.CONTEXT_KEY] = dataclasses.replace(context, round_driver=driver)
-        return "seam"
-    recorder_class = side_recorder.Recorder
-    missing = [name for name in ("_rounds", "_interleaved") if not hasattr(recorder_class, name)]
-    if missing:
-        raise RuntimeError(f"this revision's Recorder: expected methods {missing} (or a round_driver field), "
-                           "found neither: too old for perfsuite ab")
+        return FIXTURE
+    raise RuntimeError("this revision's perfsuite: expected the hook pytest_perfsuite_round_driver or a "
+                       "round_driver field in its SessionContext, found neither: too old for perfsuite ab")
 
-    def _rounds(self, one_round):
-        one_round()  # the calibration round the Recorder takes, discarded
-        return driver.rounds(one_round)
 
-    def _interleaved(self, a, b, name):
-        return driver.pairs(a, b, name=name)
-
-    recorder_class._rounds, recorder_class._interleaved = _rounds, _interleaved
-    return "wrapped"
+def drive_recorder(recorder, driver: RoundDriver):
+    """The fixture's Recorder with its context's public round_driver field set to ``driver`` (FIXTURE)."""
+    recorder.context = dataclasses.replace(recorder.context, round_driver=driver)
+    return recorder
 
 
 def _short(report) -> str:
@@ -252,17 +256,29 @@ class WorkerPlugin:
         self.outcomes: dict[str, tuple[str, str]] = {}
         self.last = ""  # the last benchmark the controller asked for
         self.any_failed = False
+        self.how = ""  # install's answer
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_perfsuite_round_driver(self, config):
+        return self.driver
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        value = yield
+        if self.how == FIXTURE and fixturedef.argname == "perfsuite":
+            drive_recorder(value, self.driver)
+        return value
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session):
         import perfsuite
 
         try:
-            how = install(session.config, self.driver)
+            self.how = install(session.config)
         except Exception as error:  # the side's perfsuite is not one this worker can drive
             self.channel.send("fatal", message=f"{type(error).__name__}: {error}")
             raise
-        self.channel.send("started", perfsuite=os.path.dirname(perfsuite.__file__), driver=how,
+        self.channel.send("started", perfsuite=os.path.dirname(perfsuite.__file__), driver=self.how,
                           python=sys.version.split()[0])
 
     def pytest_collectreport(self, report):

@@ -28,6 +28,12 @@ RECORDER_KEY = pytest.StashKey[object]()
 REPORT_PROPERTY = "perfsuite_report_record"  # a user property, so that records travel back from xdist workers
 
 
+def pytest_addhooks(pluginmanager):
+    from perfsuite.pytest_plugin import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("perfsuite", "perfsuite: input-pipeline and training-step benchmarks")
     group.addoption("--perfsuite-profile", choices=sorted(PROFILES), default="quick", metavar="NAME",
@@ -183,6 +189,7 @@ def _context(config):
             compare_alpha=config.getoption("perfsuite_compare_alpha"),
             compare_min_effect=config.getoption("perfsuite_compare_min_effect"),
             compare_mode=config.getoption("perfsuite_compare"),
+            round_driver=config.hook.pytest_perfsuite_round_driver(config=config),
         )
     return config.stash[CONTEXT_KEY]
 

@@ -20,7 +20,7 @@ from typing import Any
 from perfsuite._tensorflow import is_dataset
 from perfsuite.measure import stats, timing
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
-from perfsuite.measure.rounds import RoundsOutcome, until_decided
+from perfsuite.measure.rounds import RoundDriver, RoundsOutcome, planned, until_decided
 from perfsuite.measure.speech import FrameCounter, speech_figures
 from perfsuite.measure.teardown import iterate
 from perfsuite.pytest_plugin import benchmark_adapter
@@ -55,10 +55,10 @@ class SessionContext:
     compare_alpha: float
     compare_min_effect: float
     compare_mode: str  # "fail" or "report"
-    # perfsuite ab's worker (perfsuite.pytest_plugin.ab_worker.RoundDriver): runs the rounds of
-    # measure_dataset / measure_step (rounds(one_round) -> [Measurement]) and of compare
-    # (pairs(a, b, name=metric) -> ABResult) when its controller says; None: the budget decides, as always.
-    round_driver: Any = None
+    # The rounds driven from outside (measure.rounds.RoundDriver; the hook pytest_perfsuite_round_driver
+    # gives it: perfsuite ab's worker's, which runs the rounds of measure_dataset / measure_step and of
+    # compare when its controller says); None: the run profile's budget decides, as always.
+    round_driver: RoundDriver | None = None
 
 
 @dataclass
@@ -233,8 +233,7 @@ class Recorder:
 
         def measure():
             started = time.perf_counter()
-            for _ in range(rounds or self.profile.min_rounds):
-                measurement.one_round()
+            planned(lambda index: measurement.one_round(), rounds or self.profile.min_rounds)
             if rounds is None:
                 self.more_rounds(metric, measurement.one_round, undecided=lambda: bool(undecided()),
                                  rounds=self.profile.min_rounds, spent_s=time.perf_counter() - started,
@@ -322,21 +321,14 @@ class Recorder:
             if side is None:  # a driver older than measured sides takes no such argument
                 return self.context.round_driver.rounds(one_round)
             return self.context.round_driver.rounds(one_round, side=side)
-        count = self.profile.rounds_for(round_s)
-        results = []
-
-        def timed_round():
-            results.append(one_round())  # pedantic returns only the last round's result
-
-        if self._benchmark_used:
-            for _ in range(count):
-                timed_round()
-        else:
+        instrument = None
+        if not self._benchmark_used:  # pytest-benchmark times the first measurement's rounds
             self._benchmark_used = True
-            benchmark_adapter.time_rounds(self.benchmark, timed_round, rounds=count)
-        while len(results) < count:  # pytest-benchmark disabled: it ran the round once
-            timed_round()
-        return results
+
+            def instrument(target, rounds):
+                benchmark_adapter.time_rounds(self.benchmark, target, rounds=rounds)
+
+        return planned(lambda index: one_round(), self.profile.rounds_for(round_s), instrument=instrument)
 
     def _once(self, work: Callable[[], Any]) -> Any:
         """Work timed as one pytest-benchmark round (its own figures are what count); returns its result."""
@@ -355,13 +347,20 @@ class Recorder:
         # (a warm-up pair, then) one measured pair sizes the rounds
         result = timing.interleave(a=a, b=b, rounds=1, warmup_rounds=warmup_rounds)
         pair_s = (time.perf_counter() - start) / (1 + warmup_rounds)
+
+        def more(rounds: int) -> None:  # rounds continuing the alternation (A B, B A, ...) of those so far
+            nonlocal result
+            result = timing.join_rounds(result, timing.interleave(a=a, b=b, rounds=rounds, warmup_rounds=0,
+                                                                  start=warmup_rounds + len(result.ratios)))
+
         wanted = self.profile.rounds_for(pair_s / 2)
         if wanted > 1:
-            result = timing.join_rounds(result, timing.interleave(a=a, b=b, rounds=wanted - 1, warmup_rounds=0))
-        limit = time.perf_counter() + 2 * self.profile.budget_s
-        while (len(result.ratios) + 2 <= self.profile.max_rounds and time.perf_counter() + 2 * pair_s < limit
-               and self._undecided(name, result)):
-            result = timing.join_rounds(result, timing.interleave(a=a, b=b, rounds=2, warmup_rounds=0))
+            more(wanted - 1)
+        # Pairs of rounds while the gate is undecided, within UNDECIDED_BUDGET_FACTOR x the budget after these.
+        spent_s = time.perf_counter() - start
+        self.more_rounds(name, lambda: more(1), undecided=lambda: self._undecided(name, result),
+                         rounds=len(result.ratios), spent_s=spent_s, step=2,
+                         limit_s=spent_s + UNDECIDED_BUDGET_FACTOR * self.profile.budget_s)
         return result
 
     def _undecided(self, name: str, result: timing.ABResult) -> bool:
@@ -374,10 +373,12 @@ class Recorder:
         return bool(check.undecided)
 
     def more_rounds(self, name: str, one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
-                    spent_s: float, step: int = 1, label: Callable[[], str] | None = None) -> RoundsOutcome | None:
+                    spent_s: float, step: int = 1, label: Callable[[], str] | None = None,
+                    limit_s: float | None = None) -> RoundsOutcome | None:
         """Rounds added by ``one_round`` after ``rounds`` planned ones that took ``spent_s``, while
-        ``undecided()``, within max_rounds and UNDECIDED_BUDGET_FACTOR x max(budget, spent_s) in all (a
-        measurement whose planned rounds alone outrun the budget may double them). ``name`` (a metric,
+        ``undecided()``, within max_rounds and ``limit_s`` in all, by default UNDECIDED_BUDGET_FACTOR x
+        max(budget, spent_s) (a measurement whose planned rounds alone outrun the budget may double
+        them; compare's ratio gates: that many budgets after their planned rounds). ``name`` (a metric,
         or the measurement's) labels the outcome: extra_info gets ``<name>_rounds_outcome``, and the
         summary a note when the rounds ended with a gate undecided, named by ``label()`` if given (the
         metrics still undecided) else by ``name``.
@@ -386,8 +387,8 @@ class Recorder:
             return None
         outcome = until_decided(lambda index: one_round(), decided=lambda: not undecided(), planned=rounds,
                                 planned_s=spent_s, max_rounds=self.profile.max_rounds, step=step,
-                                limit_s=UNDECIDED_BUDGET_FACTOR * max(self.profile.budget_s, spent_s),
-                                clock=time.perf_counter)
+                                limit_s=UNDECIDED_BUDGET_FACTOR * max(self.profile.budget_s, spent_s)
+                                if limit_s is None else limit_s, clock=time.perf_counter)
         self.benchmark.extra_info[f"{name}_rounds_outcome"] = outcome.as_dict()
         if outcome.note is not None:
             self.notes.append(f"{label() if label is not None else name}: {outcome.note}")

@@ -6,6 +6,7 @@ perfsuite.verdict.ab's."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
+from perfsuite.measure.rounds import alternating, until_decided
 from perfsuite.tools.ab.manager import (
     SIDES,
     ABError,
@@ -131,10 +133,10 @@ class Controller:
 
     def _started(self, worker: Worker, event: dict) -> list[str]:
         imported = Path(event.get("perfsuite", ""))
-        notes = [f"side {worker.side.name}: rounds driven through the Recorder's round_driver"
-                 if event.get("driver") == "seam" else
-                 f"side {worker.side.name}: this revision predates the round_driver seam; its Recorder's "
-                 "_rounds/_interleaved are wrapped instead"]
+        notes = [f"side {worker.side.name}: rounds driven through the hook pytest_perfsuite_round_driver"
+                 if event.get("driver") == "hook" else
+                 f"side {worker.side.name}: this revision predates the hook pytest_perfsuite_round_driver; the "
+                 "driver is set on each Recorder's context instead"]
         if worker.side.root.resolve() not in imported.resolve().parents:
             notes.append(f"side {worker.side.name}: imports perfsuite from {imported}, not from its own tree "
                          f"{worker.side.root} (the revision has no perfsuite package of its own?)")
@@ -215,9 +217,10 @@ class Controller:
         higher = _higher_is_better(metric)
         allotted = max(0.0, self.options.budget_s - self.spent_s) / max(remaining, 1)
         values, seconds, cpu, parts = ({s: [] for s in SIDES} for _ in range(4))
-        order, start = [], time.monotonic()
-        while True:
-            sides = SIDES if len(order) % 2 == 0 else SIDES[::-1]
+        order, start, so_far = [], time.monotonic(), {}
+
+        def one_round(index: int) -> None:
+            sides = alternating(SIDES, index)
             for side in sides:
                 worker = self.pool[side]
                 worker.send("go")
@@ -232,7 +235,7 @@ class Controller:
                         self.failures.append(worker.failure(problem, benchmark=name))
                     else:
                         self.not_compared.append(NotCompared(name, f"side {side}: {problem}"))
-                    return {side: event}
+                    raise _RoundEnded(side, event)
                 if event.get("event") != "round":
                     raise worker.failure(f"expected round {len(order) + 1}'s figure, found {event}", benchmark=name)
                 worker.wait_frozen(benchmark=name)
@@ -242,14 +245,24 @@ class Controller:
                     if event.get(key) is not None:
                         store[side].append(tuple(event[key]) if key == "parts" else event[key])
             order.append("".join(sides))
-            n, elapsed = len(order), time.monotonic() - start
-            measured = Measured(name, nodeid, metric, higher, tuple(values["A"]), tuple(values["B"]), tuple(order),
-                                tuple(seconds["A"]), tuple(seconds["B"]), elapsed, a_cpu=tuple(cpu["A"]),
-                                b_cpu=tuple(cpu["B"]), a_parts=tuple(parts["A"]), b_parts=tuple(parts["B"]))
-            judged = [m.passes()[0] for m in decided([measured])]  # a ratio: both its sides settled
-            if n >= self.settings.max_rounds or (n >= self.settings.min_rounds and n % 2 == 0 and (
-                    all(settled(p, self.settings, benchmarks=count) for p in judged) or elapsed >= allotted)):
-                break
+            so_far["measured"] = Measured(name, nodeid, metric, higher, tuple(values["A"]), tuple(values["B"]),
+                                          tuple(order), tuple(seconds["A"]), tuple(seconds["B"]),
+                                          time.monotonic() - start, a_cpu=tuple(cpu["A"]), b_cpu=tuple(cpu["B"]),
+                                          a_parts=tuple(parts["A"]), b_parts=tuple(parts["B"]))
+            so_far["judged"] = [m.passes()[0] for m in decided([so_far["measured"]])]  # a ratio: both sides settled
+
+        def enough() -> bool:  # every figure settled, or this measurement's share of the budget spent
+            return (all(settled(p, self.settings, benchmarks=count) for p in so_far["judged"])
+                    or time.monotonic() - start >= allotted)
+
+        # Pairs of rounds (as many A-first as B-first), min_rounds at least, max_rounds at most: the share is
+        # looked at with the figures, after each pair, so a measurement may end a pair past it.
+        try:
+            until_decided(one_round, decided=enough, limit_s=math.inf, max_rounds=self.settings.max_rounds,
+                          min_rounds=self.settings.min_rounds, step=2, clock=time.monotonic)
+        except _RoundEnded as ended:
+            return {ended.side: ended.event}
+        measured, judged, n = so_far["measured"], so_far["judged"], len(order)
         for worker in self.pool.values():
             worker.send("stop")
         self.spent_s += time.monotonic() - start
@@ -258,6 +271,13 @@ class Controller:
         self.progress(f"    {n} rounds in {time.monotonic() - start:.1f} s, median change {changes}")
         return {}
 
+
+class _RoundEnded(Exception):
+    """A side's benchmark ended during a round (its done event): the measurement stops there."""
+
+    def __init__(self, side: str, event: dict):
+        super().__init__(side)
+        self.side, self.event = side, event
 
 
 
