@@ -11,7 +11,7 @@ and by the stored-run comparison against ``--history`` unplanted runs saved firs
 
 Printed: per run, each gate's figure, interval and verdict, and each plain loader's change against
 its history with the comparison's verdict (Holm over the run's benchmarks, as the plugin decides).
-docs/measurement.md ("What green rules out") has the runs and figures.
+docs/measurement.md ("What green rules out") has the summary, docs/results/2026-11-27-machine-E.md the runs.
 """
 
 import argparse
