@@ -492,6 +492,7 @@ def test_feed_rate_of_a_prefetching_source_is_its_production_time():
     assert result.step_low_s < min(result.answers) <= result.step_s <= max(result.answers) == result.step_high_s
     for search in range(SEARCH.searches):  # one round per bisection and iteration
         assert sum(1 for t in result.trials if t.search == search) == SEARCH.iterations
+    assert [t.search for t in result.trials if t.search is not None] == [0, 1, 2, 2, 1, 0, 0, 1, 2]  # alternating
     assert result.steps_per_s == pytest.approx(1 / result.step_s)
     assert result.steps_per_s_interval == pytest.approx((1 / result.step_high_s, 1 / result.step_low_s))
     assert result.audio_s_per_s == pytest.approx(400 * 256 / 22050 / result.step_s)

@@ -192,3 +192,16 @@ def test_a_ratio_gate_whose_budget_runs_out_leaves_the_same_note_as_every_undeci
     decided = _recorder(profile, undecided=False)
     _compare_order(decided, warm=False)
     assert decided.notes == []
+
+
+def test_a_limit_that_bounds_when_rounds_start_lets_the_last_one_end_past_it():
+    clock = FakeClock()
+
+    def one_round(index):
+        clock.now += 10.0
+
+    fitting = until_decided(one_round, decided=lambda: False, limit_s=15.0, max_rounds=9, clock=clock)
+    clock.now = 0.0
+    started = until_decided(one_round, decided=lambda: False, limit_s=15.0, max_rounds=9, clock=clock, fit=False)
+    assert (fitting.rounds, started.rounds) == (1, 2)  # the second round starts at 10 s, ends at 20 s
+    assert fitting.stopped == started.stopped == BUDGET_SPENT

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.data.audio import MelConfig
+from perfsuite.measure.rounds import alternating, until_decided
 from perfsuite.measure.teardown import iterate
 from perfsuite.measure.utilisation import DeviceTimeline, GpuStats, GpuTimeline, gpu_gate_metrics, gpu_stats
 from perfsuite.records import Record
@@ -672,10 +673,6 @@ class _Search:
         self.audio: list[float] = []  # audio seconds per batch, per round
         self.audio_known = True
 
-    def in_budget(self) -> bool:
-        budget = self.config.budget_s
-        return budget is None or time.perf_counter() - self.started < budget
-
     def passes(self, step_s: float, search: int | None = None) -> bool:
         run = run_emulated(self.source, step=step_s, config=self.config.run, mel_config=self.mel_config)
         if run.audio_s is None:
@@ -744,16 +741,20 @@ def _bracket(search: _Search, start: float) -> tuple[float | None, float | None]
 
 
 def _bisect(search: _Search, low: float, high: float) -> list[tuple[float, float]]:
-    """`searches` bisections of (low, high] on a log scale, one round of each per iteration, interleaved."""
+    """`searches` bisections of (low, high] on a log scale, one round of each per iteration, interleaved
+    (rounds.alternating); no iteration starts once the search's budget is spent (rounds.until_decided)."""
     brackets = [(low, high)] * search.config.searches
-    for iteration in range(search.config.iterations):
-        if not search.in_budget():
-            break
-        order = range(len(brackets)) if iteration % 2 == 0 else reversed(range(len(brackets)))
-        for index in order:
-            lower, upper = brackets[index]
+
+    def iteration(index: int) -> None:
+        for which in alternating(range(len(brackets)), index):
+            lower, upper = brackets[which]
             middle = math.sqrt(lower * upper)
-            brackets[index] = (lower, middle) if search.passes(middle, search=index) else (middle, upper)
+            brackets[which] = (lower, middle) if search.passes(middle, search=which) else (middle, upper)
+
+    budget = search.config.budget_s
+    until_decided(iteration, decided=lambda: False, limit_s=math.inf if budget is None else budget,
+                  max_rounds=search.config.iterations, planned_s=time.perf_counter() - search.started,
+                  clock=time.perf_counter, fit=False)
     return brackets
 
 

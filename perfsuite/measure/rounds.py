@@ -136,13 +136,16 @@ class RoundsOutcome(Record):
 def until_decided(one_round: Callable[[int], Any], *, decided: Callable[[], bool], limit_s: float, max_rounds: int,
                   min_rounds: int = 0, planned: int = 0, planned_s: float = 0.0, warmup_rounds: int = 0,
                   step: int = 1, first_estimate_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-                  on_round: Callable[[int, float], None] = lambda rounds, seconds: None) -> RoundsOutcome:
+                  on_round: Callable[[int, float], None] = lambda rounds, seconds: None,
+                  fit: bool = True) -> RoundsOutcome:
     """Call one_round(index) for index 0, 1, ... (the first warmup_rounds are warm-up: the caller discards
     their figures), `step` measured rounds at a time, until decided() holds with at least min_rounds
     measured, or the next step would pass max_rounds, or would end after limit_s at the longest round so
     far. planned rounds that took planned_s were measured before (they count, and their mean round
     estimates the first step). With no estimate at all the first round runs if any time is left, since
-    nothing else can tell what a round costs. on_round(measured rounds, seconds) follows every round."""
+    nothing else can tell what a round costs. on_round(measured rounds, seconds) follows every round.
+    fit=False: a step starts while any time is left (limit_s bounds when the last one starts, not when it
+    ends: a search that narrows with every round, whose answer is only wider where it stops early)."""
     if step < 1 or planned < 0 or not planned_s >= 0:
         raise ValueError(f"step, planned, planned_s: expected >= 1, >= 0 and >= 0 s, found {step}, {planned}, "
                          f"{planned_s}")
@@ -161,7 +164,7 @@ def until_decided(one_round: Callable[[int], Any], *, decided: Callable[[], bool
             stopped = MAX_ROUNDS_REACHED
             break
         elapsed = planned_s + clock() - start
-        if limit_s <= elapsed or (estimate_s is not None and elapsed + next_step * estimate_s > limit_s):
+        if limit_s <= elapsed or (fit and estimate_s is not None and elapsed + next_step * estimate_s > limit_s):
             stopped = BUDGET_SPENT
             break
         for _ in range(next_step):
