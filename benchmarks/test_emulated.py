@@ -45,9 +45,9 @@ from perfsuite.measure.emulated import (
     fixed_step,
     run_emulated,
 )
+from perfsuite.measure.rounds import alternating
 from perfsuite.measure.stats import median_interval
 from perfsuite.measure.teardown import iterate
-from perfsuite.pytest_plugin import benchmark_adapter
 
 BATCH, WORKERS = 16, 2
 PIPELINES = [("tf_native", "cache"), ("numpy_function", "wav")]
@@ -89,11 +89,7 @@ def _round(batches, step, config):
 
 def _rounds(perfsuite, count, measure_round):
     """`count` rounds, through pytest-benchmark (its table shows each round's wall time)."""
-    results = []
-    benchmark_adapter.time_rounds(perfsuite.benchmark, lambda: results.append(measure_round()), rounds=count)
-    while len(results) < count:  # pytest-benchmark disabled: it ran the target once
-        results.append(measure_round())
-    return results
+    return perfsuite.planned_rounds(lambda index: measure_round(), count)
 
 
 def _figures(results, prefix="emulated_"):
@@ -177,8 +173,7 @@ def test_emulated_starvation(perfsuite, perfsuite_corpus, perfsuite_cache):
     results = {label: [] for label in CONTRAST}
 
     def one_round():
-        labels = list(CONTRAST) if len(results["fed"]) % 2 == 0 else list(CONTRAST)[::-1]
-        for label in labels:
+        for label in alternating(list(CONTRAST), len(results["fed"])):  # forwards, then backwards
             results[label].append(_round(sources[label], FAST_STEP, config))
 
     started, planned = time.perf_counter(), perfsuite.profile.min_rounds

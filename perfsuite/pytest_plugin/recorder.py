@@ -321,14 +321,20 @@ class Recorder:
             if side is None:  # a driver older than measured sides takes no such argument
                 return self.context.round_driver.rounds(one_round)
             return self.context.round_driver.rounds(one_round, side=side)
+        return self.planned_rounds(lambda index: one_round(), self.profile.rounds_for(round_s))
+
+    def planned_rounds(self, one_round: Callable[[int], Any], rounds: int) -> list:
+        """``rounds`` rounds of ``one_round(index)`` (measure.rounds.planned; index 0 first), their results
+        in order; pytest-benchmark times each where no earlier measurement of this benchmark used it (its
+        table then shows each round's wall time)."""
         instrument = None
-        if not self._benchmark_used:  # pytest-benchmark times the first measurement's rounds
+        if not self._benchmark_used:
             self._benchmark_used = True
 
-            def instrument(target, rounds):
-                benchmark_adapter.time_rounds(self.benchmark, target, rounds=rounds)
+            def instrument(target, count):
+                benchmark_adapter.time_rounds(self.benchmark, target, rounds=count)
 
-        return planned(lambda index: one_round(), self.profile.rounds_for(round_s), instrument=instrument)
+        return planned(one_round, rounds, instrument=instrument)
 
     def _once(self, work: Callable[[], Any]) -> Any:
         """Work timed as one pytest-benchmark round (its own figures are what count); returns its result."""
