@@ -1,6 +1,8 @@
 """The regression detector's self-test: planted regressions must be flagged, an unchanged configuration
-must not be. Rates and gate settings go to extra_info and are printed. See perfsuite/selftest.py for the
-method and README "Regression-detector self-test" for the measured rates.
+must not be, each by exactly what a user's run uses (perfsuite.tools.selftest.UserPath: this session's
+comparison settings and ratios.yaml). Rates go to extra_info and to the plugin, whose ratios.yaml gates
+judge them, and are printed. See perfsuite/tools/selftest.py for the method and README
+"Regression-detector self-test" for the measured rates.
 
 Independence: the A/A and slowdown trials are disjoint blocks of consecutive interleaved rounds of
 one pool (one process, one machine state), not separate runs; rounds that are close in time share
@@ -20,6 +22,7 @@ from perfsuite.errors import DataError
 from perfsuite.measure import stats, timing
 from perfsuite.measure.input_bound import measure_input_bound
 from perfsuite.measure.teardown import iterate
+from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.tools import selftest
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
@@ -42,13 +45,17 @@ WARMUP_ROUNDS = ORDER_CYCLE
 PROBE_FRACTIONS = (0.02, 0.24)  # chosen to bracket the 10 % and 25 % targets (docs/selftest.md has the probe)
 TARGETS = (0.10, 0.25)
 CALIBRATION_ROUNDS = 8 * ORDER_CYCLE
-# 32 rounds a trial: the sign test at alpha 0.01 then flags a slowdown that shows in ≥ 24 of them, so up
-# to 8 rounds in which a burst of another process's load hit the base arm cannot hide it.
+# 32 rounds a trial: a trial block is one "run" of the stored-run comparison, its figure the block's median.
 ROUNDS_PER_TRIAL = 4 * ORDER_CYCLE
 TRIALS = 20
 SWAP_ROUND_S = 1.0
-HISTORY_RUNS = 5  # earlier trial blocks a block is compared with through the history comparison
 SLOWDOWN_TOLERANCE = 0.3  # a planted arm may cost at most 30 % more than its target (13 % for 10 %)
+
+
+@pytest.fixture
+def user_path(perfsuite, pytestconfig) -> selftest.UserPath:
+    """What this session's run judges with: its comparison settings and its ratios.yaml."""
+    return selftest.UserPath.of(perfsuite.context, pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +96,7 @@ def _pooled_slowdown(test, base) -> float:
     return stats.ratio_summary(stats.ratio_of(test, base)).median - 1
 
 
-def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestconfig, capsys):
+def test_slowdown_false_alarm_and_detection_rates(perfsuite, user_path, tensorflow, pytestconfig, capsys):
     started = time.perf_counter()
     dataset_dir = build_corpus(RATES_CORPUS, root=pytestconfig.getoption("perfsuite_data_dir"))
 
@@ -101,74 +108,61 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
         return run_round
 
     with selftest.pinned_to_one_cpu() as cpu:
-        # Calibration (not reused by the trials): A/A noise for the gate, two probes for the fractions.
+        # Calibration of the planted amounts (not reused by the trials): two probes for the fractions.
+        # Timed by pytest-benchmark as one round (its group says s/round).
         probes = {f"probe{i}": arm(fraction) for i, fraction in enumerate(PROBE_FRACTIONS)}
         calibration = []
-        perfsuite.benchmark.pedantic(lambda: calibration.append(selftest.run_interleaved(
-            {"a": arm(), "a2": arm(), **probes}, rounds=WARMUP_ROUNDS + CALIBRATION_ROUNDS)), rounds=1, iterations=1)
+        benchmark_adapter.time_rounds(perfsuite.benchmark, lambda: calibration.append(selftest.run_interleaved(
+            {"a": arm(), **probes}, rounds=WARMUP_ROUNDS + CALIBRATION_ROUNDS)), rounds=1)
         cal = {name: values[WARMUP_ROUNDS:] for name, values in calibration[-1].items()}
-        aa_ratios = stats.ratio_of(cal["a2"], cal["a"])
-        gate = selftest.calibrate_gate(aa_ratios=aa_ratios, rounds_per_trial=ROUNDS_PER_TRIAL)
         probe_slowdowns = {fraction: _pooled_slowdown(cal[f"probe{i}"], cal["a"])
                            for i, fraction in enumerate(PROBE_FRACTIONS)}
-        reason = selftest.unmeasurable_reason(gate, smallest_target=min(TARGETS))
-        if reason is not None:
-            perfsuite.record(gate, prefix="selftest_gate_")
-            pytest.skip(reason)
         fractions = {target: selftest.calibrate_fraction(probes=probe_slowdowns, target=target) for target in TARGETS}
 
         arms = {"a": arm(), "a2": arm(), "slow10": arm(fractions[0.10]), "slow25": arm(fractions[0.25])}
         selftest.run_interleaved(arms, rounds=WARMUP_ROUNDS)
         pool = selftest.run_interleaved(arms, rounds=TRIALS * ROUNDS_PER_TRIAL)
-    rates = {
-        "false_alarm": selftest.detection_rate(name="A/A", base=pool["a"], test=pool["a2"], gate=gate),
-        "detection_10pct": selftest.detection_rate(name="10% slowdown", base=pool["a"], test=pool["slow10"], gate=gate),
-        "detection_25pct": selftest.detection_rate(name="25% slowdown", base=pool["a"], test=pool["slow25"], gate=gate),
-    }
     measured = {target: _pooled_slowdown(pool[name], pool["a"]) for target, name in ((0.10, "slow10"), (0.25, "slow25"))}
     pool_noise_cv = stats.summarize(stats.ratio_of(pool["a2"], pool["a"])).robust_cv
     elapsed = time.perf_counter() - started
-
-    perfsuite.record(gate, prefix="selftest_gate_")
     perfsuite.record({"probe_fractions": list(PROBE_FRACTIONS), "probe_slowdowns": list(probe_slowdowns.values()),
                       "fraction_10pct": fractions[0.10], "fraction_25pct": fractions[0.25],
                       "measured_slowdown_10pct": measured[0.10], "measured_slowdown_25pct": measured[0.25],
                       "pool_aa_robust_cv": pool_noise_cv, "rounds_per_arm": len(pool["a"]), "pinned_cpu": cpu,
                       "round_median_s": float(np.median(pool["a"])), "seconds": elapsed,
+                      "alpha": user_path.alpha, "min_effect": user_path.min_effect,
+                      "history_runs": user_path.history_runs,
                       # every round time, so the rates can be recomputed offline with another decision rule
                       "calibration_round_s": {name: list(values) for name, values in cal.items()},
                       "pool_round_s": {name: list(values) for name, values in pool.items()}}, prefix="selftest_")
-    # The same rounds through the stored-run comparison a user's run makes: trial blocks as "runs", each
-    # block of an arm against the HISTORY_RUNS blocks of the base arm before it (blocks of one process share
-    # more than separate runs; what is checked is the path and its verdicts).
-    history = {target: selftest.judge_rates_by_history(
-        mutant=f"{target:.0%} more loader work", base=pool["a"], genuine=pool["a2"], planted=pool[arm_name],
-        rounds_per_trial=ROUNDS_PER_TRIAL, history_runs=HISTORY_RUNS, alpha=0.01, min_effect=0.05)
-        for target, arm_name in ((0.10, "slow10"), (0.25, "slow25"))}
-    perfsuite.record({f"{target:.0%}": judgement.as_dict() for target, judgement in history.items()},
-                     prefix="selftest_history_")
+    # The user's stored-run comparison on a machine this noisy cannot flag the smallest planted amount.
+    base_figures = [1 / float(np.median(block)) for block in
+                    selftest.trial_blocks(pool["a"], rounds_per_trial=ROUNDS_PER_TRIAL)][-user_path.history_runs:]
+    reason = selftest.history_unmeasurable_reason(base_figures, slowdown=min(TARGETS), alpha=user_path.alpha)
+    if reason is not None:
+        pytest.skip(reason)
+    # Each trial block judged as a user's run judges a benchmark against its earlier runs.
+    arm_names = {"false_alarm": ("A/A", "a2"), "detection_10pct": ("10% slowdown", "slow10"),
+                 "detection_25pct": ("25% slowdown", "slow25")}
+    rates = {key: selftest.comparison_rate(name=name, base=pool["a"], test=pool[arm_name],
+                                           rounds_per_trial=ROUNDS_PER_TRIAL, path=user_path)
+             for key, (name, arm_name) in arm_names.items()}
     for key, rate in rates.items():
         perfsuite.record(rate, prefix=f"selftest_{key}_")
-        perfsuite.add(f"selftest_{key}_rate", rate.rate)
+        perfsuite.add(f"selftest_{key}_rate", rate.rate)  # judged by ratios.yaml's selftest_*_rate gates
     with capsys.disabled():
-        print(f"\nselftest gate: threshold {gate.threshold:.2%} = max({gate.floor:.0%}, k={gate.k:g} x 1.2533 x "
-              f"A/A robust CV {gate.noise_cv:.2%} / sqrt({gate.rounds_per_trial})), paired sign test alpha {gate.alpha}; "
-              f"A/A robust CV over the trials {pool_noise_cv:.2%}")
+        print(f"\nselftest: each trial block judged by the stored-run comparison against the {user_path.history_runs} "
+              f"base blocks nearest it (alpha {user_path.alpha:g}, min effect {user_path.min_effect:.0%}); "
+              f"A/A robust CV over the rounds {pool_noise_cv:.2%}")
         print(f"selftest design: {TRIALS} trials x {ROUNDS_PER_TRIAL} rounds x {len(RATE_ARMS)} arms, round "
               f"{np.median(pool['a']) * 1e3:.1f} ms on CPU {cpu}; planted fraction {fractions[0.10]:.3f} / {fractions[0.25]:.3f} "
               f"(probes {', '.join(f'{f} -> {s:+.1%}' for f, s in probe_slowdowns.items())}); {elapsed:.0f} s")
-        for judgement in history.values():
-            print(f"selftest {judgement.mutant} by {judgement.check}: {judgement.evidence}")
-        for rate in rates.values():
+        for key, rate in rates.items():
             print(f"selftest {rate.name}: {rate.flagged}/{rate.trials} flagged ({rate.rate:.0%}, 95% CI "
-                  f"{rate.ci_low:.1%}-{rate.ci_high:.1%}); median gate alone {rate.throughput_flagged}/{rate.trials}, with "
-                  f"Wilcoxon {rate.wilcoxon_flagged}/{rate.trials}; "
-                  f"median measured slowdown {rate.median_slowdown:+.1%}")
+                  f"{rate.ci_low:.1%}-{rate.ci_high:.1%}; ratios.yaml selftest_{key}_rate "
+                  f"{user_path.target(f'selftest_{key}_rate')}); median measured slowdown {rate.median_slowdown:+.1%}")
 
-    # The targets are gates in ratios.yaml (selftest_*_rate), judged by the plugin like every other gate.
-    assert all(rate.trials == TRIALS >= 20 for rate in rates.values()), {k: r.trials for k, r in rates.items()}
-    for judgement in history.values():
-        assert judgement.as_expected, judgement.message
+    assert all(rate.trials == TRIALS for rate in rates.values()), {k: r.trials for k, r in rates.items()}
     # Honest mutants: a planted arm never costs more than it is named after (a "10 %" arm that is really
     # 14 % would overstate what is detected); one that costs less makes its rate a conservative one.
     for target, slowdown in measured.items():
@@ -177,7 +171,7 @@ def test_slowdown_false_alarm_and_detection_rates(perfsuite, tensorflow, pytestc
             f"found {slowdown:+.1%} (probes {probe_slowdowns})")
 
 
-def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, perfsuite_corpus):
+def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, user_path, perfsuite_corpus):
     """Measured the way the gate's own benchmark measures it (test_loaders.py::test_loader_ratio: the
     profile's corpus, batch 16, 2 workers, fresh iterator each round): the genuine TF-native loader must
     pass the gate and the swapped-in numpy_function loader must fail it, or the gate tells nothing."""
@@ -197,7 +191,7 @@ def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, perfsuite_corpus):
                              b=reference, rounds=profile.max_rounds)
     bad = timing.interleave(a=rate_round(selftest.mutant_loader_config(base, "numpy_function")), b=reference,
                             rounds=profile.max_rounds)
-    judgement = selftest.judge_by_gate(perfsuite.context.baselines.ratios, mutant="numpy_function swap",
+    judgement = selftest.judge_by_gate(user_path.ratios, mutant="numpy_function swap",
                                        metric=gate_name, genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)
     perfsuite.record(judgement.as_dict(), prefix="selftest_numpy_function_")
@@ -210,7 +204,7 @@ MIN_DEVICE_STEP_S = 0.002  # a device-like step no shorter than this: its sleep'
 DEVICE_STEP_OVER_FETCH = 3
 
 
-def test_no_prefetch_flagged_by_input_wait_gate(perfsuite, selftest_corpus, tensorflow):
+def test_no_prefetch_flagged_by_input_wait_gate(perfsuite, user_path, selftest_corpus, tensorflow):
     """The shipped gate tf_native_cache_input_wait (≤ 5 %) on the TF-native cache loader with and without
     prefetch, feeding a step that waits like an accelerator (the host is free meanwhile): on a CPU-only
     box a real CPU step competes with the pipeline for the same cores and prefetch can overlap nothing,
@@ -243,7 +237,7 @@ def test_no_prefetch_flagged_by_input_wait_gate(perfsuite, selftest_corpus, tens
     good = perfsuite.measure_input_bound(step=device_like_step, dataset=with_prefetch, warmup=2, batches=12,
                                          metric=share_name)
     bad = measure_input_bound(step=device_like_step, dataset=without, warmup=2, batches=12, rounds=good.rounds)
-    judgement = selftest.judge_by_gate(perfsuite.context.baselines.ratios, mutant="prefetch removed", metric=gate_name,
+    judgement = selftest.judge_by_gate(user_path.ratios, mutant="prefetch removed", metric=gate_name,
                                        genuine=good.wait_shares, planted=bad.wait_shares,
                                        genuine_value=good.wait_share, planted_value=bad.wait_share)
     perfsuite.record({"step_s": step_s, "fetch_median_s": fetch.summary.median, **judgement.as_dict()},
@@ -251,7 +245,7 @@ def test_no_prefetch_flagged_by_input_wait_gate(perfsuite, selftest_corpus, tens
     assert judgement.as_expected, judgement.message
 
 
-def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite):
+def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite, user_path):
     """The shipped gate graph_over_eager_ratio (≥ 1.2) on the graph step over the eager one, and on the
     planted step (mode eager in place of graph) over the eager one, in interleaved rounds."""
     batch = make_synthetic_batch(batch_size=8, text_len=40, mel_frames=120, seed=0)
@@ -271,7 +265,7 @@ def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite):
     good = perfsuite.compare("selftest_genuine_compiled_over_eager_ratio", a=calls(steps["genuine"]),
                              b=calls(steps["eager"]), rounds=rounds)
     bad = timing.interleave(a=calls(steps["mutant"]), b=calls(steps["eager"]), rounds=rounds)
-    judgement = selftest.judge_by_gate(perfsuite.context.baselines.ratios, mutant="eager step",
+    judgement = selftest.judge_by_gate(user_path.ratios, mutant="eager step",
                                        metric="graph_over_eager_ratio", genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)
     perfsuite.record(judgement.as_dict(), prefix="selftest_eager_")
@@ -281,6 +275,7 @@ def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite):
 
 STEP_SLOWDOWN = 0.13  # the planted share of more work per step
 STEP_RUN_CALLS = 60  # steady calls of one "run" of the step (a few tenths of a second of the tiny model)
+STEP_HISTORY_RUNS = 5  # earlier runs of the genuine step (the comparison uses the newest --perfsuite-compare-runs)
 
 
 def _spin(seconds):
@@ -290,10 +285,10 @@ def _spin(seconds):
         pass
 
 
-def test_step_slowdown_flagged_by_the_stored_run_comparison(perfsuite):
-    """~13 % more work per step, judged by the comparison with earlier runs a user's run makes (the
-    plugin's defaults: alpha 0.01, min effect 10 %): HISTORY_RUNS runs of the genuine graph step are the
-    earlier runs, then one genuine run and one planted run are each judged against them. No gate of
+def test_step_slowdown_flagged_by_the_stored_run_comparison(perfsuite, user_path):
+    """~13 % more work per step, judged by the comparison with earlier runs a user's run makes (this
+    session's settings, the plugin's defaults unless given): STEP_HISTORY_RUNS runs of the genuine graph
+    step are the earlier runs, then one genuine run and one planted run are each judged against them. No gate of
     ratios.yaml sees it: graph_over_eager_ratio and xla_over_graph_ratio compare modes of one step, which
     the same extra work slows alike (or, planted in one mode, moves far less than their margins)."""
     batch = make_synthetic_batch(batch_size=8, text_len=40, mel_frames=120, seed=0)
@@ -302,8 +297,8 @@ def test_step_slowdown_flagged_by_the_stored_run_comparison(perfsuite):
     def run(train):
         return timing.measure_step(step=train, batch=batch, warmup_calls=2, measure_calls=STEP_RUN_CALLS).samples_per_s
 
-    history = [run(step) for _ in range(HISTORY_RUNS)]
-    reason = selftest.history_unmeasurable_reason(history, slowdown=STEP_SLOWDOWN, alpha=0.01)
+    history = [run(step) for _ in range(STEP_HISTORY_RUNS)]
+    reason = selftest.history_unmeasurable_reason(history, slowdown=STEP_SLOWDOWN, alpha=user_path.alpha)
     if reason is not None:  # as the rates test: a machine this noisy cannot show the planted amount
         perfsuite.record({"history_samples_per_s": history, "unmeasurable": reason}, prefix="selftest_step_work_")
         pytest.skip(reason)
@@ -315,13 +310,13 @@ def test_step_slowdown_flagged_by_the_stored_run_comparison(perfsuite):
         return output
 
     judgement = selftest.judge_by_history(mutant=f"{STEP_SLOWDOWN:.0%} more step work", history=history,
-                                          genuine=run(step), planted=run(planted), alpha=0.01, min_effect=0.10)
+                                          genuine=run(step), planted=run(planted), path=user_path)
     perfsuite.record({"step_s": step_s, "history_samples_per_s": history, **judgement.as_dict()},
                      prefix="selftest_step_work_")
     assert judgement.as_expected, judgement.message
 
 
-def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, selftest_corpus):
+def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, user_path, selftest_corpus):
     dataset_dir, _ = selftest_corpus
     limits = (max(len(u.normalized_text) for u in read_metadata(dataset_dir)) + 8, 2 * 22050 // 256 + 2)
     base = LoaderConfig(kind="tf_native", source="wav", batch_size=8, num_parallel_calls=2, static_shapes=True,
@@ -341,7 +336,7 @@ def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, selftest_corpus):
     # threshold --perfsuite-save-baselines records into a machine profile, which this judges through.
     judgement = selftest.judge_by_recorded_threshold(mutant="dynamic shapes", metric="retraces",
                                                      recorded=good.retraces, genuine=again.retraces,
-                                                     planted=bad.retraces)
+                                                     planted=bad.retraces, margin=user_path.margin)
     perfsuite.record({"static_traces": good.traces, "dynamic_traces": bad.traces, **judgement.as_dict()},
                      prefix="selftest_retrace_")
     assert judgement.as_expected, judgement.message

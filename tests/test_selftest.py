@@ -3,8 +3,10 @@
 Marked ``selftest`` too, so ``pytest benchmarks/ tests/ -m selftest`` runs the logic with the measurements.
 """
 
-import math
+import dataclasses
+import json
 import os
+import textwrap
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,95 +29,6 @@ class FakeLoaderConfig:  # the fields the loader mutants touch, without importin
     static_shapes: bool = True
     max_text_len: int | None = 50
     max_mel_frames: int | None = 400
-
-
-def _rounds(rng, n, *, slowdown=0.0, cv=0.03, disturbed=0.0):
-    """Interleaved rounds: a shared per-round machine drift plus independent noise per arm; a share
-    ``disturbed`` of the rounds has one arm (either) slowed by a burst of 20-100 %."""
-    drift = np.exp(rng.normal(0, 0.10, n))
-    base = 0.03 * drift * np.exp(rng.normal(0, cv, n))
-    test = 0.03 * (1 + slowdown) * drift * np.exp(rng.normal(0, cv, n))
-    hit = rng.random(n) < disturbed
-    burst = 1 + rng.uniform(0.2, 1.0, n)
-    on_test = rng.random(n) < 0.5
-    base = np.where(hit & ~on_test, base * burst, base)
-    test = np.where(hit & on_test, test * burst, test)
-    return base, test
-
-
-def test_gate_scales_with_noise_and_trial_length():
-    rng = np.random.default_rng(0)
-    quiet = rng.normal(1, 0.02, 200)
-    noisy = rng.normal(1, 0.08, 200)
-    g_quiet = selftest.calibrate_gate(aa_ratios=quiet, rounds_per_trial=8)
-    g_noisy = selftest.calibrate_gate(aa_ratios=noisy, rounds_per_trial=8)
-    g_long = selftest.calibrate_gate(aa_ratios=noisy, rounds_per_trial=32)
-    assert g_noisy.threshold > g_quiet.threshold
-    assert g_long.threshold == pytest.approx(g_noisy.threshold / 2)  # 1 / sqrt(n)
-    expected = 3 * math.sqrt(math.pi / 2) * g_noisy.noise_cv / math.sqrt(8)
-    assert g_noisy.threshold == pytest.approx(expected)
-    assert 0.06 < g_noisy.noise_cv < 0.10
-    flat = selftest.calibrate_gate(aa_ratios=np.ones(20), rounds_per_trial=8)
-    assert flat.threshold == selftest.THRESHOLD_FLOOR
-
-
-def test_gate_rejects_too_few_calibration_rounds():
-    with pytest.raises(ValueError, match="at least 8"):
-        selftest.calibrate_gate(aa_ratios=[1.0] * 5, rounds_per_trial=8)
-
-
-def test_rates_on_synthetic_rounds_meet_targets():
-    rng = np.random.default_rng(1)
-    aa_base, aa_test = _rounds(rng, 64)
-    gate = selftest.calibrate_gate(aa_ratios=aa_test / aa_base, rounds_per_trial=32)
-    base, same = _rounds(rng, 32 * 200)
-    base10, slow10 = _rounds(rng, 32 * 200, slowdown=0.10)
-    false_alarms = selftest.detection_rate(name="aa", base=base, test=same, gate=gate)
-    detected = selftest.detection_rate(name="10pct", base=base10, test=slow10, gate=gate)
-    assert false_alarms.trials == 200
-    assert false_alarms.rate <= 0.02
-    assert detected.rate >= 0.95
-    assert detected.median_slowdown == pytest.approx(0.10, abs=0.02)
-    # Paired rounds cancel the shared drift: even on 12 rounds the decision flags a 10 % slowdown.
-    short = selftest.calibrate_gate(aa_ratios=aa_test / aa_base, rounds_per_trial=12)
-    decisions = [selftest.decide_slowdown(base=a, test=b, gate=short)
-                 for a, b in zip(selftest.trial_blocks(base10, rounds_per_trial=12),
-                                 selftest.trial_blocks(slow10, rounds_per_trial=12))]
-    assert np.mean([d.flagged for d in decisions]) >= 0.9
-
-
-def test_slower_sign_p_keeps_detecting_when_bursts_disturb_rounds():
-    # A fifth of the rounds has one arm slowed by a burst of load (what the 2-core box shows): the sign
-    # test loses one sign per disturbed round and still flags a 10 % slowdown, where the Wilcoxon test
-    # is pulled down by the bursts' large ranks; A/A stays at or below alpha.
-    rng = np.random.default_rng(2)
-    aa_base, aa_test = _rounds(rng, 64, disturbed=0.2)
-    gate = selftest.calibrate_gate(aa_ratios=aa_test / aa_base, rounds_per_trial=32)
-    base, same = _rounds(rng, 32 * 200, disturbed=0.2)
-    base10, slow10 = _rounds(rng, 32 * 200, slowdown=0.10, disturbed=0.2)
-    false_alarms = selftest.detection_rate(name="aa", base=base, test=same, gate=gate)
-    detected = selftest.detection_rate(name="10pct", base=base10, test=slow10, gate=gate)
-    assert false_alarms.rate <= 0.02
-    assert detected.rate >= 0.95
-    assert detected.wilcoxon_flagged < detected.flagged
-
-
-def test_slower_sign_p_exact_values():
-    assert selftest.slower_sign_p([0.1] * 8) == pytest.approx(0.5 ** 8)
-    assert selftest.slower_sign_p([0.1] * 7 + [-0.1]) == pytest.approx(9 / 256)
-    assert selftest.slower_sign_p([0.0, 0.0]) == 1.0
-    assert selftest.slower_sign_p([0.0, 0.1, 0.1]) == pytest.approx(0.25)  # zeros are dropped
-
-
-def test_decision_flags_only_slower():
-    gate = selftest.calibrate_gate(aa_ratios=np.linspace(0.97, 1.03, 16), rounds_per_trial=8)
-    base = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99]
-    slower = [1.3 * v for v in base]
-    faster = [0.7 * v for v in base]
-    assert selftest.decide_slowdown(base=base, test=slower, gate=gate).flagged
-    assert selftest.decide_slowdown(base=base, test=slower, gate=gate).throughput_flagged
-    assert not selftest.decide_slowdown(base=base, test=faster, gate=gate).flagged
-    assert not selftest.decide_slowdown(base=base, test=list(base), gate=gate).flagged
 
 
 def test_clopper_pearson_known_values():
@@ -187,6 +100,9 @@ def test_step_mutants():
 
 
 SHIPPED_RATIOS = load_ratios(Path(__file__).parents[1] / "benchmarks" / "baselines" / "ratios.yaml")
+# A user's settings for the unit tests below; the benchmarks read theirs from the session (UserPath.of,
+# tested end to end at the bottom).
+PATH = selftest.UserPath(alpha=0.01, min_effect=0.10, history_runs=10, margin=0.3, ratios=SHIPPED_RATIOS)
 
 
 @pytest.mark.parametrize("mutant,metric,genuine,planted", [
@@ -222,31 +138,30 @@ def test_a_context_gate_or_no_gate_cannot_judge_a_planted_regression():
 
 def test_dynamic_shapes_are_judged_by_a_recorded_retraces_threshold():
     judgement = selftest.judge_by_recorded_threshold(mutant="dynamic shapes", metric="retraces", recorded=0,
-                                                     genuine=0, planted=3)
+                                                     genuine=0, planted=3, margin=PATH.margin)
     assert judgement.as_expected and "max_retraces ≤ 0" in judgement.check
+    assert f"margin {PATH.margin:g}" in judgement.check
     assert not selftest.judge_by_recorded_threshold(mutant="dynamic shapes", metric="retraces", recorded=0,
-                                                    genuine=0, planted=0).as_expected
+                                                    genuine=0, planted=0, margin=PATH.margin).as_expected
 
 
-def test_a_slowdown_is_judged_by_the_stored_run_comparison():
+def test_a_slowdown_is_judged_by_the_stored_run_comparison_with_the_user_s_settings():
     history = [100.0, 102.0, 99.0, 101.0, 100.5]
-    slower = selftest.judge_by_history(mutant="13% more step work", history=history, genuine=100.2, planted=87.0)
+    slower = selftest.judge_by_history(mutant="13% more step work", history=history, genuine=100.2, planted=87.0,
+                                       path=PATH)
     assert slower.as_expected and "5 earlier runs" in slower.check
-    hidden = selftest.judge_by_history(mutant="3% more step work", history=history, genuine=100.2, planted=97.0)
+    hidden = selftest.judge_by_history(mutant="3% more step work", history=history, genuine=100.2, planted=97.0,
+                                       path=PATH)
     assert hidden.planted == "pass" and not hidden.as_expected  # below the comparison's minimum effect
+    # A user whose minimum effect is 20 % is not alarmed by 13 %: the self-test judges with the user's.
+    lenient = dataclasses.replace(PATH, min_effect=0.20)
+    assert selftest.judge_by_history(mutant="13%", history=history, genuine=100.2, planted=87.0,
+                                     path=lenient).planted == "pass"
+    newest = dataclasses.replace(PATH, history_runs=3)
+    assert "3 earlier runs" in selftest.judge_by_history(mutant="13%", history=history, genuine=100.2,
+                                                         planted=87.0, path=newest).check
     with pytest.raises(ValueError, match="enough earlier runs"):
-        selftest.judge_by_history(mutant="x", history=[100.0, 101.0], genuine=100.0, planted=80.0)
-
-
-def test_rates_through_the_stored_run_comparison_are_judged_against_the_targets():
-    rng = np.random.default_rng(3)
-    draw = lambda seconds: list(np.exp(rng.normal(np.log(seconds), 0.01, 20 * 32)))  # noqa: E731
-    base, same = draw(0.02), draw(0.02)
-    options = {"rounds_per_trial": 32, "history_runs": 5, "alpha": 0.01, "min_effect": 0.05}
-    judgement = selftest.judge_rates_by_history(mutant="10%", base=base, genuine=same, planted=draw(0.022), **options)
-    assert judgement.as_expected and "0/15" in judgement.evidence and "15/15" in judgement.evidence
-    too_small = selftest.judge_rates_by_history(mutant="2%", base=base, genuine=same, planted=draw(0.0204), **options)
-    assert too_small.planted == "pass" and not too_small.as_expected
+        selftest.judge_by_history(mutant="x", history=[100.0, 101.0], genuine=100.0, planted=80.0, path=PATH)
 
 
 def test_fortran_cache_copy(tmp_path):
@@ -295,25 +210,38 @@ def test_pinned_to_one_cpu_pins_every_thread_and_restores():
     assert selftest.idlest_cpu(before, window_s=0.01) in before
 
 
-def test_a_noisy_machine_makes_the_planted_slowdowns_unmeasurable_with_the_figure():
-    quiet = selftest.calibrate_gate(aa_ratios=[1.0, 1.01, 0.99, 1.005, 0.995] * 8, rounds_per_trial=32)
-    assert selftest.unmeasurable_reason(quiet, smallest_target=0.10) is None
-    rng = np.random.default_rng(0)
-    noisy = selftest.calibrate_gate(aa_ratios=np.exp(rng.normal(0, 0.11, 64)), rounds_per_trial=32)
-    reason = selftest.unmeasurable_reason(noisy, smallest_target=0.10)
-    assert reason is not None and f"{noisy.noise_cv:.1%}" in reason and "unmeasurable" in reason
+def _draw(rng, seconds, n=20 * 32, cv=0.01):
+    return list(np.exp(rng.normal(np.log(seconds), cv, n)))
 
 
-def test_history_rates_flag_a_planted_slowdown_and_not_an_identical_arm():
+def test_comparison_rates_flag_a_planted_slowdown_and_not_an_identical_arm():
     rng = np.random.default_rng(1)
-    base = list(np.exp(rng.normal(np.log(0.02), 0.01, 20 * 32)))
-    same = list(np.exp(rng.normal(np.log(0.02), 0.01, 20 * 32)))
-    slow = list(np.exp(rng.normal(np.log(0.025), 0.01, 20 * 32)))
-    assert selftest.history_rates(base=base, test=same, rounds_per_trial=32, history_runs=5, alpha=0.01,
-                                  min_effect=0.05) == (0, 15)
-    flagged, judged = selftest.history_rates(base=base, test=slow, rounds_per_trial=32, history_runs=5,
-                                             alpha=0.01, min_effect=0.05)
-    assert judged == 15 and flagged == 15
+    base, same, slow = _draw(rng, 0.02), _draw(rng, 0.02), _draw(rng, 0.025)
+    aa = selftest.comparison_rate(name="A/A", base=base, test=same, rounds_per_trial=32, path=PATH)
+    assert (aa.trials, aa.flagged, aa.rate) == (20, 0, 0.0)
+    planted = selftest.comparison_rate(name="25%", base=base, test=slow, rounds_per_trial=32, path=PATH)
+    assert (planted.trials, planted.flagged) == (20, 20)
+    assert planted.median_slowdown == pytest.approx(0.25, abs=0.02)
+    assert planted.ci_low < 1.0 == planted.ci_high
+
+
+def test_comparison_rates_judge_with_the_user_s_minimum_effect():
+    rng = np.random.default_rng(2)
+    base, slow = _draw(rng, 0.02), _draw(rng, 0.025)
+    lenient = dataclasses.replace(PATH, min_effect=0.30)  # a user who counts only 30 % as a regression
+    assert selftest.comparison_rate(name="25%", base=base, test=slow, rounds_per_trial=32, path=lenient).flagged == 0
+    base6, slow6 = _draw(rng, 0.02), _draw(rng, 0.0214)  # 7 %: below the default 10 %
+    small = dataclasses.replace(PATH, min_effect=0.05)
+    assert selftest.comparison_rate(name="7%", base=base6, test=slow6, rounds_per_trial=32, path=PATH).flagged == 0
+    assert selftest.comparison_rate(name="7%", base=base6, test=slow6, rounds_per_trial=32, path=small).flagged == 20
+    with pytest.raises(ValueError, match="same number of interleaved rounds"):
+        selftest.comparison_rate(name="x", base=base, test=slow[:-1], rounds_per_trial=32, path=PATH)
+
+
+def test_the_nearest_blocks_leave_the_trial_itself_out():
+    assert selftest._nearest(0, 20, 3) == [1, 2, 3]
+    assert selftest._nearest(10, 20, 4) == [8, 9, 11, 12]
+    assert selftest._nearest(19, 20, 2) == [17, 18]
 
 
 def test_a_noisy_history_makes_a_planted_step_slowdown_unmeasurable_with_the_figure():
@@ -322,3 +250,65 @@ def test_a_noisy_history_makes_a_planted_step_slowdown_unmeasurable_with_the_fig
     noisy = [100.0, 125.0, 80.0, 110.0, 90.0]
     reason = selftest.history_unmeasurable_reason(noisy, slowdown=0.13, alpha=0.01)
     assert reason is not None and "unmeasurable" in reason and "not the planted 13%" in reason
+
+
+# ------------------------------------------------------------- the self-test reads the user's run's settings
+
+pytest_plugins = ["pytester"]
+
+READS = textwrap.dedent("""
+    import json
+
+    from perfsuite.tools.selftest import UserPath
+
+    def test_reads(perfsuite, pytestconfig):
+        path = UserPath.of(perfsuite.context, pytestconfig)
+        gates = {metric: [[t.symbol, t.value] for t in thresholds] for metric, thresholds in path.ratios.gates.items()}
+        options = {name: pytestconfig.getoption(name) for name in ("perfsuite_compare_alpha",
+                   "perfsuite_compare_min_effect", "perfsuite_compare_runs", "perfsuite_baseline_margin")}
+        with open("read.json", "w") as out:
+            json.dump({"alpha": path.alpha, "min_effect": path.min_effect, "history_runs": path.history_runs,
+                       "margin": path.margin, "gates": gates, "options": options}, out)
+
+    def test_rate(perfsuite):
+        perfsuite.add("selftest_detection_10pct_rate", 0.9)
+""")
+
+
+def _inner(pytester, *args):
+    pytester.makepyfile(test_reads=READS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                           "--perfsuite-profile=smoke", *args)
+    return result, json.loads((pytester.path / "read.json").read_text())
+
+
+def test_the_self_test_reads_the_plugin_s_defaults_and_the_shipped_ratios(pytester, monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    shipped = Path(__file__).parents[1] / "benchmarks" / "baselines"
+    result, read = _inner(pytester, f"--perfsuite-baselines={shipped}")
+    options = read["options"]
+    assert (read["alpha"], read["min_effect"], read["history_runs"], read["margin"]) == (
+        options["perfsuite_compare_alpha"], options["perfsuite_compare_min_effect"],
+        options["perfsuite_compare_runs"], options["perfsuite_baseline_margin"])
+    assert read["gates"]["selftest_detection_10pct_rate"] == [
+        [t.symbol, t.value] for t in SHIPPED_RATIOS.gates["selftest_detection_10pct_rate"]]
+    # The shipped target (ratios.yaml) judges the self-test's rate: 90 % is below it.
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*selftest_detection_10pct_rate*fail*"])
+
+
+def test_a_planted_change_of_the_settings_and_of_ratios_yaml_is_seen_by_the_self_test(pytester, monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    planted = pytester.mkdir("planted")
+    (planted / "ratios.yaml").write_text(textwrap.dedent("""
+        ratios:
+          selftest_detection_10pct_rate:
+            min: 0.85
+            claim: a planted target
+    """))
+    result, read = _inner(pytester, "--perfsuite-baselines=planted", "--perfsuite-compare-alpha=0.02",
+                          "--perfsuite-compare-min-effect=0.2", "--perfsuite-compare-runs=7",
+                          "--perfsuite-baseline-margin=0.4")
+    assert (read["alpha"], read["min_effect"], read["history_runs"], read["margin"]) == (0.02, 0.2, 7, 0.4)
+    assert read["gates"] == {"selftest_detection_10pct_rate": [["≥", 0.85]]}
+    result.assert_outcomes(passed=2)  # 90 % meets the planted 85 %

@@ -1,14 +1,16 @@
-"""The regression detector's self-test: planted regressions ("mutants"), the decisions that must flag
-them, and the calibration of the slowdown gate from noise measured in the same run.
+"""The regression detector's self-test: planted regressions ("mutants") and the checks of a user's run
+that must flag them.
 
 Mutants are planted only through supported options and what the loader lets a caller inject (its
-``map_extra``), never by editing files. Each planted regression is judged by a check a user's run makes
-(``judge_by_gate``: the shipped gate file; ``judge_by_recorded_threshold``: a recorded profile;
-``judge_by_history`` / ``judge_rates_by_history``: the stored-run comparison): the genuine configuration
-must pass, inconclusive being no pass, and the planted one must fail. The design (rotated arms pinned to
-one CPU, the sign test plus a noise-derived minimum effect, the two-probe slowdown calibration) and why
-it is so are in docs/selftest.md. TensorFlow is imported only when a planted slowdown is built, so the decisions load
-without it.
+``map_extra``), never by editing files. Each planted regression is judged by exactly what a user's run
+uses, read from where that run reads it (``UserPath``: the session's options and ratios.yaml):
+``judge_by_gate`` (the shipped gate file), ``judge_by_recorded_threshold`` (a recorded profile, with the
+user's margin), ``judge_by_history`` and ``comparison_rate`` (the stored-run comparison with the user's
+alpha, minimum effect and number of earlier runs). The genuine configuration must pass, inconclusive
+being no pass, and the planted one must fail; the rates go to the plugin, whose ratios.yaml gates
+(selftest_*_rate) judge them as any other figure. The self-test has no threshold of its own. The design
+(rotated arms pinned to one CPU, the two-probe slowdown calibration) is in docs/selftest.md. TensorFlow
+is imported only when a planted slowdown is built, so the decisions load without it.
 """
 
 from __future__ import annotations
@@ -22,28 +24,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import special
-from scipy import stats as sps
 
 from perfsuite.errors import PinningUnavailable
-from perfsuite.measure import stats
 from perfsuite.measure.rounds import interleaved, rotated
 from perfsuite.measure.stats import clopper_pearson
-from perfsuite.verdict.ab import sign_test
 from perfsuite.verdict.baselines import threshold_from_measurement
-from perfsuite.verdict.comparison import SLOWER, compare_history
+from perfsuite.verdict.comparison import NOT_JUDGED, compare_history, decide_history
 from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS, REGRESSION, check_benchmark, judge
-
-K_DEFAULT = 3.0
-THRESHOLD_FLOOR = 0.02
-ALPHA_DEFAULT = 0.01  # the plugin's default --perfsuite-compare-alpha
-MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # 1.2533: standard error of a median / (sigma / sqrt(n))
-
-# Targets of the self-test issue.
-TARGET_FALSE_ALARM_RATE = 0.01
-TARGET_DETECTION_RATE = 0.95
 
 LOADER_MUTANTS = ("numpy_function", "no_prefetch", "dynamic_shapes")
 STEP_MUTANTS = ("eager", "dynamic_shapes")
@@ -199,68 +190,33 @@ def run_interleaved(arms: Mapping[str, Callable[[], float]], *, rounds: int) -> 
     return {name: tuple(v) for name, v in values.items()}
 
 
-# ---------------------------------------------------------------------------------- calibration
+# ---------------------------------------------------------------------------------- the user's path
 
 
 @dataclass(frozen=True)
-class SlowdownGate:
-    """The slowdown gate of one run: threshold = max(floor, k * 1.2533 * noise_cv / sqrt(rounds_per_trial))."""
+class UserPath:
+    """What a user's run judges with, read from where that run reads it: the stored-run comparison's
+    settings from the session's options (--perfsuite-compare-alpha, --perfsuite-compare-min-effect,
+    --perfsuite-compare-runs, --perfsuite-baseline-margin; their defaults when not given) and the gates and
+    targets from the session's ratios.yaml. The self-test has no setting of its own."""
 
-    k: float
-    noise_cv: float  # robust CV of the A/A per-round ratio
-    calibration_rounds: int
-    rounds_per_trial: int
-    floor: float
-    threshold: float  # minimum relative slowdown of the median round time
-    alpha: float  # significance level of the paired sign test
+    alpha: float
+    min_effect: float
+    history_runs: int  # the newest earlier runs a comparison uses
+    margin: float  # between a recorded figure and its threshold
+    ratios: Any  # perfsuite.verdict.baselines.RatioGates
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    @classmethod
+    def of(cls, context, config) -> UserPath:
+        """From the session's context (the ``perfsuite`` fixture's) and its pytest config."""
+        return cls(alpha=context.compare_alpha, min_effect=context.compare_min_effect,
+                   history_runs=int(config.getoption("perfsuite_compare_runs")), margin=context.margin,
+                   ratios=context.baselines.ratios)
 
-
-def unmeasurable_reason(gate: SlowdownGate, *, smallest_target: float) -> str | None:
-    """Why this machine's noise makes the planted slowdowns unmeasurable, or None when it does not.
-
-    A planted slowdown can be told apart only when the gate's minimum effect (k standard errors of a
-    trial's median, from the A/A noise) sits well below it: at least half the smallest target is left
-    for the planted arm's own spread and the probes' calibration error."""
-    if gate.threshold < smallest_target / 2:
-        return None
-    return (f"this machine's A/A noise (robust CV {gate.noise_cv:.1%} a round) gives a minimum detectable slowdown "
-            f"of {gate.threshold:.1%} a trial, not below half the smallest planted slowdown "
-            f"({smallest_target:.0%}): the planted amounts are unmeasurable here")
-
-
-def history_rates(*, base, test, rounds_per_trial: int, history_runs: int, alpha: float, min_effect: float):
-    """The comparison with earlier runs (perfsuite.verdict.comparison) on the self-test's own rounds:
-    each trial block's median round time is one "run"; a block of ``test`` is judged against the
-    preceding ``history_runs`` blocks of ``base``. Returns (flagged, judged). Blocks of one process
-    share more than separate runs do, so this checks the path, not a machine's run-to-run noise."""
-    base_runs = [float(np.median(block)) for block in trial_blocks(base, rounds_per_trial=rounds_per_trial)]
-    test_runs = [float(np.median(block)) for block in trial_blocks(test, rounds_per_trial=rounds_per_trial)]
-    flagged = judged = 0
-    for index in range(history_runs, len(test_runs)):
-        comparison = compare_history(base_runs[index - history_runs:index], test_runs[index], higher_is_better=False,
-                                     min_effect=min_effect, alpha=alpha, min_runs=history_runs)
-        judged += 1
-        flagged += comparison.verdict == "slower"
-    return flagged, judged
-
-
-def calibrate_gate(*, aa_ratios, rounds_per_trial: int, k: float = K_DEFAULT, floor: float = THRESHOLD_FLOOR,
-                   alpha: float = ALPHA_DEFAULT) -> SlowdownGate:
-    """The slowdown gate from A/A per-round ratios measured in the same run (see the module notes)."""
-    ratios = np.asarray(aa_ratios, dtype=float)
-    if ratios.size < 8:
-        raise ValueError(f"aa_ratios: expected at least 8 A/A ratios to estimate the noise, found {ratios.size}")
-    if rounds_per_trial < 3:
-        raise ValueError(f"rounds_per_trial: expected ≥ 3, found {rounds_per_trial}")
-    if not k > 0:
-        raise ValueError(f"k: expected a positive multiple of the noise, found {k}")
-    noise_cv = float(stats.summarize(ratios).robust_cv)
-    threshold = max(floor, k * MEDIAN_SE_FACTOR * noise_cv / math.sqrt(rounds_per_trial))
-    return SlowdownGate(k=k, noise_cv=noise_cv, calibration_rounds=int(ratios.size),
-                        rounds_per_trial=rounds_per_trial, floor=floor, threshold=threshold, alpha=alpha)
+    def target(self, metric: str) -> str:
+        """The bounds ratios.yaml sets on ``metric``, as text (for messages)."""
+        thresholds = self.ratios.gates.get(metric, ())
+        return ", ".join(f"{t.symbol} {t.value:g}" for t in thresholds) or "no gate"
 
 
 def calibrate_fraction(*, probes: Mapping[float, float], target: float) -> float:
@@ -292,60 +248,18 @@ def calibrate_fraction(*, probes: Mapping[float, float], target: float) -> float
 
 
 @dataclass(frozen=True)
-class TrialDecision:
-    """One A/B trial: the comparison's verdict, the throughput gate's verdict, and the figures."""
-
-    flagged: bool  # significant-change comparison: sign test significant, slower, effect ≥ threshold
-    throughput_flagged: bool  # median paired ratio B/A of round times ≥ 1 + threshold (no significance test)
-    paired_ratio: float  # median of per-round B/A time ratios
-    p_value: float  # one-sided exact sign test of log(B/A) > 0
-    wilcoxon_p_value: float  # one-sided Wilcoxon signed-rank test of log(B/A) > 0, for reference
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def slower_sign_p(log_ratios) -> float:
-    """p of the one-sided exact sign test (verdict.ab.sign_test) that log(B/A) > 0 more often than not;
-    rounds with a zero ratio are dropped."""
-    values = np.asarray(log_ratios, dtype=float)
-    nonzero = values[values != 0]
-    return sign_test(int(np.sum(nonzero > 0)), int(nonzero.size))
-
-
-def decide_slowdown(*, base, test, gate: SlowdownGate) -> TrialDecision:
-    """Is ``test`` (per-round seconds) slower than ``base`` (the same rounds, interleaved)?
-
-    The rounds are pairs (A and B ran back to back), so the test is paired: a one-sided sign test on
-    the log ratios at ``gate.alpha``, plus the minimum effect ``gate.threshold`` on their median (see
-    the module notes). The Wilcoxon signed-rank test is reported too: the occasional large ratio of a
-    disturbed round can pull it down, which a sign test shrugs off.
-    """
-    log_ratios = np.log(stats.ratio_of(test, base))
-    paired = float(np.exp(np.median(log_ratios)))
-    if np.all(log_ratios == 0):
-        wilcoxon = 1.0
-    else:
-        wilcoxon = float(sps.wilcoxon(log_ratios, alternative="greater", zero_method="zsplit").pvalue)
-    p_value = slower_sign_p(log_ratios)
-    slower_enough = paired - 1.0 >= gate.threshold
-    return TrialDecision(flagged=bool(p_value < gate.alpha and slower_enough), throughput_flagged=bool(slower_enough),
-                         paired_ratio=paired, p_value=p_value, wilcoxon_p_value=wilcoxon)
-
-
-@dataclass(frozen=True)
 class Rate:
-    """How often trials flagged: count, rate and its 95 % Clopper-Pearson interval."""
+    """How often trials were flagged as slower by the stored-run comparison: count, rate and its 95 %
+    Clopper-Pearson interval, and the median over trials of the block's slowdown against the base
+    block of the same rounds."""
 
     name: str
     trials: int
     flagged: int
-    throughput_flagged: int  # the median ratio passed the threshold (no significance test)
-    wilcoxon_flagged: int  # the decision with the Wilcoxon signed-rank test in place of the sign test
     rate: float
     ci_low: float
     ci_high: float
-    median_slowdown: float  # median over trials of the paired ratio - 1
+    median_slowdown: float
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -359,22 +273,40 @@ def trial_blocks(values: Sequence[float], *, rounds_per_trial: int) -> list[tupl
     return [tuple(values[i * rounds_per_trial:(i + 1) * rounds_per_trial]) for i in range(count)]
 
 
-def detection_rate(*, name: str, base: Sequence[float], test: Sequence[float], gate: SlowdownGate) -> Rate:
-    """Run one trial per disjoint block of ``gate.rounds_per_trial`` interleaved rounds; count the flags."""
+def _nearest(index: int, count: int, k: int) -> list[int]:
+    """The k indices of 0..count-1 nearest to ``index`` (not itself), in time order."""
+    others = sorted((j for j in range(count) if j != index), key=lambda j: (abs(j - index), j))
+    return sorted(others[:k])
+
+
+def comparison_rate(*, name: str, base: Sequence[float], test: Sequence[float], rounds_per_trial: int,
+                    path: UserPath) -> Rate:
+    """How often a user's stored-run comparison flags ``test`` as slower: each trial block of interleaved
+    rounds is a "run" whose figure is its rate (1 / median round seconds, as samples/s is), judged as the
+    plugin judges a benchmark (compare_history, then decide_history) with ``path``'s settings against the
+    ``path.history_runs`` blocks of ``base`` nearest to it in time (itself left out). Blocks of one
+    process are draws of one machine state, so a later block serves as an earlier run would; they share
+    more than separate runs do, so this checks the decision, not a machine's run-to-run noise."""
     if len(base) != len(test):
         raise ValueError(f"base, test: expected the same number of interleaved rounds, found {len(base)} and {len(test)}")
-    decisions = [decide_slowdown(base=a, test=b, gate=gate)
-                 for a, b in zip(trial_blocks(base, rounds_per_trial=gate.rounds_per_trial),
-                                 trial_blocks(test, rounds_per_trial=gate.rounds_per_trial), strict=True)]
-    if not decisions:
-        raise ValueError(f"base: expected at least {gate.rounds_per_trial} rounds for one trial, found {len(base)}")
-    flagged = sum(d.flagged for d in decisions)
-    low, high = clopper_pearson(successes=flagged, trials=len(decisions))
-    return Rate(name=name, trials=len(decisions), flagged=flagged,
-                throughput_flagged=sum(d.throughput_flagged for d in decisions),
-                wilcoxon_flagged=sum(d.throughput_flagged and d.wilcoxon_p_value < gate.alpha for d in decisions),
-                rate=flagged / len(decisions),
-                ci_low=low, ci_high=high, median_slowdown=float(np.median([d.paired_ratio for d in decisions])) - 1)
+    base_runs = [1 / float(np.median(b)) for b in trial_blocks(base, rounds_per_trial=rounds_per_trial)]
+    test_runs = [1 / float(np.median(b)) for b in trial_blocks(test, rounds_per_trial=rounds_per_trial)]
+    if len(base_runs) < 2:
+        raise ValueError(f"base: expected at least 2 trial blocks of {rounds_per_trial} rounds, found {len(base_runs)}")
+    flags = []
+    for index, figure in enumerate(test_runs):
+        history = [base_runs[j] for j in _nearest(index, len(base_runs), path.history_runs)]
+        (decision,) = decide_history([compare_history(history, figure, higher_is_better=True,
+                                                      min_effect=path.min_effect, alpha=path.alpha)], alpha=path.alpha)
+        if decision.verdict == NOT_JUDGED:
+            raise ValueError(f"{name}: expected enough earlier blocks to judge each trial, found: "
+                             f"{decision.comparison.reason}")
+        flags.append(decision.significant_slowdown)
+    flagged = sum(flags)
+    low, high = clopper_pearson(successes=flagged, trials=len(flags))
+    slowdowns = [b / t - 1 for b, t in zip(base_runs, test_runs)]
+    return Rate(name=name, trials=len(flags), flagged=flagged, rate=flagged / len(flags), ci_low=low, ci_high=high,
+                median_slowdown=float(np.median(slowdowns)))
 
 
 # ------------------------------------------------------------------ planted regressions, judged as shipped
@@ -434,9 +366,10 @@ def judge_by_gate(ratios, *, mutant: str, metric: str, genuine: Sequence[float],
 
 
 def judge_by_recorded_threshold(*, mutant: str, metric: str, recorded: float, genuine: float, planted: float,
-                                margin: float = 0.25) -> PlantedJudgement:
+                                margin: float) -> PlantedJudgement:
     """A threshold recorded from a genuine run (as --perfsuite-save-baselines records it into a machine
-    profile) judging a second genuine run and the planted one, as a user's run with that profile does."""
+    profile, with the user's run's ``margin``) judging a second genuine run and the planted one, as a
+    user's run with that profile does."""
     threshold = threshold_from_measurement(metric=metric, measured=recorded, margin=margin)
     good, bad = (judge(f"selftest::{mutant}", threshold, {metric: value}, "recorded profile")
                  for value in (genuine, planted))
@@ -447,39 +380,22 @@ def judge_by_recorded_threshold(*, mutant: str, metric: str, recorded: float, ge
 
 
 def judge_by_history(*, mutant: str, history: Sequence[float], genuine: float, planted: float,
-                     higher_is_better: bool = True, alpha: float = ALPHA_DEFAULT,
-                     min_effect: float = 0.10) -> PlantedJudgement:
-    """The stored-run comparison a user's run makes (perfsuite.verdict.comparison.compare_history, one
-    benchmark): the genuine figure and the planted one, each against the same earlier runs. Pass: not
-    slower (no change or faster); fail: a significant slowdown of at least ``min_effect``."""
-    verdicts = [compare_history(history, figure, higher_is_better=higher_is_better, alpha=alpha,
-                                min_effect=min_effect) for figure in (genuine, planted)]
-    if not verdicts[0].judged:
+                     path: UserPath, higher_is_better: bool = True) -> PlantedJudgement:
+    """The stored-run comparison a user's run makes (compare_history, then decide_history, with
+    ``path``'s settings and its newest ``path.history_runs`` runs): the genuine figure and the planted
+    one, each against the same earlier runs. Pass: not slower (no change or faster); fail: a
+    significant slowdown of at least the user's minimum effect."""
+    history = list(history)[-path.history_runs:]
+    decisions = [decide_history([compare_history(history, figure, higher_is_better=higher_is_better,
+                                                 alpha=path.alpha, min_effect=path.min_effect)],
+                                alpha=path.alpha)[0] for figure in (genuine, planted)]
+    if decisions[0].verdict == NOT_JUDGED:
         raise ValueError(f"history: expected enough earlier runs to judge the {mutant} mutant, found: "
-                         f"{verdicts[0].reason}")
-    good, bad = (FAIL if v.verdict == SLOWER else PASS for v in verdicts)
+                         f"{decisions[0].comparison.reason}")
+    good, bad = (FAIL if d.significant_slowdown else PASS for d in decisions)
     return PlantedJudgement(mutant=mutant, check=f"the stored-run comparison with {len(history)} earlier runs "
-                            f"(alpha {alpha:g}, min effect {min_effect:.0%})", genuine=good, planted=bad,
-                            evidence=f"genuine {verdicts[0].reason}; planted {verdicts[1].reason}")
-
-
-def judge_rates_by_history(*, mutant: str, base, genuine, planted, rounds_per_trial: int, history_runs: int,
-                           alpha: float, min_effect: float) -> PlantedJudgement:
-    """``history_rates`` for an unchanged arm and a planted one against the same base blocks: the genuine
-    arm passes when at most TARGET_FALSE_ALARM_RATE of its blocks are flagged, the planted one fails when
-    at least TARGET_DETECTION_RATE of its blocks are (the self-test's targets, read on the user's path)."""
-    options = {"rounds_per_trial": rounds_per_trial, "history_runs": history_runs, "alpha": alpha,
-               "min_effect": min_effect}
-    good, judged = history_rates(base=base, test=genuine, **options)
-    bad, _ = history_rates(base=base, test=planted, **options)
-    if not judged:
-        raise ValueError(f"base: expected more than {history_runs} trial blocks to judge the {mutant} mutant")
-    return PlantedJudgement(
-        mutant=mutant, check=f"the stored-run comparison, each trial block against the {history_runs} before it "
-        f"(alpha {alpha:g}, min effect {min_effect:.0%})",
-        genuine=PASS if good / judged <= TARGET_FALSE_ALARM_RATE else FAIL,
-        planted=FAIL if bad / judged >= TARGET_DETECTION_RATE else PASS,
-        evidence=f"genuine flagged in {good}/{judged} blocks, planted in {bad}/{judged}")
+                            f"(alpha {path.alpha:g}, min effect {path.min_effect:.0%})", genuine=good, planted=bad,
+                            evidence=f"genuine {decisions[0].comparison.reason}; planted {decisions[1].comparison.reason}")
 
 
 def history_unmeasurable_reason(history: Sequence[float], *, slowdown: float, alpha: float) -> str | None:
