@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 
@@ -46,6 +47,47 @@ def integer(minimum: int, *, autotune: bool = False) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+BATCH_SPEC_KEYS = ("mel", "mel_len")
+_COMPONENT_PATH = re.compile(r"^[^/\s,=]+(/[^/\s,=]+)*$")
+
+
+def batch_spec_entries(text: str) -> dict[str, str]:
+    """'mel=PATH[,mel_len=PATH]' as {key: path}, PATH tuple indices or dict keys joined by '/' (e.g.
+    mel=1,mel_len=3 or mel=features/mel); ValueError says what was expected and what was found."""
+    entries: dict[str, str] = {}
+    for part in text.split(","):
+        key, equals, value = (piece.strip() for piece in part.partition("="))
+        if not equals or key not in BATCH_SPEC_KEYS or not _COMPONENT_PATH.match(value):
+            raise ValueError(f"expected mel=PATH[,mel_len=PATH] (PATH: tuple indices or dict keys joined by '/', "
+                             f"e.g. mel=1,mel_len=3 or mel=features/mel), found {part!r}")
+        if key in entries:
+            raise ValueError(f"expected {key} once, found it twice in {text!r}")
+        entries[key] = value
+    if entries.get("mel") is not None and entries.get("mel") == entries.get("mel_len"):
+        raise ValueError(f"expected mel and mel_len to name two components, found both {entries['mel']!r}")
+    return entries
+
+
+def batch_spec(text: str) -> dict[str, str]:
+    """--batch-spec: batch_spec_entries as an argparse type."""
+    try:
+        return batch_spec_entries(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def frame_hop(text: str) -> float:
+    """Seconds of audio per frame: a number of seconds, or HOP/RATE (hop in samples over the sample rate)."""
+    hop, slash, rate = text.partition("/")
+    try:
+        value = float(hop) / float(rate) if slash else float(text)
+    except (ValueError, ZeroDivisionError):
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected seconds per frame > 0, or HOP/RATE such as 256/22050, found {text!r}")
+    return value
 
 
 def named(option: str, parse: Callable[[str], object]) -> Callable[[str], object]:

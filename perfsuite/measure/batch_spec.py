@@ -28,6 +28,7 @@ import numpy as np
 
 from perfsuite.data.audio import MelConfig
 from perfsuite.errors import PerfsuiteError
+from perfsuite.options import batch_spec_entries
 from perfsuite.records import Record
 
 LENGTH_SUFFIXES = ("_len", "_lens", "_length", "_lengths")
@@ -70,20 +71,7 @@ class BatchSpec(Record):
 
 def parse_batch_spec(text: str) -> BatchSpec:
     """A BatchSpec from 'mel=PATH[,mel_len=PATH]' (the --batch-spec option); ValueError names what is wrong."""
-    entries: dict[str, str] = {}
-    for part in text.split(","):
-        key, equals, value = (piece.strip() for piece in part.partition("="))
-        if not equals or key not in ("mel", "mel_len") or not value:
-            raise ValueError(f"expected mel=PATH[,mel_len=PATH] (PATH: tuple indices or dict keys joined by '/', "
-                             f"e.g. mel=1,mel_len=3 or mel=features/mel), found {part!r} in {text!r}")
-        if key in entries:
-            raise ValueError(f"expected {key} once, found it twice in {text!r}")
-        if not _PATH.match(value):
-            raise ValueError(f"{key}: expected a path of tuple indices or dict keys joined by '/', found {value!r}")
-        entries[key] = value
-    if entries.get("mel") is not None and entries.get("mel") == entries.get("mel_len"):
-        raise ValueError(f"expected mel and mel_len to name two components, found both {entries['mel']!r}")
-    return BatchSpec(**entries)
+    return BatchSpec(**batch_spec_entries(text))
 
 
 @dataclass(frozen=True)

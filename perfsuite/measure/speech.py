@@ -37,9 +37,9 @@ def content_lengths(audio: np.ndarray) -> np.ndarray:
     audio = np.asarray(audio)
     if audio.ndim < 2:
         raise ValueError(f"audio: expected an array [batch, time, ...], found shape {audio.shape}")
-    frames = audio.reshape(audio.shape[0], audio.shape[1], -1)
-    if frames.shape[1] == 0:
-        return np.zeros(frames.shape[0], np.int64)
+    if audio.shape[1] == 0:
+        return np.zeros(audio.shape[0], np.int64)
+    frames = audio.reshape(audio.shape[0], audio.shape[1], int(np.prod(audio.shape[2:], dtype=np.int64)))
     last = frames[:, -1:, :]
     constant = np.all(last == last[:, :, :1], axis=(1, 2))
     pad = np.all(frames == last, axis=2)  # [batch, time]: the frame equals the sample's last frame

@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.measure.batch_spec import leaves
+from perfsuite.measure.speech import PaddingFigures
 from perfsuite.records import Record
+from perfsuite.verdict.diagnosis import (
+    fixed_padding_finding,
+    graph_finding,
+    prefetch_to_device_finding,
+    sequential_map_finding,
+)
+from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate
 
 PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 PREFETCH_OPS = ("PrefetchDataset", "PrefetchToDevice")
@@ -367,6 +375,9 @@ def callable_words(function: Any) -> tuple[str | None, str | None]:
     do_not_convert), functools.partial and bound methods; a callable object by its class's __call__."""
     function = getattr(function, "_func", function)  # py_function's EagerFunc
     function = inspect.unwrap(function) if callable(function) else function
+    if getattr(function, "__qualname__", "").endswith("do_not_convert.<locals>.wrapper"):  # around an object
+        function = next((cell.cell_contents for cell in function.__closure__ or ()
+                         if callable(cell.cell_contents)), function)
     while isinstance(function, functools.partial):
         function = inspect.unwrap(function.func)
     if function is None:
@@ -440,3 +451,22 @@ def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
         if dims:
             out.append(DynamicShape(component=path, shape=str(tuple(shape.as_list())), dims=dims))
     return tuple(out)
+
+
+# ------------------------------------------------------------------------------ the findings
+
+
+def graph_findings(graph: GraphFindings, *, padding: PaddingFigures | None, not_measured: str | None = None,
+                   waits: bool | None = None, why_not: str = "", share: RoundsEstimate | None = None,
+                   ) -> list[DiagnosisFinding]:
+    """The graph's findings (verdict/diagnosis.py words them): the stages as they run, prefetch_to_device
+    not last, sequential maps (recommended against only when waits: the step is measured to wait for
+    input; else why_not says why not), and padding to a fixed length with padding's measured waste
+    (not_measured: why there is no padding figure)."""
+    fixed = tuple(f"{s.method} {s.node} ({', '.join(_shape_words(p) for p in s.padded_shapes)})"
+                  for s in graph.fixed_padding())
+    found = [graph_finding(graph.chain_words(), graph.last_stage, graph.read_from),
+             prefetch_to_device_finding(graph.after_prefetch_to_device),
+             sequential_map_finding(tuple(s.node for s in graph.sequential_maps()), waits, why_not, share),
+             fixed_padding_finding(padding, fixed, not_measured)]
+    return [finding for finding in found if finding is not None]
