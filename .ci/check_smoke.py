@@ -6,7 +6,10 @@ registry: speeds (samples/s, batches/s, audio-s/s) and same-run ratios > 0; util
 [0, 100]; shares shown as percentages within [0, 1], apart from a signed share (the input-bound share
 1 - t_synthetic / t_real), which is at most 1 and above -1 (negative only by noise); traces and every
 other figure ≥ 0. Every benchmark reports a declared metric, and one measured through the perfsuite
-fixture carries its gate verdicts (perfsuite_verdicts), each pass, fail or inconclusive.
+fixture carries its gate verdicts (perfsuite_verdicts), each pass, fail or inconclusive. Every benchmark's
+pytest-benchmark stats came through perfsuite's adapter (perfsuite.pytest_plugin.benchmark_adapter): its
+extra_info names their unit (stats_unit: s/sample, s/step, s/round, ...) and so does its group, so no table
+ranks round times beside times per sample.
 
 Usage: python3 .ci/check_smoke.py RUN.json [RUN.json ...]
 """
@@ -17,6 +20,7 @@ import json
 import math
 import sys
 
+from perfsuite.pytest_plugin.benchmark_adapter import STATS_UNIT
 from perfsuite.verdict import metrics as registry
 from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS
 
@@ -70,6 +74,18 @@ def problems(extra_info: dict) -> list[str]:
     return [p for p in found if p]
 
 
+def stats_problems(run: dict) -> list[str]:
+    """What is wrong with the unit of one benchmark's pytest-benchmark stats (empty when it is named)."""
+    unit = (run.get("extra_info") or {}).get(STATS_UNIT)
+    if not unit:
+        return [f"{STATS_UNIT}: expected the unit of the stats (timed through perfsuite's benchmark_adapter), "
+                f"found none"]
+    group = run.get("group") or ""
+    if group != unit and not group.endswith(f", {unit}"):
+        return [f"group: expected it to name the stats' unit {unit!r}, found {group!r}"]
+    return []
+
+
 def main(paths: list[str]) -> int:
     failed = False
     for path in paths:
@@ -79,7 +95,7 @@ def main(paths: list[str]) -> int:
             print(f"smoke ({path}): expected benchmarks, found none")
             failed = True
         for run in runs:
-            for problem in problems(run["extra_info"]):
+            for problem in problems(run["extra_info"]) + stats_problems(run):
                 print(f"smoke ({path}): {run['fullname']}: {problem}")
                 failed = True
         print(f"smoke ({path}): {len(runs)} benchmarks checked")

@@ -128,3 +128,38 @@ def test_time_per_unit_replaces_round_times_once_and_refuses_non_positive_times(
 
 def test_compatibility_problems_are_none_with_the_installed_release():
     assert benchmark_adapter.compatibility_problems() == []
+
+
+ROUNDS_ONLY = textwrap.dedent("""
+    import time
+
+    from perfsuite.pytest_plugin import benchmark_adapter
+
+    def test_rounds(perfsuite):  # work whose unit is the round: an emulated round, a calibration
+        benchmark_adapter.time_rounds(perfsuite.benchmark, lambda: time.sleep(0.001), rounds=3)
+        perfsuite.add("samples_per_s", 1.0)
+
+    def test_per_sample(perfsuite):
+        seconds = benchmark_adapter.time_rounds(perfsuite.benchmark, lambda: 0.002, rounds=2)
+        benchmark_adapter.time_per_unit(perfsuite.benchmark, [seconds / 4] * 2, unit="s/sample")
+        perfsuite.add("samples_per_s", 2000.0)
+""")
+
+
+def test_round_times_are_named_so_in_the_group_and_a_smaller_unit_replaces_the_name(pytester):
+    pytester.makepyfile(test_bench=ROUNDS_ONLY)
+    directory = pytester.mkdir("baselines")
+    (directory / "ratios.yaml").write_text("ratios: {}\n")
+    result = pytester.runpytest_subprocess(*INNER, "-p", "no:randomly", "--perfsuite-profile=smoke",
+                                           "--perfsuite-baselines=baselines", "--benchmark-json=run.json")
+    result.assert_outcomes(passed=2)
+    groups = {bench["name"]: (bench["group"], bench["extra_info"][benchmark_adapter.STATS_UNIT])
+              for bench in json.loads((pytester.path / "run.json").read_text())["benchmarks"]}
+    assert groups == {"test_rounds": ("bench, s/round", "s/round"), "test_per_sample": ("bench, s/sample", "s/sample")}
+
+
+def test_the_group_names_one_unit():
+    assert benchmark_adapter._with_unit(None, "s/round") == "s/round"
+    assert benchmark_adapter._with_unit("loaders", "s/round") == "loaders, s/round"
+    assert benchmark_adapter._with_unit("loaders, s/round", "s/sample") == "loaders, s/sample"
+    assert benchmark_adapter._with_unit("s/round", "s/step") == "s/step"

@@ -54,8 +54,25 @@ def test_missing_verdicts_or_metrics_are_problems():
 
 def test_main_fails_a_run_with_a_problem(tmp_path, capsys):
     path = tmp_path / "run.json"
-    path.write_text(json.dumps({"benchmarks": [{"fullname": "b", "extra_info": GOOD}]}))
+    named = {"group": "loaders, s/sample", "fullname": "b"}
+    path.write_text(json.dumps({"benchmarks": [{**named, "extra_info": {**GOOD, "stats_unit": "s/sample"}}]}))
     assert check_smoke.main([str(path)]) == 0
-    path.write_text(json.dumps({"benchmarks": [{"fullname": "b", "extra_info": {**GOOD, "samples_per_s": -3.0}}]}))
+    path.write_text(json.dumps({"benchmarks": [{**named, "extra_info": {**GOOD, "stats_unit": "s/sample",
+                                                                        "samples_per_s": -3.0}}]}))
     assert check_smoke.main([str(path)]) == 1
     assert "b: samples_per_s: expected a value in (0, inf]" in capsys.readouterr().out
+
+
+def test_stats_whose_unit_is_not_named_are_a_problem(tmp_path, capsys):
+    named = {"fullname": "b", "group": "loaders, s/sample", "extra_info": {**GOOD, "stats_unit": "s/sample"}}
+    rounds = {"fullname": "r", "group": "s/round", "extra_info": {"samples_per_s": 5.0, "stats_unit": "s/round"}}
+    assert check_smoke.stats_problems(named) == [] and check_smoke.stats_problems(rounds) == []
+    bare = {"fullname": "p", "group": "service", "extra_info": {"samples_per_s": 5.0}}  # pedantic called directly
+    assert check_smoke.stats_problems(bare) == [
+        "stats_unit: expected the unit of the stats (timed through perfsuite's benchmark_adapter), found none"]
+    unnamed = {**bare, "extra_info": {"samples_per_s": 5.0, "stats_unit": "s/round"}}
+    assert check_smoke.stats_problems(unnamed) == ["group: expected it to name the stats' unit 's/round', found 'service'"]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"benchmarks": [named, bare]}))
+    assert check_smoke.main([str(path)]) == 1
+    assert "p: stats_unit: expected the unit" in capsys.readouterr().out

@@ -19,8 +19,11 @@ JSON rank by speed. ``extra_info["stats_unit"]`` names the unit, and so does the
 - ``s/sample of A`` (``s/round of A`` when its sides return seconds for a fixed amount of work):
   same-run ratios. The ratio of two speeds is not a time; the time per sample of its first side is, and
   the ratio itself, with its rounds and interval, is in ``extra_info``;
-- ``s/round``: work timed by ``time_rounds`` that named no unit (whole rounds, as pytest-benchmark timed
-  them).
+- ``s/round``: work whose unit is the round (whole rounds, as pytest-benchmark timed them through
+  ``time_rounds``, for work with no smaller unit: an emulated round, a calibration); the group says so
+  until ``time_per_unit`` names a smaller unit.
+
+Every benchmark's stats come through here: ``time_rounds`` is the only caller of ``pedantic``.
 
 The plugin also sets pytest-benchmark's table to show throughput first (``table_defaults``) unless the
 user chose its columns or sort.
@@ -101,10 +104,20 @@ def enabled(benchmark) -> bool:
 def time_rounds(benchmark, work: Callable[[], Any], *, rounds: int) -> Any:
     """``work`` timed by pytest-benchmark as ``rounds`` rounds; returns the last round's result (what
     ``pedantic`` returns). A disabled pytest-benchmark runs it once: callers that need every round
-    collect them themselves. Its stats are round times (``s/round``) until ``time_per_unit`` is called."""
+    collect them themselves. Its stats are round times, named ``s/round`` in ``extra_info`` and in the
+    group, until ``time_per_unit`` names a smaller unit."""
     result = benchmark.pedantic(work, rounds=rounds, iterations=1, warmup_rounds=0)
-    benchmark.extra_info.setdefault(STATS_UNIT, ROUND_UNIT)
+    if benchmark.extra_info.setdefault(STATS_UNIT, ROUND_UNIT) == ROUND_UNIT:
+        metadata = getattr(benchmark, "stats", None)
+        if metadata is not None:
+            metadata.group = _with_unit(metadata.group, ROUND_UNIT)
     return result
+
+
+def _with_unit(group: str | None, unit: str) -> str:
+    """The group of pytest-benchmark's table with ``unit`` in place of the round unit named before."""
+    base = None if group == ROUND_UNIT else (group or "").removesuffix(f", {ROUND_UNIT}") or None
+    return f"{base}, {unit}" if base else unit
 
 
 def time_per_unit(benchmark, seconds: Sequence[float], *, unit: str) -> bool:
@@ -122,7 +135,7 @@ def time_per_unit(benchmark, seconds: Sequence[float], *, unit: str) -> bool:
     for value in seconds:
         fresh.update(float(value))
     metadata.stats = fresh
-    metadata.group = f"{metadata.group}, {unit}" if metadata.group else unit  # its table compares like with like
+    metadata.group = _with_unit(metadata.group, unit)  # its table compares like with like
     benchmark.extra_info[STATS_UNIT] = unit
     return True
 
