@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from perfsuite.tables import LEFT, RIGHT, Table
 from perfsuite.tools.ab.results import ABReport, Measured
 
 HEADER = ("benchmark", "change of B vs A [interval]", "p", "CPU/sample B vs A", "rounds", "verdict")
+ALIGNMENTS = (LEFT, RIGHT, RIGHT, RIGHT, RIGHT, LEFT)
 
 
 def rows(report: ABReport) -> list[tuple[str, ...]]:
@@ -23,10 +25,14 @@ def rows(report: ABReport) -> list[tuple[str, ...]]:
     return lines
 
 
+def verdict_table(report: ABReport) -> Table:
+    """One row per benchmark compared: its change, p, CPU per sample, rounds and verdict."""
+    return Table.of(HEADER, rows(report), ALIGNMENTS)
+
+
 def table(report: ABReport) -> list[str]:
-    body = rows(report)
-    widths = [max(len(row[i]) for row in [HEADER, *body]) for i in range(len(HEADER))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [HEADER, *body]]
+    """The verdict table for a terminal, one string per line."""
+    return verdict_table(report).terminal()
 
 
 def footnotes(report: ABReport) -> list[str]:
@@ -63,14 +69,13 @@ def footnotes(report: ABReport) -> list[str]:
 
 
 def markdown(report: ABReport) -> str:
-    def line(cells):
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-    text = [f"### {report.title()}", "", line(HEADER), line(["---"] * len(HEADER)), *map(line, rows(report)), ""]
+    text = [f"### {report.title()}", "", verdict_table(report).markdown(), ""]
     text += [f"- {note}" for note in footnotes(report)]
     for failure in failures_with_logs(report):
         text += ["", f"Last lines of side {failure.side}'s log ({failure.log}):", "", "```", failure.log_tail, "```"]
     return "\n".join(text) + "\n"
+
+
 PLOTS_PER_PAGE = 12
 
 
