@@ -4,6 +4,8 @@ matplotlib helpers (perfsuite.plotting), and the imports that keep both below th
 The diagnosis report is tested in test_diagnose.py, on a real diagnosis.
 """
 
+import dataclasses
+import json
 import re
 import sys
 from pathlib import Path
@@ -57,3 +59,34 @@ def test_missing_matplotlib_names_the_option_and_the_extra(monkeypatch):
     with pytest.raises(ReportUnavailable, match=r"--report needs matplotlib.*perfsuite\[report\]") as raised:
         plotting.require_matplotlib("--report")
     assert isinstance(raised.value, PerfsuiteError)
+
+
+DIAGNOSIS = Path(__file__).parent / "data" / "diagnose_schema6.json"
+
+
+def test_the_diagnosis_summary_s_tables_go_through_perfsuite_tables_and_escape_pipes():
+    from perfsuite.tools.report import load_diagnosis, markdown_summary
+
+    diagnosis = load_diagnosis(json.loads(DIAGNOSIS.read_text()))
+    first = dataclasses.replace(diagnosis.stages[0], plan="a | b")  # a cell with a pipe
+    summary = markdown_summary(dataclasses.replace(diagnosis, stages=(first, *diagnosis.stages[1:])), [])
+    squeezed = re.sub(r" +", " ", summary)
+    assert "| stage | status | share s | spent s | rounds | plan |" in squeezed
+    assert "a \\| b" in summary
+    tables = _tables(summary)
+    assert len(tables) >= 4  # stages, loaders, compared, input-bound, ...
+    for table in tables:  # every row has its header's cells: no cell split by an unescaped '|'
+        widths = {len(re.split(r"(?<!\\)\|", line)) for line in table}
+        assert len(widths) == 1, table
+
+
+def _tables(text: str) -> list[list[str]]:
+    """The Markdown tables of a text: runs of lines starting with '|'."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables

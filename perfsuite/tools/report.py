@@ -3,7 +3,7 @@
 Input: a perfsuite.verdict.diagnosis_figures.Diagnosis, or the dict its as_dict() wrote (read back with
 Diagnosis.from_dict, so an old or damaged file is refused by name), an interrupted run's checkpoint
 included: parts not measured are left out and the summary says so. Every figure is shown with its
-interval and rounds. matplotlib is reached through perfsuite.plotting only.
+interval and rounds. Tables go through perfsuite.tables, matplotlib through perfsuite.plotting.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from perfsuite.measure.utilisation import GpuTimeline
 from perfsuite.plotting import draw_timeline, pyplot, save
+from perfsuite.tables import RIGHT, Table
 from perfsuite.verdict.diagnosis import feed_words, point_label
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
@@ -148,22 +149,26 @@ def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
         return []
     lines = ["", "## Emulated accelerator", "",
              ("The shortest step each pipeline keeps >= 90 % busy (three interleaved bisections; docs/emulated.md), "
-              "and one round at the step asked for."), "",
-             "| pipeline | feed rate | step | busy at the step | utilisation median | idle | oscillation | keeps it busy |",
-             "|---|---|---|---|---|---|---|---|"]
+              "and one round at the step asked for."), ""]
+    rows = []
     for figures in feed:
         fed = feed_words(figures)
         if figures.step_s is None:
-            lines.append(f"| {figures.pipeline} | {fed} | {figures.reason} | - | - | - | - | - |")
+            rows.append((figures.pipeline, fed, figures.reason, "-", "-", "-", "-", "-"))
             continue
         stats = figures.stats
         period = stats.oscillation_period_s
         keeps = {True: "yes", False: "no", None: "undecided"}[figures.keeps_busy]
-        lines.append(f"| {figures.pipeline} | {fed} | {figures.step_s * 1e3:.3g} ms ({figures.step_time}) | "
-                     f"{figures.round.busy_fraction:.0%} | {stats.util_median:.0f} % | "
-                     f"{stats.idle_fraction:.0%} | "
-                     f"{f'every {period:.3g} s' if stats.oscillation.significant else 'none'} | {keeps} |")
-    return lines
+        rows.append((figures.pipeline, fed, f"{figures.step_s * 1e3:.3g} ms ({figures.step_time})",
+                     f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
+                     f"every {period:.3g} s" if stats.oscillation.significant else "none", keeps))
+    return lines + [_markdown(("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle",
+                               "oscillation", "keeps it busy"), rows)]
+
+
+def _markdown(headers, rows, alignments=()) -> str:
+    """A Markdown table through perfsuite.tables ('|' in a cell escaped)."""
+    return Table.of(headers, rows, alignments).markdown()
 
 
 def _current_samples_per_s(sweep: SweepAxis) -> float:
@@ -236,11 +241,11 @@ def _stage_lines(diagnosis: Diagnosis) -> list[str]:
                   "are left out."), ""]
     lines += [(f"Budget {budget:.0f} s, {diagnosis.elapsed_s:.0f} s spent. Each stage measures until its figures "
                f"are decided or its share is spent; a figure of fewer than {MIN_ROUNDS} rounds is not enough to "
-               "decide."), "",
-              "| stage | status | share s | spent s | rounds | plan |", "|---|---|---|---|---|---|"]
-    for stage in diagnosis.stages:
-        lines.append(f"| {stage.name} | {stage.status} | {stage.share_s:.0f} | {stage.spent_s:.0f} | {stage.rounds} | "
-                     f"{stage.plan} |")
+               "decide."), ""]
+    rows = [(stage.name, stage.status, f"{stage.share_s:.0f}", f"{stage.spent_s:.0f}", stage.rounds, stage.plan)
+            for stage in diagnosis.stages]
+    lines.append(_markdown(("stage", "status", "share s", "spent s", "rounds", "plan"), rows,
+                           ("left", "left", RIGHT, RIGHT, RIGHT, "left")))
     return lines + [""]
 
 
@@ -272,29 +277,25 @@ def _findings_lines(diagnosis: Diagnosis) -> list[str]:
 def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
     if not diagnosis.pipelines:
         return []
-    lines = ["", "## Loaders", "", "| pipeline | samples/s | per-batch variation | cycle |", "|---|---|---|---|"]
-    for figures in diagnosis.pipelines:
-        loader = figures.loader
-        cycle = f"every {loader.cycle.period}" if loader.cycle.significant else "none"
-        lines.append(f"| {figures.pipeline.label} | {interval_cell(figures.samples_per_s, lambda v: f'{v:.1f}')} | "
-                     f"{interval_cell(figures.variation, _percent)} | {cycle} |")
-    lines += ["", "| compared | same-round ratio | decided |", "|---|---|---|"]
-    for comparison in diagnosis.comparisons:
-        lines.append(f"| {comparison.a.label} over {comparison.b.label} | {interval_cell(comparison.ratio, _times)} | "
-                     f"{'yes' if comparison.ratio.decided else 'no'} |")
-    return lines
+    loaders = [(figures.pipeline.label, interval_cell(figures.samples_per_s, lambda v: f"{v:.1f}"),
+                interval_cell(figures.variation, _percent),
+                f"every {figures.loader.cycle.period}" if figures.loader.cycle.significant else "none")
+               for figures in diagnosis.pipelines]
+    compared = [(f"{comparison.a.label} over {comparison.b.label}", interval_cell(comparison.ratio, _times),
+                 "yes" if comparison.ratio.decided else "no") for comparison in diagnosis.comparisons]
+    return ["", "## Loaders", "", _markdown(("pipeline", "samples/s", "per-batch variation", "cycle"), loaders),
+            "", _markdown(("compared", "same-round ratio", "decided"), compared)]
 
 
 def _input_bound_lines(diagnosis: Diagnosis) -> list[str]:
     if not diagnosis.input_bound:
         return []
-    lines = ["", "## Input-bound share", "", ("| pipeline | share | class (at the median) | decided | wait share | "
-             "s/step fed | s/step synthetic |"), "|---|---|---|---|---|---|---|"]
-    for figures in diagnosis.input_bound:
-        lines.append(f"| {figures.pipeline.label} | {interval_cell(figures.share, _percent)} | "
-                     f"{figures.classification} | {'yes' if figures.share.decided else 'no'} | {_wait_cell(figures)} | "
-                     f"{figures.t_real:.4f} | {figures.t_synthetic:.4f} |")
-    return lines
+    rows = [(figures.pipeline.label, interval_cell(figures.share, _percent), figures.classification,
+             "yes" if figures.share.decided else "no", _wait_cell(figures), f"{figures.t_real:.4f}",
+             f"{figures.t_synthetic:.4f}") for figures in diagnosis.input_bound]
+    return ["", "## Input-bound share", "",
+            _markdown(("pipeline", "share", "class (at the median)", "decided", "wait share", "s/step fed",
+                       "s/step synthetic"), rows)]
 
 
 def _wait_cell(figures) -> str:
@@ -306,11 +307,10 @@ def _step_lines(diagnosis: Diagnosis) -> list[str]:
     step = diagnosis.step
     if step is None:
         return []
+    rows = [(mode, f"{figures.first_s:.3f}", f"{figures.first_steady_s:.4f}",
+             interval_cell(figures.step_s, lambda v: f"{v:.4f}")) for mode, figures in step.modes.items()]
     lines = ["", "## Training step", "", f"{step.calls_per_round} call(s) per mode and round.", "",
-             "| mode | first call s | first steady call s | s/step |", "|---|---|---|---|"]
-    for mode, figures in step.modes.items():
-        lines.append(f"| {mode} | {figures.first_s:.3f} | {figures.first_steady_s:.4f} | "
-                     f"{interval_cell(figures.step_s, lambda v: f'{v:.4f}')} |")
+             _markdown(("mode", "first call s", "first steady call s", "s/step"), rows)]
     for name, ratio in step.ratios.items():
         lines.append(f"\n{name.replace('_', ' ')}: {interval_cell(ratio.ratio, _times)}")
     return lines
@@ -321,19 +321,19 @@ def _sweep_lines(sweep: SweepAxis) -> list[str]:
     lines = ["", f"## tf_native WAV loader vs {label}", "",
              (f"{sweep.rounds} interleaved round(s), current setting {point_label(sweep.axis, sweep.current)}. "
               f"A point is recommended only with a median gain ≥ {sweep.min_gain:.0%}, "
-              f"≥ {sweep.min_win_share:.0%} of rounds faster and a paired t-test p < {sweep.alpha}."), "",
-             (f"| {label} | samples/s (median) | per-round range | ratio to current (median, interval) "
-              "| rounds faster | p | clear gain |"), "|---|---|---|---|---|---|---|"]
+              f"≥ {sweep.min_win_share:.0%} of rounds faster and a paired t-test p < {sweep.alpha}."), ""]
+    rows = []
     for point in sweep.points:
         gain, name = point.vs_current, point_label(sweep.axis, point.point)
         spread = f"{point.samples_per_s_low:.1f}–{point.samples_per_s_high:.1f}"
         if gain is None:
-            lines.append(f"| {name} (current) | {point.samples_per_s:.1f} | {spread} | 1 | - | - | - |")
+            rows.append((f"{name} (current)", f"{point.samples_per_s:.1f}", spread, "1", "-", "-", "-"))
             continue
         p_value = "-" if gain.p_value is None else f"{gain.p_value:.2g}"
-        lines.append(f"| {name} | {point.samples_per_s:.1f} | {spread} | {interval_cell(point.ratio, _times)} | "
-                     f"{gain.wins}/{gain.rounds} | {p_value} | {'yes' if gain.significant else 'no'} |")
-    return lines
+        rows.append((name, f"{point.samples_per_s:.1f}", spread, interval_cell(point.ratio, _times),
+                     f"{gain.wins}/{gain.rounds}", p_value, "yes" if gain.significant else "no"))
+    return lines + [_markdown((label, "samples/s (median)", "per-round range", "ratio to current (median, interval)",
+                               "rounds faster", "p", "clear gain"), rows)]
 
 
 # ----------------------------------------------------------------------------- --pipeline reports
@@ -371,9 +371,9 @@ def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
     lines += ["", "## Dataset graph", "", f"Transformations: {' -> '.join(graph.transformations)}", "",
               f"Element: `{graph.element_spec}`", ""]
     if graph.python_ops:
-        lines += ["| Python op | node | in | transformation node | calls |", "|---|---|---|---|---|"]
-        lines += [f"| {op.op} | {op.node} | {op.transformation} | {op.transformation_node} | {op.python or '-'} |"
-                  for op in graph.python_ops]
+        lines.append(_markdown(("Python op", "node", "in", "transformation node", "calls"),
+                               [(op.op, op.node, op.transformation, op.transformation_node, op.python or "-")
+                                for op in graph.python_ops]))
     throughput = diagnosis.throughput
     if throughput is not None:
         lines += ["", "## Throughput", "", (f"First batch {throughput.first_batch_s:.3f} s; warm-up "
