@@ -326,8 +326,22 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def _work_sections(terminalreporter, config, outcomes) -> list:
+    """The work fingerprints' verdicts beside the timed ones (benchmarks/test_work.py); printed here
+    alone when no benchmark measured through the perfsuite fixture ran."""
+    from perfsuite.pytest_plugin import summary
+
+    sections = summary.work_section(config.stash.get(summary.WORK_KEY, []), outcomes)
+    if sections and not outcomes:
+        terminalreporter.section("perfsuite (work fingerprints)")
+        for line in summary.terminal(sections):
+            terminalreporter.write_line(line)
+    return sections
+
+
 def pytest_terminal_summary(terminalreporter, config):
     outcomes = config.stash.get(SUMMARY_KEY, [])
+    work = _work_sections(terminalreporter, config, outcomes)
     if not outcomes:
         return
     from perfsuite.pytest_plugin import benchmark_adapter, summary
@@ -335,7 +349,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
     context = _context(config)
     decisions = config.stash.get(DECISIONS_KEY, [])
-    sections = summary.sections(outcomes, decisions, alpha=context.compare_alpha)
+    sections = summary.sections(outcomes, decisions, alpha=context.compare_alpha) + work
     notes = [summary.INTERVAL_NOTE, *context.baselines.notes]
     if not any(o.check.verdicts for o in outcomes):
         notes.append("no benchmark of this run has a threshold (benchmarks/baselines: ratios.yaml and machine "

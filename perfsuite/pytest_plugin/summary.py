@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import pytest
+
 from perfsuite.measure.stats import median_interval
 from perfsuite.tables import RIGHT, Table, step_summary
 from perfsuite.verdict.comparison import Decision
@@ -179,3 +181,47 @@ def terminal(sections_: Sequence[tuple[str, Table]]) -> list[str]:
 def markdown(sections_: Sequence[tuple[str, Table]], notes: Sequence[str], *, title: str) -> str:
     """The same tables as Markdown, for $GITHUB_STEP_SUMMARY."""
     return step_summary(title, sections_, notes)
+
+
+# ------------------------------------------------------------------ the work fingerprints beside the timing
+
+WORK_KEY = pytest.StashKey[list]()
+WORK_HEADERS = ("benchmark", "work (deterministic)", "timed", "together")
+
+
+def record_work_verdict(config, verdict) -> None:
+    """A work verdict (perfsuite.verdict.work.WorkVerdict) for this session's summary."""
+    config.stash.setdefault(WORK_KEY, []).append(verdict)
+
+
+def _timed_decision(outcome) -> str:
+    """A timed benchmark's decision: 'fail' if a gate failed or its run is significantly slower than its
+    earlier runs, else 'inconclusive' if a gate was, else 'pass' (gates or earlier runs judged it),
+    else 'not judged' (no gate and no earlier run)."""
+    decisions = [v.decision for v in outcome.check.verdicts]
+    if "fail" in decisions:
+        return "fail"
+    if "inconclusive" in decisions:
+        return "inconclusive"
+    return "pass" if decisions else "not judged"
+
+
+def work_section(verdicts, outcomes) -> list[tuple[str, Table]]:
+    """The deterministic verdicts and the timed ones side by side: each work fingerprint with the timed
+    benchmark measuring the same loader or step (its name within the benchmark's id), if one ran."""
+    from perfsuite.verdict.work import timed_reading
+
+    if not verdicts:
+        return []
+    rows = []
+    for verdict in verdicts:
+        timed = [o for o in outcomes if f"[{verdict.name}]" in short_id(o.benchmark_id)
+                 or f"-{verdict.name}]" in short_id(o.benchmark_id)]
+        decision = None
+        if timed:
+            found = [_timed_decision(o) for o in timed]
+            decision = next((d for d in ("fail", "inconclusive", "pass", "not judged") if d in found))
+        work = verdict.decision if not verdict.failed else "; ".join(c.split(": ", 1)[-1] for c in verdict.changes)
+        rows.append((verdict.name, work, decision or "-",
+                     timed_reading(verdict, None if decision in (None, "not judged") else decision)))
+    return [("work: deterministic verdicts beside the timed ones", Table.of(WORK_HEADERS, rows))]

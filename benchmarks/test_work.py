@@ -1,0 +1,120 @@
+"""The work each loader and step does, fingerprinted from its graph and compared with its snapshot.
+
+Deterministic: no time and nothing of the machine (perfsuite.measure.work), so a change of work fails
+here on any machine, in seconds, where a timing would need the change to outgrow its noise. Snapshots
+live in benchmarks/baselines/work/, one reviewable YAML file per fingerprint (pytest-regressions).
+How it decides: perfsuite.verdict.work (figures within ±0.5 %, structure and op histogram exactly).
+
+Accept an intended change (rewrites the snapshots, which then show in the pull request's diff):
+
+    python -m pytest benchmarks/test_work.py --force-regen
+
+Reference shapes, the same in every profile: the loaders of test_loaders.py at its ratio configuration
+(batch 16, 2 workers) over the seeded 'tiny' corpus (their maps run on its first 8 utterances, per
+audio second from their mel frames); the steps of test_step.py (eager, graph, XLA) at batch 8, 80
+tokens, 400 mel frames, fp32, of the profile's model (smoke: 'tiny'; quick and full: 'default').
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfsuite.data.audio import MelConfig
+from perfsuite.data.corpus import PRESETS, build_cache, build_corpus, read_metadata, wav_path
+from perfsuite.data.wav import inspect_wav
+from perfsuite.measure.work import WorkFingerprint, dataset_work, mel_seconds, step_work
+from perfsuite.pytest_plugin.summary import record_work_verdict
+from perfsuite.verdict.work import compare_work
+from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
+
+SNAPSHOTS = Path(__file__).parent / "baselines" / "work"
+REFERENCE_CORPUS = "tiny"
+ACCEPT = "python -m pytest benchmarks/test_work.py --force-regen"
+
+
+def _sibling(name: str):
+    """A benchmark module beside this one, loaded by path (the suite imports with --import-mode=importlib)."""
+    spec = importlib.util.spec_from_file_location(f"_work_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+loaders = _sibling("test_loaders")
+steps = _sibling("test_step")
+SHAPE = {"batch_size": loaders.RATIO_BATCH, "workers": loaders.RATIO_WORKERS}
+LOADERS = [f"{k}-{s}" for k, s in loaders.PAIRS] + ["tf_native-wav-in_graph", "tf_native-cache-in_graph",
+                                                     "tf_native-cache-bucketed", "raw_read", "compute_ceiling"]
+
+
+@pytest.fixture(scope="session")
+def work_corpus(pytestconfig) -> tuple[Path, Path]:
+    corpus = build_corpus(PRESETS[REFERENCE_CORPUS], root=pytestconfig.getoption("perfsuite_data_dir"))
+    return corpus, build_cache(corpus)
+
+
+def _bucket_boundaries(corpus: Path) -> tuple[int, ...]:
+    """test_bucketing_padding's boundaries: the octiles of the corpus's mel lengths."""
+    frames = sorted(MelConfig().num_frames(inspect_wav(wav_path(corpus, u.id)).num_frames)
+                    for u in read_metadata(corpus))
+    return tuple(sorted({frames[len(frames) * q // 8] for q in range(1, 8)}))
+
+
+def loader_dataset(tf, corpus: Path, cache: Path, loader: str):
+    """The dataset test_loaders.py measures under this name, and the name its timed benchmark carries."""
+    if loader == "raw_read":
+        return loaders._raw_read_dataset(tf, corpus, cache, **SHAPE), loader
+    if loader == "compute_ceiling":
+        return loaders._compute_ceiling_dataset(tf, corpus, **SHAPE), loader
+    kind, source, *variant = loader.split("-")
+    options = {"decode": "in_graph"} if variant == ["in_graph"] else {}
+    if variant == ["bucketed"]:
+        options = {"bucket_boundaries": _bucket_boundaries(corpus)}
+    dataset, name = loaders._loader_dataset(corpus, cache, kind=kind, source=source, **SHAPE, **options)
+    return dataset, name + ("-bucketed" if variant == ["bucketed"] else "")
+
+
+def check_snapshot(request, data_regression, fingerprint: WorkFingerprint, path: Path) -> None:
+    """Compare with the snapshot (tolerance: perfsuite.verdict.work), or write it where there is none
+    or --force-regen / --regen-all asks (pytest-regressions)."""
+    config = request.config
+    regen = config.getoption("force_regen") or config.getoption("regen_all")
+    if path.exists() and not regen:
+        snapshot = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(snapshot, dict) or snapshot.get("schema_version") != fingerprint.SCHEMA_VERSION:
+            pytest.fail(f"{path}: expected a work snapshot of schema_version {fingerprint.SCHEMA_VERSION}, found "
+                        f"{snapshot.get('schema_version') if isinstance(snapshot, dict) else type(snapshot).__name__}"
+                        f"; rewrite it with: {ACCEPT}", pytrace=False)
+        verdict = compare_work(fingerprint.snapshot(), snapshot)
+        record_work_verdict(config, verdict)
+        if verdict.failed:
+            pytest.fail(f"work changed (snapshot {path}):\n{verdict.message()}\n"
+                        f"An intended change is accepted with: {ACCEPT}", pytrace=False)
+        return
+    data_regression.check(fingerprint.snapshot(), fullpath=path)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_loader_work(request, data_regression, tensorflow, work_corpus, loader):
+    dataset, name = loader_dataset(tensorflow, *work_corpus, loader)
+    audio = mel_seconds(loaders.FRAME_S) if loader not in ("raw_read",) else None
+    fingerprint = dataset_work(dataset, name=name, audio_seconds=audio)
+    assert fingerprint.structure["stages"], fingerprint
+    check_snapshot(request, data_regression, fingerprint, SNAPSHOTS / f"loader-{name}.yml")
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_step_work(request, data_regression, perfsuite_profile, mode):
+    batch_size = steps.RATIO_BATCH
+    train = make_train_step(model_config=MODEL_PRESETS[perfsuite_profile.model], mode=mode,
+                            input_shapes=(batch_size, steps.TEXT_LEN, steps.MEL_FRAMES))
+    batch = make_synthetic_batch(batch_size=batch_size, text_len=steps.TEXT_LEN, mel_frames=steps.MEL_FRAMES, seed=0)
+    name = f"{mode}-bs{batch_size}-fp32"
+    fingerprint = step_work(train, batch, name=name)
+    assert fingerprint.work["float_ops_per_step"] > 0 and fingerprint.structure["mode"] == mode, fingerprint
+    check_snapshot(request, data_regression, fingerprint,
+                   SNAPSHOTS / f"step-{perfsuite_profile.model}-{name}.yml")
