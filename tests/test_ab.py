@@ -626,6 +626,52 @@ def test_a_side_older_than_the_hook_gets_the_driver_on_each_recorder_its_fixture
         ab_worker.install(config)
 
 
+class FakeWorker:
+    """A side whose every round gives ``value`` (its benchmark raising in round ``fails_in``, if given)."""
+
+    def __init__(self, log, name, value, fails_in=None):
+        self.log, self.name, self.value, self.fails_in, self.rounds = log, name, value, fails_in, 0
+
+    def send(self, command, **fields):
+        self.log.append((self.name, command))
+
+    def receive(self, **_):
+        self.rounds += 1
+        if self.rounds == self.fails_in:
+            return {"event": "done", "outcome": "failed", "message": "boom"}
+        return {"event": "round", "value": self.value, "seconds": 0.01}
+
+    def wait_frozen(self, **_):
+        pass
+
+    def failure(self, problem, **_):
+        return types.SimpleNamespace(problem=problem)
+
+
+def _drive(budget_s, fails_in=None):
+    log = []
+    pool = {"A": FakeWorker(log, "A", 100.0), "B": FakeWorker(log, "B", 100.0 * (1 + 1e-9), fails_in)}
+    controller = runner.Controller(pool, SETTINGS, results.Options(budget_s=budget_s), lambda message: None)
+    ready = {"nodeid": "benchmarks/test_x.py::t", "metric": "samples_per_s", "index": 0}
+    return controller, controller.drive(dict(ready), dict(ready), remaining=1, count=1), log
+
+
+def test_the_controller_alternates_the_sides_and_stops_at_min_rounds_once_its_share_is_spent():
+    controller, ended, log = _drive(budget_s=0.0)
+    [measured] = controller.measured
+    assert ended == {} and measured.order == tuple(("AB", "BA")[i % 2] for i in range(SETTINGS.min_rounds))
+    goes = [side for side, command in log if command == "go"]
+    assert "".join(goes) == "".join(measured.order)
+    assert [command for _, command in log[-2:]] == ["stop", "stop"]
+
+
+def test_a_benchmark_that_fails_during_a_round_ends_the_measurement_there():
+    controller, ended, log = _drive(budget_s=1e9, fails_in=3)
+    assert ended["B"]["outcome"] == "failed" and controller.measured == []
+    assert ("A", "skip") in log and not any(command == "stop" for _, command in log)
+    assert [f.problem for f in controller.failures] == ["the benchmark failed during round 3: boom"]
+
+
 # ------------------------------------------------------------------------------------------ report
 
 

@@ -155,3 +155,18 @@ def test_rounds_left_undecided_are_noted_under_the_metric_whose_gate_is_undecide
                                  metric="x_input_bound")
     [note] = recorder.notes
     assert note.startswith("x_input_wait: max_rounds reached with a gate still inconclusive"), note
+
+
+def test_the_sides_alternate_the_real_pipeline_first_in_even_rounds_and_last_in_odd_ones():
+    seen = []
+
+    def step(batch):  # a plain Python step: records each batch it is fed (the twin repeats batch [0, 1])
+        seen.append(int(batch.numpy()[0]))
+        return tf.constant(0.0)
+
+    result = measure_input_bound(step=step, dataset=tf.data.Dataset.range(10**6).batch(2), warmup=0, settle=0,
+                                 batches=2, rounds=4)
+    assert result.rounds == 4
+    real, twin = "R", "T"
+    sides = "".join(twin if first == 0 and i > 1 else real for i, first in enumerate(seen))
+    assert sides == "RR" + "TT" + "TT" + "RR" + "RR" + "TT" + "TT" + "RR"
