@@ -58,6 +58,9 @@ def tiny_cache(tiny_corpus):
 # pytest.ini too).
 SHARED_RUNS = {"test_diagnose.py": "run", "test_pipeline_inspect.py": "measured",
                "test_service.py": "shared_cluster"}
+# Of those, the ones that take tens of seconds even alone are end-to-end runs: their tests are marked slow
+# (pytest.ini), so the default run (-m "not slow") leaves them to a run of their own (-m slow).
+SLOW_RUNS = {"test_diagnose.py": "run"}  # a whole `perfsuite diagnose` through the CLI, a 60 s budget
 
 
 def pytest_configure(config):
@@ -79,3 +82,5 @@ def pytest_collection_modifyitems(items):
         fixture = SHARED_RUNS.get(item.path.name)
         if fixture is not None and fixture in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(f"{item.path.name}::{fixture}"))
+        if SLOW_RUNS.get(item.path.name) in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

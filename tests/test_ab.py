@@ -841,6 +841,7 @@ def repo(tmp_path):
     return path
 
 
+@pytest.mark.slow  # a whole `perfsuite ab` run of two revisions
 def test_a_planted_slowdown_is_flagged_and_only_it(repo):
     _commit(repo, "slower", work=0.002, extra="\n\ndef test_only_b(perfsuite):\n    _measure(perfsuite, 0.001)\n")
     # 4 passes: at 3 (2 degrees of freedom) a halved rate measured under load missed alpha (p 0.014).
@@ -982,6 +983,7 @@ def test_a_bad_revision_is_a_usage_error(repo):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # pytest handing a whole ab run over
 def test_pytest_with_perfsuite_ab_runs_ab_on_its_own_selection(repo):
     _commit(repo, "slower", work=0.002)
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
