@@ -209,15 +209,16 @@ def test_a_schema_3_file_with_flat_utilisation_statistics_loads_through_its_migr
     assert migrate_3_to_4({"feed": None}) == {"feed": None}  # no feed measured: nothing to migrate
 
 
-def test_the_feed_rate_is_measured_and_a_preset_that_needs_mel_lengths_says_why_it_is_left_out(measured):
-    _, _, _, result, report = measured
-    feed = result["feed"]
+def test_the_feed_rate_is_measured_on_the_batches_as_their_layout_reads_them(measured):
+    _, out, _, result, report = measured
+    feed, layout = result["feed"], result["layout"]
+    # a single float tensor [8, 64, 16] is the audio by the rule; no length tensor: lengths from the content
+    assert layout["mel"] == "" and layout["mel_len"] is None and "from the content" in layout["length_rule"]
+    assert "[batch] audio (the whole batch) (the only floating-point tensor" in out
     assert feed["pipeline"].endswith(":make") and feed["feed"]["step_s"] > 0
-    assert feed["feed"]["audio_s_per_batch"] is None  # tensors, not mel batches: no audio seconds
-    assert feed["step_time"] == "fastpitch-a100-tf32" and feed["step_s"] is None  # the default preset
-    assert "'mel_len'" in feed["reason"] and "--step-time SECONDS" in feed["reason"]
-    topics = {v["topic"]: v for v in result["verdicts"]}
-    assert feed["reason"] in topics[f"feed-{feed['pipeline']}"]["finding"]
+    assert feed["feed"]["audio_s_per_batch"] == pytest.approx(8 * 64 * layout["frame_s"])  # random: no padding
+    assert feed["step_time"] == "fastpitch-a100-tf32" and feed["step_s"] > 0  # the per-frame preset: true lengths
+    assert result["throughput"]["padding"]["efficiency"] == 1.0
     assert "## Emulated accelerator" in (report / "summary.md").read_text()
 
 

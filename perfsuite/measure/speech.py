@@ -77,13 +77,11 @@ def measure_batch(batch: Any, layout: BatchLayout) -> BatchFrames | None:
     time_axis = audio.shape[1]
     if layout.mel_len is None:
         return _frames(content_lengths(audio), time_axis, CONTENT, at_padded=False)
-    lengths = np.asarray(parts[layout.mel_len]).astype(np.int64)
-    at_padded = bool(lengths.size) and bool(np.all(lengths == time_axis))
-    if at_padded:
-        measured = content_lengths(audio)
-        if np.any(measured < time_axis):
-            return _frames(measured, time_axis, CONTENT, at_padded=True)
-    return _frames(lengths, time_axis, LENGTH_TENSOR, at_padded=at_padded)
+    given = np.asarray(parts[layout.mel_len]).astype(np.int64)
+    lengths = _true_lengths(batch, layout, audio)
+    at_padded = bool(given.size) and bool(np.all(given == time_axis))
+    source = CONTENT if np.any(lengths != given) else LENGTH_TENSOR  # content read only when at_padded
+    return _frames(lengths, time_axis, source, at_padded=at_padded)
 
 
 def _frames(lengths: np.ndarray, time_axis: int, source: str, *, at_padded: bool,
@@ -192,3 +190,28 @@ def speech_figures(*, real_frames: int, padded_frames: int, frame_s: float, seco
     audio_s = real_frames * frame_s
     return SpeechFigures(audio_s_per_s=audio_s / seconds, padding_efficiency=real_frames / padded_frames,
                          audio_s=audio_s)
+
+
+def canonical_batch(batch: Any, layout: BatchLayout) -> Any:
+    """A batch as perfsuite's own loaders shape it, {'mel': the audio, 'mel_len': its true lengths as
+    measure_batch finds them}, for readers that know only that shape (the emulated step); the batch
+    itself when the layout found no audio. A ragged audio component is padded to its longest."""
+    if layout.mel is None:
+        return batch
+    audio = dict(leaves(batch))[layout.mel]
+    if layout.ragged:
+        lengths, audio = np.asarray(audio.row_lengths()), audio.to_tensor()
+    else:
+        lengths = _true_lengths(batch, layout, np.asarray(audio))
+    return {"mel": audio, "mel_len": lengths}
+
+
+def _true_lengths(batch: Any, layout: BatchLayout, audio: np.ndarray) -> np.ndarray:
+    if layout.mel_len is None:
+        return content_lengths(audio)
+    lengths = np.asarray(dict(leaves(batch))[layout.mel_len]).astype(np.int64)
+    if lengths.size and np.all(lengths == audio.shape[1]):
+        measured = content_lengths(audio)
+        if np.any(measured < audio.shape[1]):
+            return measured
+    return lengths

@@ -21,7 +21,7 @@ from pathlib import Path
 from perfsuite._tensorflow import LOGS_VARIABLE
 from perfsuite.errors import DataError, PerfsuiteError
 from perfsuite.files import write_atomic
-from perfsuite.options import check_outputs, integer, seconds
+from perfsuite.options import batch_spec, check_outputs, frame_hop, integer, seconds
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -161,6 +161,13 @@ def _add_diagnose(commands) -> None:
                                "without it only throughput is measured")
     diagnose.add_argument("--arg", type=_key_value, action="append", metavar="KEY=VALUE",
                           help="with --pipeline: a keyword argument for the factory, passed as a string; repeatable")
+    diagnose.add_argument("--batch-spec", type=batch_spec, metavar="mel=PATH[,mel_len=PATH]",
+                          help="with --pipeline: which batch component is the audio/mel and which its lengths, by "
+                               "tuple index or dict key joined by '/' (e.g. mel=1,mel_len=3 or mel=features/mel); "
+                               "default: the largest float tensor with a time axis and the length tensor beside it")
+    diagnose.add_argument("--frame-hop-s", type=frame_hop, metavar="SECONDS|HOP/RATE",
+                          help="with --pipeline: seconds of audio per frame of the audio component, e.g. 0.0125 or "
+                               "256/22050 (default: perfsuite's mel definition, hop 256 at 22050 Hz)")
     diagnose.add_argument("--batch-size", type=integer(1), metavar="N", help="batch size (default: 16)")
     diagnose.add_argument("--workers", type=integer(1, autotune=True), metavar="N",
                           help="parallel map calls, -1 for AUTOTUNE (default: 2)")
@@ -210,6 +217,9 @@ def _diagnose(args, parser) -> int:
     if args.step is not None or args.arg:
         parser.error(f"{'--step' if args.step is not None else '--arg'}: expected with --pipeline MODULE:FUNCTION, "
                      "found no --pipeline")
+    for name in ("batch_spec", "frame_hop_s"):
+        if getattr(args, name) is not None:
+            parser.error(f"--{name.replace('_', '-')}: expected with --pipeline MODULE:FUNCTION, found no --pipeline")
     if args.path is None:
         parser.error("PATH: expected a dataset directory (or --pipeline MODULE:FUNCTION), found neither")
     for name, default in DATASET_OPTIONS.items():
@@ -259,8 +269,11 @@ def _diagnose_pipeline(args, parser) -> int:
     _check_outputs(args, parser)
     from perfsuite.tools.diagnose.pipeline import PipelineSettings, Target, diagnose_pipeline
 
+    from perfsuite.measure.batch_spec import BatchSpec
+
     target = Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or []))
-    settings = PipelineSettings(budget_s=args.budget, **_given(step_time=args.step_time))
+    settings = PipelineSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})),
+                                **_given(step_time=args.step_time, frame_s=args.frame_hop_s))
     with _interruptible(args.json):
         diagnosis = diagnose_pipeline(target=target, settings=settings,
                                       progress=_print_progress, checkpoint=_json_checkpoint(args.json))

@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
 from perfsuite.measure.machine import MachineFingerprint
-from perfsuite.measure.speech import FrameCounter
+from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
+from perfsuite.measure.speech import FrameCounter, PaddingFigures, canonical_batch
 from perfsuite.measure.stats import Cycle
 from perfsuite.records import Record, migrate, migration
 from perfsuite.tools.diagnose.plan import (
@@ -36,6 +37,7 @@ from perfsuite.tools.diagnose.plan import (
     no_progress,
     status_of,
 )
+from perfsuite.tools.diagnose.graph import graph_findings
 from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
@@ -51,8 +53,10 @@ from perfsuite.verdict.diagnosis import (
     estimate_evidence,
     feed_verdict,
     feed_words,
+    layout_finding,
     lost_words,
     span_words,
+    speech_finding,
     stage_verdicts,
     wait_words,
     why_undecided,
@@ -101,14 +105,17 @@ class PipelineSettings(Record):
 
     budget_s: float = DEFAULT_BUDGET_S
     warmup: int = 2
-    frame_s: float = 256 / 22050  # seconds of audio per mel frame (hop / sample rate): perfsuite's MelConfig
+    frame_s: float | None = None  # seconds of audio per frame (--frame-hop-s); None: perfsuite's mel definition
     step_time: str | None = DEFAULT_STEP_PRESET  # the emulated GPU step (diagnose.DiagnoseSettings.step_time)
+    batch_spec: BatchSpec = BatchSpec()  # --batch-spec: the audio and its lengths (batch_spec.find_layout)
 
     def __post_init__(self):
         if not (isinstance(self.budget_s, int | float) and self.budget_s > 0):
             raise ValueError(f"budget_s: expected a number of seconds > 0, found {self.budget_s!r}")
         if not isinstance(self.warmup, int) or self.warmup < 1:
             raise ValueError(f"warmup: expected an integer >= 1, found {self.warmup!r}")
+        if self.frame_s is not None and not (isinstance(self.frame_s, int | float) and self.frame_s > 0):
+            raise ValueError(f"frame_s: expected seconds per frame > 0, found {self.frame_s!r}")
         check_step_time(self.step_time)
 
 
@@ -131,6 +138,7 @@ class Throughput(Record):
     restarts: int
     audio_s_per_s: RoundsEstimate | None = None
     padding_efficiency: float | None = None
+    padding: PaddingFigures | None = None  # measured by the layout (speech.PaddingFigures)
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,7 @@ class PipelineDiagnosis(Record):
     input_bound: InputBoundFigures | None
     feed: FeedFigures | None
     verdicts: tuple[DiagnosisFinding, ...]
+    layout: BatchLayout | None = None  # which component is the audio and its lengths, by which rule
 
     SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
 
@@ -216,37 +225,50 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     dataset = make_dataset(load_callable(target.pipeline, "--pipeline"), target.args, target.pipeline)
     step = load_step(target.step, tell) if target.step else None
     graph = inspect_graph(dataset)
-    tell(f"graph: {' -> '.join(graph.transformations)}; {len(graph.python_ops)} Python-function op(s)")
+    tell(f"graph as it runs: {graph.chain_words()}; {len(graph.python_ops)} Python-function op(s)")
     stream = _Stream(dataset, target.pipeline)
     first_batch, first_s, warmup_s = _start(stream, settings.warmup)
+    layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s))
+    tell(f"batches: {layout.words()}")
     tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
     first_step = _first_calls(step, first_batch, target.step) if step is not None else None
-    head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint(), "graph": graph}
+    head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint(), "graph": graph,
+            "layout": layout}
     run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
                    parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None}, budget=budget,
                    progress=progress, checkpoint=checkpoint)
     run.save()
     run.tell_plan(after="the start-up")
     with run.stage("throughput") as stage:
-        run.parts["throughput"] = _throughput_stage(stage, stream, first_s, warmup_s, frame_s=settings.frame_s)
+        run.parts["throughput"] = _throughput_stage(stage, stream, first_s, warmup_s, layout=layout)
     if step is not None:
         with run.stage("input_bound") as stage:
             bound, used = _input_bound_stage(stage, step, first_step, first_batch, dataset, settings, target)
             run.parts.update(input_bound=bound, step=used)
     with run.stage("feed") as stage:
-        run.parts["feed"] = _feed_stage(stage, dataset, target, settings)
+        run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"])
     final = run.snapshot(complete=True)
     if checkpoint is not None:
         checkpoint(final)
     return final
 
 
-def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings) -> FeedFigures:
-    """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time."""
+def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings, layout: BatchLayout,
+                throughput: Throughput | None) -> FeedFigures:
+    """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time.
+    Batches of any structure are handed on as {'mel', 'mel_len'} (speech.canonical_batch), the true
+    lengths read as the throughput stage reads them, where it found real frames (a per-frame step of
+    no frames takes no time); otherwise as they are."""
     stage.plan = f"a feed-rate search, then a round at the {settings.step_time} step"
     stage.tell("note", stage.plan)
-    figures = feed_figures(iter(dataset.repeat()), label=target.pipeline, step_time=settings.step_time,
-                           share_s=stage.left_s())
+    padding = None if throughput is None else throughput.padding
+    if padding is not None and padding.real_frames > 0:
+        batches = (canonical_batch(batch, layout) for batch in dataset.repeat())
+    else:
+        batches = iter(dataset.repeat())
+        stage.tell("note", "batches handed on as they are: " + ("no audio component" if layout.mel is None else
+                                                               "the throughput stage found no real frames"))
+    figures = feed_figures(batches, label=target.pipeline, step_time=settings.step_time, share_s=stage.left_s())
     stage.rounds = 1
     stage.tell("round", feed_words(figures))
     return figures
@@ -316,7 +338,7 @@ def _samples_in(batch) -> tuple[int, str]:
 
 
 def _throughput_stage(stage: Stage, stream: _Stream, first_s: float, warmup_s: tuple[float, ...], *,
-                      frame_s: float) -> Throughput:
+                      layout: BatchLayout) -> Throughput:
     """Rounds of steady batches from the same iterator until the per-round rate is known to within
     THROUGHPUT_PRECISION, or the share is spent. The warm-up batches size the rounds."""
     from perfsuite.measure import stats
@@ -329,7 +351,7 @@ def _throughput_stage(stage: Stage, stream: _Stream, first_s: float, warmup_s: t
     stage.tell("note", stage.plan)
     rounds: list[list[float]] = []
     units = {"unit": "batches"}
-    frames = FrameCounter()
+    frames, frame_s = FrameCounter(layout=layout), layout.frame_s
     audio: list[float] = []
 
     def one_round(index: int) -> None:
@@ -341,7 +363,7 @@ def _throughput_stage(stage: Stage, stream: _Stream, first_s: float, warmup_s: t
             samples += count
             frames(batch)
         rounds.append([samples / sum(times), *times])
-        if len(frames.real) == noted + batches:  # every batch had mel and mel_len
+        if len(frames.real) == noted + batches:  # every batch had the layout's audio
             audio.append(sum(frames.real[noted:]) * frame_s / sum(times))
 
     def precise() -> bool:
@@ -359,7 +381,8 @@ def _throughput_stage(stage: Stage, stream: _Stream, first_s: float, warmup_s: t
                       batches_per_round=batches, batch_s=batch_s,
                       cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=stream.restarts,
                       audio_s_per_s=estimate(audio) if audio and len(audio) == len(rounds) else None,
-                      padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None)
+                      padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
+                      padding=frames.figures())
 
 
 def _call_step(step, batch, spec: str) -> float:
@@ -450,11 +473,17 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     missing prefetch is worth changing only when the step is measured to wait for input)."""
     bound, graph = diagnosis.input_bound, diagnosis.graph
     out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
+    if diagnosis.layout is not None:
+        out.append(layout_finding(diagnosis.layout))
     if diagnosis.throughput is not None:
         out += throughput_verdicts(diagnosis.throughput)
     out += _input_bound_verdicts(diagnosis)
     out += [_python_op_verdict(op, bound, diagnosis.target) for op in graph.python_ops]
     out += _prefetch_verdicts(graph, bound, diagnosis.target)
+    padding = None if diagnosis.throughput is None else diagnosis.throughput.padding
+    out += graph_findings(graph, padding=padding, not_measured=_no_padding_because(diagnosis),
+                          waits=_waits(bound), why_not=_no_change_because(bound, diagnosis.target),
+                          share=None if bound is None else bound.share)
     out += _shape_verdicts(graph, diagnosis.step, diagnosis.target)
     if diagnosis.feed is not None:
         out.append(feed_verdict(diagnosis.feed))
@@ -474,7 +503,9 @@ def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
     out = [DiagnosisFinding("throughput", f"steady throughput {_fmt_rate(rate.median)} {unit}/s "
                    f"({span_words(rate, _fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
                    "kept apart)", evidence, None, rate)]
-    if figures.audio_s_per_s is not None:
+    if figures.padding is not None:
+        out.append(speech_finding(figures.audio_s_per_s, figures.padding, _fmt_rate))
+    elif figures.audio_s_per_s is not None:  # a file written before the layout was recorded
         audio = figures.audio_s_per_s
         out.append(DiagnosisFinding("speech", f"{_fmt_rate(audio.median)} seconds of audio per second "
                            f"({span_words(audio, _fmt_rate)}); batches are {figures.padding_efficiency:.0%} real "
@@ -527,11 +558,19 @@ def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding
                              recommendation, figure)]
 
 
+def _no_padding_because(diagnosis: PipelineDiagnosis) -> str:
+    if diagnosis.layout is not None and diagnosis.layout.mel is None:
+        return diagnosis.layout.mel_rule
+    return "the throughput stage read no batches"
+
+
 def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Target) -> DiagnosisFinding:
     calls = f" calling {op.python}" if op.python else ""
+    calls += f" ({op.defined_at})" if op.defined_at else ""
     finding = (f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, in {op.transformation} "
                f"({op.transformation_node})")
-    evidence = {"transformation": op.transformation_node, "function": op.function, "python": op.python}
+    evidence = {"transformation": op.transformation_node, "function": op.function, "python": op.python,
+                "defined_at": op.defined_at}
     waits, interval = _waits(bound), None if bound is None else bound.share
     if bound is not None:
         evidence["input_bound_share"] = bound.share.median
@@ -556,11 +595,11 @@ def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
 def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None, target: Target) -> list[DiagnosisFinding]:
     if graph.ends_with_prefetch or not graph.transformations:
         return []
-    last = graph.transformations[-1]
+    last = graph.last_stage or graph.transformations[-1]  # wrappers (with_options, ...) are not stages
     evidence = {"last_transformation": last, "inject_prefetch": graph.inject_prefetch}
     if bound is not None:
         evidence["input_bound_share"] = bound.share.median
-    finding = f"no prefetch at the end of the pipeline (the last transformation is {last})"
+    finding = f"no prefetch at the end of the pipeline (the last real stage is {last})"
     interval = None if bound is None else bound.share
     if graph.inject_prefetch:  # the measured figures already include the prefetch tf.data adds
         return [DiagnosisFinding("prefetch", f"{finding}; tf.data's inject_prefetch (on) adds one when the iterator starts, "
