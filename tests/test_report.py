@@ -14,25 +14,25 @@ import pytest
 
 from perfsuite import plotting
 from perfsuite.errors import PerfsuiteError, ReportUnavailable
-from perfsuite.pytest_plugin.report import write_benchmark_report
+from perfsuite.pytest_plugin.report import BenchmarkRecord, GateMark, TimelineFigures, write_benchmark_report
 
 PACKAGE = Path(plotting.__file__).resolve().parent
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _measurement(batches: int, *, cycle: int | None = None) -> dict:
-    return {"batch_s": [0.01 + 0.001 * (i % 4) for i in range(batches)], "samples_per_s": 1600.0,
-            "batch_median_s": 0.011, "variation_ratio": 0.05, "cycle_significant": cycle is not None,
-            "cycle_period": cycle}
+def _measurement(batches: int, *, cycle: int | None = None) -> TimelineFigures:
+    return TimelineFigures(batch_s=tuple(0.01 + 0.001 * (i % 4) for i in range(batches)), samples_per_s=1600.0,
+                           batch_median_s=0.011, variation_ratio=0.05, cycle_period=cycle)
 
 
 RECORDS = [
-    {"benchmark_id": "benchmarks/test_loader.py::test_loader[tf_native-wav]", "outcome": "passed",
-     "metrics": {"samples_per_s": 1600.0, "variation_ratio": 0.05}, "measurement": _measurement(32, cycle=4),
-     "round_lengths": [16, 16]},
-    {"benchmark_id": "benchmarks/test_loader.py::test_ratio", "outcome": "failed",
-     "metrics": {"tf_native_over_numpy_function_ratio": 2.5}, "measurement": None,
-     "ratio_rounds": {"tf_native_over_numpy_function_ratio": [2.4, 2.5, 2.7]}},
+    BenchmarkRecord(benchmark_id="benchmarks/test_loader.py::test_loader[tf_native-wav]", nodeid="n1",
+                    outcome="passed", metrics={"samples_per_s": 1600.0, "variation_ratio": 0.05},
+                    measurement=_measurement(32, cycle=4), round_lengths=(16, 16)),
+    BenchmarkRecord(benchmark_id="benchmarks/test_loader.py::test_ratio", nodeid="n2", outcome="failed",
+                    metrics={"tf_native_over_numpy_function_ratio": 2.5},
+                    gates=(GateMark("tf_native_over_numpy_function_ratio", "min", 3.0, "fail"),),
+                    ratio_rounds={"tf_native_over_numpy_function_ratio": (2.4, 2.5, 2.7)}),
 ]
 
 
@@ -46,7 +46,16 @@ def test_benchmark_report_links_a_timeline_per_measurement_and_the_ratio_plot(tm
     assert summary.startswith("# nightly\n")
     squeezed = re.sub(r" +", " ", summary)  # Markdown tables pad their cells
     assert "| benchmarks/test_loader.py::test_ratio | failed | - |" in squeezed  # no measurement: no figures
-    assert "| tf_native_over_numpy_function_ratio | 2.5 | 2.4–2.7 |" in squeezed
+    assert "| tf_native_over_numpy_function_ratio | 2.5 | 2.4–2.7 | ≥ 3: fail |" in squeezed
+    assert "| benchmarks/test_loader.py::test_loader[tf_native-wav] | passed | 1600 | 0.011 | 0.05 | every 4 |" in squeezed
+
+
+def test_a_benchmark_record_travels_as_json_and_is_read_back_typed_or_refused_by_name():
+    record = RECORDS[1]
+    assert BenchmarkRecord.from_dict(json.loads(json.dumps(record.as_dict()))) == record
+    damaged = {**record.as_dict(), "gates": [{"metric": "x", "kind": "min", "threshold": "high", "decision": "fail"}]}
+    with pytest.raises(PerfsuiteError, match=r"gates\[0\]\.threshold"):
+        BenchmarkRecord.from_dict(damaged)
 
 
 def test_file_stem_keeps_a_safe_name():

@@ -283,7 +283,7 @@ class ReportWriter:
     def __init__(self, directory: Path, *, is_worker: bool):
         self.directory = directory
         self.is_worker = is_worker
-        self.records: list[dict] = []
+        self.records: list = []  # report.BenchmarkRecord
         self.written: Path | None = None
 
     def pytest_runtest_logreport(self, report):
@@ -291,7 +291,9 @@ class ReportWriter:
             return
         for name, value in report.user_properties:
             if name == REPORT_PROPERTY:
-                self.records.append({**value, "outcome": report.outcome})
+                from perfsuite.pytest_plugin.report import BenchmarkRecord
+
+                self.records.append(BenchmarkRecord.from_dict({**value, "outcome": report.outcome}))
 
     def pytest_sessionfinish(self):
         if self.is_worker or not self.records:  # an xdist worker: the controller writes the report

@@ -26,6 +26,7 @@ from perfsuite.measure.teardown import iterate
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
 from perfsuite.pytest_plugin.summary import headline_figures
+from perfsuite.pytest_plugin.report import BenchmarkRecord, GateMark, TimelineFigures
 from perfsuite.verdict import metrics as metric_registry
 from perfsuite.verdict.baselines import Baselines, record_measurements
 from perfsuite.verdict.comparison import HistoryComparison, compare_history
@@ -454,15 +455,20 @@ class Recorder:
             self.benchmark.extra_info[f"{name}_interval"] = [interval.low, interval.high]
 
     def report_record(self, check: CheckResult | None = None) -> dict:
-        """What --perfsuite-report plots of this benchmark (JSON-ready: it may travel from an xdist worker);
-        ``check``: its verdicts, whose thresholds the ratio plot draws."""
-        gates = [{"metric": v.metric, "kind": v.threshold.kind, "threshold": v.threshold.value,
-                  "decision": v.decision} for v in (check.verdicts if check is not None else ())]
-        return {"benchmark_id": self.benchmark_id, "nodeid": self.nodeid, "gates": gates,
-                "metrics": {k: v for k, v in self.metrics.items() if v is None or isinstance(v, int | float)},
-                "measurement": None if self.primary is None else self.primary.extra_info(),
-                "unit": self.primary_unit, "round_lengths": self.primary_round_lengths,
-                "ratio_rounds": {k: list(v) for k, v in self.rounds.items() if metric_registry.lookup(k).same_run}}
+        """What --perfsuite-report shows of this benchmark: a report.BenchmarkRecord, as its as_dict()
+        (JSON-ready: it may travel from an xdist worker); ``check``: its verdicts, whose thresholds the
+        ratio plot draws."""
+        gates = tuple(GateMark(metric=v.metric, kind=v.threshold.kind, threshold=v.threshold.value,
+                               decision=v.decision) for v in (check.verdicts if check is not None else ()))
+        lengths = self.primary_round_lengths
+        return BenchmarkRecord(
+            benchmark_id=self.benchmark_id, nodeid=self.nodeid, gates=gates,
+            metrics={k: None if v is None else float(v) for k, v in self.metrics.items()
+                     if v is None or isinstance(v, int | float)},
+            measurement=None if self.primary is None else TimelineFigures.of(self.primary),
+            unit=self.primary_unit, round_lengths=None if lengths is None else tuple(lengths),
+            ratio_rounds={k: tuple(v) for k, v in self.rounds.items() if metric_registry.lookup(k).same_run},
+        ).as_dict()
 
     # -------------------------------------------------------------------------------- judging
 
