@@ -298,6 +298,7 @@ def _read_and_kill(cluster, dataset, *, kill_after: int):
     return _ids(batches), error, killed_at, last_batch_at, time.monotonic()
 
 
+@pytest.mark.slow  # a cluster of its own, a worker killed and a read left to its deadline
 @pytest.mark.parametrize("mode", PROCESSING_MODES)
 def test_a_worker_killed_mid_epoch_ends_the_read_with_a_service_error_in_bounded_time(cluster, tiny_corpus,
                                                                                       mode):
@@ -325,6 +326,7 @@ def test_a_worker_killed_mid_epoch_ends_the_read_with_a_service_error_in_bounded
         assert len(counts) >= len(_all_ids(tiny_corpus)) // 2
 
 
+@pytest.mark.slow  # a cluster of its own, a worker killed and started again
 def test_a_worker_restarted_at_its_address_lets_a_distributed_epoch_finish(cluster, tiny_corpus):
     loader = _loader(tiny_corpus, batch_size=1)
     reader = iter(with_deadline(distribute(loader, cluster=cluster, processing_mode="distributed_epoch"),
