@@ -24,7 +24,9 @@ from perfsuite.measure.machine import MachineFingerprint
 from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
 from perfsuite.measure.speech import FrameCounter, PaddingFigures, canonical_batch
 from perfsuite.measure.stats import Cycle
+from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record, migrate, migration
+from perfsuite.tools.diagnose.attribution import Bottleneck, FixGain, bottleneck_stage, fixes_stage
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
     MIN_STEP_BATCHES,
@@ -35,10 +37,10 @@ from perfsuite.tools.diagnose.plan import (
     StageLog,
     calls_that_fit,
     no_progress,
-    status_of,
 )
 from perfsuite.tools.diagnose.graph import graph_findings
 from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, steady_stream, timed_next
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
     PythonOp,
@@ -62,9 +64,12 @@ from perfsuite.verdict.diagnosis import (
     why_undecided,
 )
 from perfsuite.verdict.diagnosis_figures import (
+    DECIDED,
     DEFAULT_BUDGET_S,
     INPUT_BOUND_BOUNDARIES,
     MIN_ROUNDS,
+    TOO_SHORT,
+    UNDECIDED,
     UNSTABLE_VARIATION,
     VARIATION_BOUNDARIES,
     DiagnosisFinding,
@@ -79,8 +84,8 @@ from perfsuite.verdict.diagnosis_figures import (
     without_kind,
 )
 
-PIPELINE_SCHEMA_VERSION = 5
-PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "feed": 2.0}
+PIPELINE_SCHEMA_VERSION = 6
+PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "fixes": 4.0, "feed": 2.0}
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
 MAX_THROUGHPUT_BATCHES = 256  # ... and at most
@@ -172,6 +177,9 @@ class PipelineDiagnosis(Record):
     feed: FeedFigures | None
     verdicts: tuple[DiagnosisFinding, ...]
     layout: BatchLayout | None = None  # which component is the audio and its lengths, by which rule
+    startup_s: float | None = None  # importing, building and the first batches, before any stage (kept apart)
+    bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.bottleneck_stage)
+    fixes: tuple[FixGain, ...] = ()  # each fix perfsuite could apply, measured before and after
 
     SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
 
@@ -203,6 +211,12 @@ def migrate_4_to_5(data: dict) -> dict:
     return data
 
 
+@migration(PipelineDiagnosis, 5, 6)
+def migrate_5_to_6(data: dict) -> dict:
+    """Schema 6 adds the start-up's seconds, the bottleneck and the measured fixes; before it, not measured."""
+    return data
+
+
 # ------------------------------------------------------------------------------------------ the run
 
 
@@ -215,7 +229,8 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     stage was checkpointed."""
     from perfsuite.measure.machine import machine_fingerprint
 
-    stages = ("throughput", "input_bound", "feed") if target.step else ("throughput", "feed")
+    stages = ("throughput", "input_bound", "bottleneck", "fixes", "feed") if target.step else (
+        "throughput", "bottleneck", "fixes", "feed")
     budget = Budget(settings.budget_s, {name: PIPELINE_STAGE_NEEDS[name] for name in stages}, clock)
 
     def tell(message: str) -> None:
@@ -226,27 +241,48 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     step = load_step(target.step, tell) if target.step else None
     graph = inspect_graph(dataset)
     tell(f"graph as it runs: {graph.chain_words()}; {len(graph.python_ops)} Python-function op(s)")
-    stream = _Stream(dataset, target.pipeline)
+    stream = Stream(dataset, target.pipeline)
     first_batch, first_s, warmup_s = _start(stream, settings.warmup)
+    stream.close()  # its buffers would fill during the step's first calls: every stage reads a fresh one
+    startup_s = budget.elapsed_s()
     layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s))
     tell(f"batches: {layout.words()}")
     tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
     first_step = _first_calls(step, first_batch, target.step) if step is not None else None
+    if first_step is not None:
+        tell(f"the step's first call {first_step.first_s:.2f} s (trace, compile), then {first_step.first_steady_s:.3g} s: "
+             "kept apart, the budget left after it is split across the stages")
+    buffered = buffered_elements(dataset)
     head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint(), "graph": graph,
-            "layout": layout}
+            "layout": layout, "startup_s": startup_s}
     run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
-                   parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None}, budget=budget,
-                   progress=progress, checkpoint=checkpoint)
+                   parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None,
+                          "bottleneck": None, "fixes": ()}, budget=budget, progress=progress, checkpoint=checkpoint)
     run.save()
-    run.tell_plan(after="the start-up")
+    run.tell_plan(after=f"the start-up{' and the step’s first calls' if step is not None else ''}")
+    throughput = _ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
+                                   drain=settings.warmup + buffered)
+    bound = _InputBoundRounds(step, first_step, first_batch, dataset, settings, target) if step else None
     with run.stage("throughput") as stage:
-        run.parts["throughput"] = _throughput_stage(stage, stream, first_s, warmup_s, layout=layout)
-    if step is not None:
+        run.parts["throughput"] = throughput.run(stage)
+    if bound is not None:
         with run.stage("input_bound") as stage:
-            bound, used = _input_bound_stage(stage, step, first_step, first_batch, dataset, settings, target)
-            run.parts.update(input_bound=bound, step=used)
+            run.parts.update(zip(("input_bound", "step"), bound.run(stage)))
+    with run.stage("bottleneck") as stage:
+        run.parts["bottleneck"] = bottleneck_stage(stage, dataset, target.pipeline, warmup=settings.warmup)
+    with run.stage("fixes") as stage:
+        fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
+        run.parts["fixes"] = fixes_stage(stage, dataset, target.pipeline, warmup=settings.warmup,
+                                         ends_with_prefetch=graph.ends_with_prefetch, step=fed)
     with run.stage("feed") as stage:
         run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"])
+    resumable = {"throughput": lambda stage: {"throughput": throughput.run(stage)}}
+    if bound is not None:
+        resumable["input_bound"] = lambda stage: dict(zip(("input_bound", "step"), bound.run(stage)))
+    for name in run.undecided():  # the time decided stages left goes to those still undecided, in order
+        if name in resumable and budget.left_s() > 0:
+            with run.again(name) as stage:
+                run.parts.update(resumable[name](stage))
     final = run.snapshot(complete=True)
     if checkpoint is not None:
         checkpoint(final)
@@ -278,111 +314,85 @@ def _with_verdicts(diagnosis: PipelineDiagnosis) -> PipelineDiagnosis:
     return replace(diagnosis, verdicts=tuple(pipeline_verdicts(diagnosis)))
 
 
-class _Stream:
-    """Batches of a dataset from one iterator, a new pass begun when it ends (counted in restarts);
-    an error inside the user's pipeline becomes a TargetError naming it."""
-
-    def __init__(self, dataset, spec: str):
-        self._dataset = dataset
-        self._spec = spec
-        self._iterator = iter(dataset)
-        self.restarts = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self.next()
-
-    def next(self):
-        for attempt in range(2):
-            try:
-                return next(self._iterator)
-            except StopIteration:
-                if attempt:
-                    break
-                self.restarts += 1
-                self._iterator = iter(self._dataset)
-            except Exception as error:  # noqa: BLE001 -- the user's pipeline may raise anything: named
-                raise TargetError("--pipeline", self._spec, "a dataset whose batches can be read",
-                                  one_line_error(error)) from None
-        raise TargetError("--pipeline", self._spec, "a dataset that yields at least one batch", "an empty dataset")
-
-    def close(self) -> None:
-        """The iterator closed now (inside the stage that used it: its teardown can take seconds)."""
-        self._iterator = None
-
-
-def _timed_batch(stream: _Stream) -> tuple[Any, float]:
-    from perfsuite.measure.timing import host_readback
-
-    start = time.perf_counter()
-    batch = stream.next()
-    host_readback(batch)
-    return batch, time.perf_counter() - start
-
-
-def _start(stream: _Stream, warmup: int) -> tuple[Any, float, tuple[float, ...]]:
+def _start(stream: Stream, warmup: int) -> tuple[Any, float, tuple[float, ...]]:
     """(the first batch, its seconds (start-up), the seconds of `warmup` more batches)."""
-    first, first_s = _timed_batch(stream)
-    return first, first_s, tuple(_timed_batch(stream)[1] for _ in range(warmup))
+    first, first_s = timed_next(stream)
+    return first, first_s, tuple(timed_next(stream)[1] for _ in range(warmup))
 
 
-def _samples_in(batch) -> tuple[int, str]:
-    from perfsuite.measure.timing import leading_dim
-
-    try:
-        return leading_dim(batch), "samples"
-    except (ValueError, TypeError, IndexError):
-        return 1, "batches"
+def _status(decided: bool, rounds: int) -> str:
+    """A resumable stage's status from all its rounds, both passes."""
+    if decided:
+        return DECIDED
+    return TOO_SHORT if rounds < MIN_ROUNDS else UNDECIDED
 
 
-def _throughput_stage(stage: Stage, stream: _Stream, first_s: float, warmup_s: tuple[float, ...], *,
-                      layout: BatchLayout) -> Throughput:
-    """Rounds of steady batches from the same iterator until the per-round rate is known to within
-    THROUGHPUT_PRECISION, or the share is spent. The warm-up batches size the rounds."""
-    from perfsuite.measure import stats
+class _ThroughputRounds:
+    """The pipeline alone: rounds of steady batches from a fresh iterator made when a pass starts (after the
+    start-up and the step's first calls) and drained of what its buffers can hold, until the per-round rate
+    is known to within THROUGHPUT_PRECISION or the share is spent. A second pass adds rounds to the first."""
 
-    batch_s_estimate = statistics.median(warmup_s) if warmup_s else first_s
-    batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
-                                                         most=MAX_THROUGHPUT_BATCHES))
-    stage.plan = (f"rounds of {batches} steady batches from one iterator, about {batches * batch_s_estimate:.1f} s "
-                  f"each, until the rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
-    stage.tell("note", stage.plan)
-    rounds: list[list[float]] = []
-    units = {"unit": "batches"}
-    frames, frame_s = FrameCounter(layout=layout), layout.frame_s
-    audio: list[float] = []
+    def __init__(self, dataset, spec: str, first_s: float, warmup_s: tuple[float, ...], *, layout: BatchLayout,
+                 drain: int):
+        self.dataset, self.spec, self.first_s, self.warmup_s, self.drain = dataset, spec, first_s, warmup_s, drain
+        self.layout = layout
+        self.rounds: list[list[float]] = []
+        self.unit = "batches"
+        self.frames = FrameCounter(layout=layout)
+        self.audio: list[float] = []
+        self.restarts = 0
+        self.batches: int | None = None
 
-    def one_round(index: int) -> None:
-        times, samples, noted = [], 0, len(frames.real)
-        for _ in range(batches):
-            batch, seconds = _timed_batch(stream)
-            count, units["unit"] = _samples_in(batch)
-            times.append(seconds)
-            samples += count
-            frames(batch)
-        rounds.append([samples / sum(times), *times])
-        if len(frames.real) == noted + batches:  # every batch had the layout's audio
-            audio.append(sum(frames.real[noted:]) * frame_s / sum(times))
+    def precise(self) -> bool:
+        rate = estimate([r[0] for r in self.rounds]) if self.rounds else None
+        return (rate is not None and rate.rounds >= MIN_ROUNDS
+                and (rate.high - rate.low) <= 2 * THROUGHPUT_PRECISION * rate.median)
 
-    def precise() -> bool:
-        rate = estimate([r[0] for r in rounds])
-        return rate.rounds >= MIN_ROUNDS and (rate.high - rate.low) <= 2 * THROUGHPUT_PRECISION * rate.median
+    def run(self, stage: Stage) -> Throughput:
+        batch_s_estimate = statistics.median(self.warmup_s) if self.warmup_s else self.first_s
+        if self.batches is None:
+            self.batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
+                                                                      most=MAX_THROUGHPUT_BATCHES))
+        batches = self.batches
+        stage.plan = (f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
+                      f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
+                      f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
+        stage.tell("note", stage.plan)
+        stream = steady_stream(self.dataset, self.spec, warmup=0, buffered=self.drain)
+        frames, frame_s = self.frames, self.layout.frame_s
 
-    outcome = stage.rounds_until_decided(one_round, decided=precise, first_estimate_s=batches * batch_s_estimate)
-    stream.close()
-    stage.status = status_of(outcome)
-    batch_s = tuple(s for r in rounds for s in r[1:])
-    return Throughput(first_batch_s=first_s, warmup_s=warmup_s, unit=units["unit"],
-                      rate=estimate([r[0] for r in rounds]) if rounds else None,
-                      variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
-                                         VARIATION_BOUNDARIES) if rounds else None,
-                      batches_per_round=batches, batch_s=batch_s,
-                      cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=stream.restarts,
-                      audio_s_per_s=estimate(audio) if audio and len(audio) == len(rounds) else None,
-                      padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
-                      padding=frames.figures())
+        def one_round(index: int) -> None:
+            times, samples, noted = [], 0, len(frames.real)
+            for _ in range(batches):
+                batch, seconds = timed_next(stream)
+                count, self.unit = samples_in(batch)
+                times.append(seconds)
+                samples += count
+                frames(batch)
+            self.rounds.append([samples / sum(times), *times])
+            if len(frames.real) == noted + batches:  # every batch had the layout's audio
+                self.audio.append(sum(frames.real[noted:]) * frame_s / sum(times))
+
+        stage.rounds_until_decided(one_round, decided=self.precise, first_estimate_s=batches * batch_s_estimate)
+        stream.close()
+        self.restarts += stream.restarts
+        stage.status = _status(self.precise(), len(self.rounds))
+        return self.figures()
+
+    def figures(self) -> Throughput:
+        from perfsuite.measure import stats
+
+        rounds, frames = self.rounds, self.frames
+        batch_s = tuple(s for r in rounds for s in r[1:])
+        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit,
+                          rate=estimate([r[0] for r in rounds]) if rounds else None,
+                          variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
+                                             VARIATION_BOUNDARIES) if rounds else None,
+                          batches_per_round=self.batches or 0, batch_s=batch_s,
+                          cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
+                          audio_s_per_s=estimate(self.audio) if self.audio and len(self.audio) == len(rounds) else None,
+                          padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
+                          padding=frames.figures())
 
 
 def _call_step(step, batch, spec: str) -> float:
@@ -411,58 +421,82 @@ def _first_calls(step, batch, spec: str) -> StepRun:
                    retraces=None if traces is None else 0)
 
 
-def _input_bound_stage(stage: Stage, step, first: StepRun, batch, dataset, settings: PipelineSettings,
-                       target: Target) -> tuple[InputBoundFigures | None, StepRun]:
-    """The step fed by the pipeline (a fresh iterator per round, closed inside it) vs by the first batch
-    repeated, in interleaved rounds (twin first, then real first, ...) until the share is decided or the
-    share of the budget is spent; the step's traces are counted over the rounds."""
-    from perfsuite._tensorflow import tensorflow
-    from perfsuite.measure import stats
-    from perfsuite.measure.input_bound import step_and_wait_s
-    from perfsuite.measure.timing import tracing_count
+class _InputBoundRounds:
+    """The step fed by the pipeline (a fresh iterator per side and round, made right before it, closed inside
+    it: its buffers fill only while its own round runs) vs by the first batch repeated, in alternating rounds
+    (twin first, then real first, ...) until the share is decided or the share of the budget is spent; the
+    step's traces counted over the rounds. A second pass adds rounds to the first."""
 
-    warmup, call_s = settings.warmup, first.first_steady_s
-    batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), 2 * call_s, most=MAX_STEP_CALLS) - warmup)
-    stage.plan = (f"rounds of the synthetic twin and the pipeline, each {warmup} untimed + {batches} timed steps of "
-                  f"about {call_s:.3g} s (about {2 * (warmup + batches) * call_s:.1f} s per round), until the share "
-                  "is decided")
-    stage.tell("note", stage.plan)
-    twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
-    real_s, synthetic_s, wait_s, calls = [], [], [], [0]
-    traces_before = tracing_count(step)
+    def __init__(self, step, first: StepRun, batch, dataset, settings: PipelineSettings, target: Target):
+        from perfsuite._tensorflow import tensorflow
+        from perfsuite.measure.timing import tracing_count
 
-    def side(source) -> tuple[float, float]:
-        stream = _Stream(source, target.pipeline)
-        seconds = step_and_wait_s(lambda item: _call_step(step, item, target.step), stream, warmup=warmup,
-                                  count=batches, readback=lambda _: None)  # _call_step reads back itself
-        calls[0] += warmup + batches
-        stream.close()
-        return seconds
+        self.step, self.first, self.dataset, self.settings, self.target = step, first, dataset, settings, target
+        self.twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
+        self.real_s: list[float] = []
+        self.synthetic_s: list[float] = []
+        self.wait_s: list[float] = []
+        self.calls = 0
+        self.traces_before = tracing_count(step)
+        self.batches: int | None = None
 
-    def one_round(index: int) -> None:
-        for name in ("twin", "real") if index % 2 == 0 else ("real", "twin"):
-            seconds, waited = side(twin if name == "twin" else dataset)
-            (synthetic_s if name == "twin" else real_s).append(seconds)
-            if name == "real":
-                wait_s.append(waited)
+    def figure(self) -> RoundsEstimate:
+        from perfsuite.measure import stats
 
-    def figure() -> RoundsEstimate:
-        return estimate([stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)],
-                        INPUT_BOUND_BOUNDARIES)
+        return estimate([stats.input_bound_share(t_synthetic=s, t_real=r)
+                         for s, r in zip(self.synthetic_s, self.real_s)], INPUT_BOUND_BOUNDARIES)
 
-    outcome = stage.rounds_until_decided(one_round, decided=lambda: figure().decided,
-                                         first_estimate_s=2 * (warmup + batches) * call_s)
-    stage.status = status_of(outcome)
-    retraces = None if traces_before is None else tracing_count(step) - traces_before
-    used = replace(first, calls=first.calls + calls[0],
-                   traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
-    if not real_s:
-        return None, used
-    share = figure()
-    return InputBoundFigures(share=share, classification=stats.classify_input_bound(share.median),
-                      t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
-                      real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
-                      warmup=warmup, wait=wait_estimate(wait_s, real_s)), used
+    def run(self, stage: Stage) -> tuple[InputBoundFigures | None, StepRun]:
+        from perfsuite.measure.input_bound import step_and_wait_s
+
+        warmup, call_s, target = self.settings.warmup, self.first.first_steady_s, self.target
+        if self.batches is None:
+            self.batches = max(MIN_STEP_BATCHES,
+                               calls_that_fit(stage.left_s(), 2 * call_s, most=MAX_STEP_CALLS) - warmup)
+        batches = self.batches
+        stage.plan = (f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
+                      f"{batches} timed steps of about {call_s:.3g} s (about {2 * (warmup + batches) * call_s:.1f} s "
+                      "per round), until the share is decided")
+        stage.tell("note", stage.plan)
+
+        def side(source) -> tuple[float, float]:
+            stream = Stream(source, target.pipeline)
+            seconds = step_and_wait_s(lambda item: _call_step(self.step, item, target.step), stream, warmup=warmup,
+                                      count=batches, readback=lambda _: None)  # _call_step reads back itself
+            self.calls += warmup + batches
+            stream.close()
+            return seconds
+
+        def one_round(index: int) -> None:
+            for name in alternating(("twin", "real"), len(self.real_s)):
+                seconds, waited = side(self.twin if name == "twin" else self.dataset)
+                (self.synthetic_s if name == "twin" else self.real_s).append(seconds)
+                if name == "real":
+                    self.wait_s.append(waited)
+
+        stage.rounds_until_decided(one_round, decided=lambda: bool(self.real_s) and self.figure().decided,
+                                   first_estimate_s=2 * (warmup + batches) * call_s)
+        decided = bool(self.real_s) and self.figure().decided
+        stage.status = _status(decided, len(self.real_s))
+        return self.figures()
+
+    def figures(self) -> tuple[InputBoundFigures | None, StepRun]:
+        from perfsuite.measure import stats
+        from perfsuite.measure.timing import tracing_count
+
+        first = self.first
+        retraces = None if self.traces_before is None else tracing_count(self.step) - self.traces_before
+        used = replace(first, calls=first.calls + self.calls,
+                       traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
+        if not self.real_s:
+            return None, used
+        share = self.figure()
+        label = stats.classify_input_bound(share.median) if share.decided else "undecided"
+        return InputBoundFigures(share=share, classification=label, t_real=float(statistics.median(self.real_s)),
+                                 t_synthetic=float(statistics.median(self.synthetic_s)),
+                                 real_round_s=tuple(self.real_s), synthetic_round_s=tuple(self.synthetic_s),
+                                 batches=self.batches or 0, warmup=self.settings.warmup,
+                                 wait=wait_estimate(self.wait_s, self.real_s)), used
 
 
 # ------------------------------------------------------------------------------------------ verdicts
@@ -475,9 +509,12 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
     if diagnosis.layout is not None:
         out.append(layout_finding(diagnosis.layout))
+    out += _startup_verdicts(diagnosis)
     if diagnosis.throughput is not None:
         out += throughput_verdicts(diagnosis.throughput)
     out += _input_bound_verdicts(diagnosis)
+    out += bottleneck_verdicts(diagnosis.bottleneck)
+    out += fix_verdicts(diagnosis.fixes)
     out += [_python_op_verdict(op, bound, diagnosis.target) for op in graph.python_ops]
     out += _prefetch_verdicts(graph, bound, diagnosis.target)
     padding = None if diagnosis.throughput is None else diagnosis.throughput.padding
@@ -548,14 +585,71 @@ def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding
     evidence = {**estimate_evidence("share", figure), "t_real_s": bound.t_real, "t_synthetic_s": bound.t_synthetic}
     why = why_undecided(figure, _percent)
     if why:
-        return [DiagnosisFinding("input-bound", f"{why}; median share {figure.median:.0%} ({label} at the median)"
-                                 f"{wait_words(bound)}", evidence, None, figure)]
+        return [DiagnosisFinding("input-bound", f"whether the step waits for input is {why}; no class is given "
+                                 "from an undecided figure", evidence, None, figure)]
     recommendation = None
     if label != "not input-bound":
         recommendation = "the step waits for input: see the Python-function, prefetch and parallelism findings"
     return [DiagnosisFinding("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time "
                              f"{lost_words(bound)}; {span_words(figure, _percent)}){wait_words(bound)}", evidence,
                              recommendation, figure)]
+
+
+def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
+    """The start-up and the step's first call, measured apart from every stage's figures."""
+    if diagnosis.startup_s is None:
+        return []
+    parts = [f"importing and building the pipeline and its first batches {diagnosis.startup_s:.1f} s"]
+    evidence = {"startup_s": diagnosis.startup_s}
+    if diagnosis.throughput is not None:
+        parts.append(f"the first batch {diagnosis.throughput.first_batch_s:.2f} s")
+    if diagnosis.step is not None:
+        parts.append(f"the step's first call {diagnosis.step.first_s:.2f} s (trace, compile)")
+        evidence["first_call_s"] = diagnosis.step.first_s
+    return [DiagnosisFinding("start-up", f"{'; '.join(parts)}: kept apart; the stages shared the budget left after "
+                             "them", evidence, None)]
+
+
+def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
+    """The stage that limits throughput, with its share of the time per sample and its interval."""
+    if bottleneck is None or not bottleneck.stages:
+        return []
+    shares = {s.stage: s.share for s in bottleneck.stages}
+    listing = ", ".join(f"{s.stage} {s.share.median:.0%} [{s.share.low:.0%}, {s.share.high:.0%}]"
+                        for s in bottleneck.stages)
+    evidence = {"stages": [s.stage for s in bottleneck.stages],
+                "shares": [s.share.median for s in bottleneck.stages],
+                "rates": [s.rate.median for s in bottleneck.stages]}
+    top = shares[bottleneck.limiting]
+    if bottleneck.decided:
+        return [DiagnosisFinding("bottleneck", f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} "
+                                 f"[{top.low:.0%}, {top.high:.0%}] of the time per sample (over {top.rounds} rounds; "
+                                 f"each stage's share: {listing})", evidence, None, top)]
+    return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): the shares' "
+                             f"intervals overlap ({listing})", evidence, "a longer --budget separates them", top)]
+
+
+def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
+    """Each fix measured (its gain and interval, or why it stays undecided), and each fix not applied, why."""
+    out = []
+    for fix in fixes:
+        if not fix.applied or fix.gain is None:
+            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.name}: not applied ({fix.why or 'no round fit'})",
+                                        {"applied": False}, None))
+            continue
+        gain = fix.gain
+        figure = f"{gain.median:.2f}x [{gain.low:.2f}, {gain.high:.2f}] {fix.unit} over {gain.rounds} rounds"
+        evidence = {**estimate_evidence("gain", gain), "applied": True, "unit": fix.unit}
+        why = why_undecided(gain, lambda v: f"{v:.2f}x")
+        if why:
+            words = f"{fix.words}: {figure}; whether it helps is {why}"
+            recommendation = None
+        elif gain.low > 1.0:
+            words, recommendation = f"{fix.words}: {figure}", f"apply it: {fix.words}"
+        else:
+            words, recommendation = f"{fix.words}: {figure}; it does not help here", None
+        out.append(DiagnosisFinding(f"fix-{fix.name}", words, evidence, recommendation, gain))
+    return out
 
 
 def _no_padding_because(diagnosis: PipelineDiagnosis) -> str:

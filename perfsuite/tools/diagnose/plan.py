@@ -214,3 +214,33 @@ class StageLog:
         self.stages.append(record)
         self.save()
         stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s")
+
+    def undecided(self) -> list[str]:
+        """The stages that ended with too few rounds or a figure undecided, in the order they ran."""
+        return [record.name for record in self.stages if record.status in (TOO_SHORT, UNDECIDED)]
+
+    @contextlib.contextmanager
+    def again(self, name: str) -> Iterator[Stage]:
+        """The undecided stage `name` once more, with all the budget left (what decided stages left unspent);
+        its record becomes one record of both passes (shares, time and rounds added, the last status)."""
+        stage = Stage(name, max(self.budget.left_s(), 0.0), self.budget, self.progress)
+        stage.tell("start", f"again, with the {stage.share_s:.0f} s the other stages left")
+        index = next(i for i, record in enumerate(self.stages) if record.name == name)
+        try:
+            yield stage
+        except KeyboardInterrupt:
+            self.stages[index] = _joined(self.stages[index], stage.record(INTERRUPTED))
+            self.save()
+            raise
+        self.stages[index] = record = _joined(self.stages[index], stage.record())
+        self.save()
+        stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s, both passes")
+
+
+def _joined(first: StageRecord, second: StageRecord) -> StageRecord:
+    """One record of a stage run twice: shares, seconds and rounds added; the second pass's status; the time
+    it needs from the second pass (it knows the longest round) plus what the first spent."""
+    needs = None if second.needs_s is None else first.spent_s + second.needs_s
+    return StageRecord(name=first.name, share_s=first.share_s + second.share_s, spent_s=first.spent_s + second.spent_s,
+                       rounds=first.rounds + second.rounds, status=second.status,
+                       plan=f"{first.plan}; then again: {second.plan}" if second.plan else first.plan, needs_s=needs)

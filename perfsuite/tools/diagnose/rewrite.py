@@ -1,0 +1,285 @@
+"""A user's dataset changed without the user's code: its stages (the prefixes a bottleneck search cuts),
+and the fixes perfsuite can apply to it, each a new dataset rebuilt from the serialized graph
+(tf.raw_ops.DatasetFromGraph) or the dataset with a transformation added at its end.
+
+What each fix does, exactly (docs/diagnose.md, "Fixes measured"):
+- prefetch: `.prefetch(tf.data.AUTOTUNE)` added at the end.
+- map parallelism: every sequential map (MapDataset) becomes a parallel map with AUTOTUNE calls
+  (ParallelMapDatasetV2, deterministic order kept). A map running Python still holds the GIL.
+- cache: a memory cache after the longest deterministic prefix (no shuffle, no random op, no stateful
+  Python op), filled once before it is measured; only when the prefix is finite and fits in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# Python dataset classes that wrap or feed the pipeline without a stage of its own work to attribute.
+WRAPPERS = ("Options", "Prefetch", "Repeat", "Take", "Skip", "Cache", "Shuffle", "Assert", "Model", "Identity",
+            "Variant", "Snapshot", "Apply", "MaxIntraOpParallelism", "PrivateThreadPool", "Autotune")
+BATCHING = ("Batch", "Bucket", "GroupByWindow", "Window")
+RANDOM_OPS = ("Random", "Shuffle", "Sample")
+MEMORY_SHARE = 0.25  # a cache is tried only when one pass of its prefix takes at most this share of free memory
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """The dataset cut after one stage: the stage's words, the Python dataset, whether its elements
+    are batches (a batching stage is at or before the cut, and no unbatch after it)."""
+
+    stage: str
+    dataset: Any
+    batched: bool
+
+
+def stage_words(dataset) -> str:
+    """A stage in words: its tf.data method (from the Python class) and the function it maps when known."""
+    name = type(dataset).__name__.strip("_").removesuffix("Dataset").removesuffix("V2")
+    words = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).strip("_") or type(dataset).__name__
+    function = getattr(getattr(dataset, "_map_func", None), "_func", None)
+    label = getattr(function, "__name__", None)
+    if label and label != "<lambda>":
+        words += f"({label})"
+    return words
+
+
+def python_chain(dataset) -> list:
+    """The Python datasets from the source to dataset, along first inputs."""
+    chain = [dataset]
+    while True:
+        inputs = chain[-1]._inputs() if hasattr(chain[-1], "_inputs") else []
+        if not inputs:
+            return chain[::-1]
+        chain.append(inputs[0])
+
+
+def prefixes(dataset) -> list[Prefix]:
+    """dataset cut after each stage that does work (wrappers: options, prefetch, repeat, shuffle, cache ...
+    skipped), from the source to the last such stage."""
+    out, batched = [], False
+    for node in python_chain(dataset):
+        kind = type(node).__name__
+        if "Unbatch" in kind:
+            batched = False
+        elif any(word in kind for word in BATCHING):
+            batched = True
+        if not any(word in kind for word in WRAPPERS):
+            out.append(Prefix(stage=stage_words(node), dataset=node, batched=batched))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the fixes
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A fix perfsuite can apply: its name, what it does in words, and build(dataset) -> (the fixed dataset,
+    a callable that readies it before it is measured, e.g. fills a cache)."""
+
+    name: str
+    words: str
+    build: Callable[[Any], tuple[Any, Callable[[], None]]]
+
+
+@dataclass(frozen=True)
+class NotApplied:
+    """A fix diagnose considered and did not apply: its name and why."""
+
+    name: str
+    why: str
+
+
+def _graph(dataset):
+    from perfsuite._tensorflow import tensorflow
+
+    return tensorflow().compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+
+
+def _from_graph(graph, element_spec):
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
+    return tf.data.experimental.from_variant(variant, element_spec)
+
+
+def _nothing() -> None:
+    """Nothing to ready before measuring."""
+
+
+def add_prefetch(dataset):
+    from perfsuite._tensorflow import tensorflow
+
+    return dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
+
+
+def parallel_maps(dataset):
+    """dataset rebuilt with every MapDataset a ParallelMapDatasetV2 of AUTOTUNE calls."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    graph = _graph(dataset)
+    added = []
+    for node in graph.node:
+        if node.op != "MapDataset":
+            continue
+        const = type(node)()
+        const.name, const.op = f"{node.name}/perfsuite_parallel_calls", "Const"
+        const.attr["dtype"].type = tf.int64.as_datatype_enum
+        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(-1, tf.int64))
+        added.append(const)
+        node.op = "ParallelMapDatasetV2"
+        node.input.append(const.name)
+        if "force_synchronous" in node.attr:
+            del node.attr["force_synchronous"]
+        node.attr["deterministic"].s = b"true"
+    graph.node.extend(added)
+    return _from_graph(graph, dataset.element_spec), _nothing
+
+
+def sequential_maps(dataset) -> int:
+    return sum(1 for node in _graph(dataset).node if node.op == "MapDataset")
+
+
+def cache_after(dataset, prefix):
+    """dataset rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and
+    the callable that fills the cache by reading prefix.cache() once (the rebuilt graph reads the same
+    cache resource)."""
+    cached = prefix.cache()
+    cache_graph = _graph(cached)
+    cache_nodes = {node.name: node for node in cache_graph.node}
+    cache_node = cache_nodes[_retval_input(cache_graph)]
+    graph = _graph(dataset)
+    chain = _first_input_chain(graph)
+    cut = len(_first_input_chain(cache_graph)) - 2  # the prefix's own last node, below the cache
+    if cut < 0 or cut >= len(chain) - 1 or chain[cut].op != cache_nodes[cache_node.input[0].split(":")[0]].op:
+        raise ValueError("the prefix was not found in the dataset's graph")
+    node, consumer = chain[cut], chain[cut + 1]
+    added = []
+    for name in cache_node.input[1:]:
+        const = type(node)()
+        const.CopyFrom(cache_nodes[name.split(":")[0]])
+        const.name = f"perfsuite_cache/{const.name}"
+        added.append(const)
+    inserted = type(node)()
+    inserted.CopyFrom(cache_node)
+    inserted.name = "perfsuite_cache/CacheDatasetV2"
+    del inserted.input[:]
+    inserted.input.extend([node.name, *(const.name for const in added)])
+    consumer.input[0] = inserted.name
+    graph.node.extend([*added, inserted])
+    fixed = _from_graph(graph, dataset.element_spec)
+
+    def fill() -> None:
+        for _ in cached:
+            pass
+
+    fixed._perfsuite_keep = cached  # the cache resource lives as long as the Python dataset that made it
+    return fixed, fill
+
+
+def _retval_input(graph) -> str:
+    return next(node.input[0].split(":")[0] for node in graph.node if node.op == "_Retval")
+
+
+def _first_input_chain(graph) -> list:
+    """The graph's dataset nodes from the source to the output, along first (non-Const) inputs."""
+    nodes = {node.name: node for node in graph.node}
+    out, name = [], _retval_input(graph)
+    while name in nodes:
+        node = nodes[name]
+        out.append(node)
+        inputs = [i.split(":")[0].lstrip("^") for i in node.input]
+        name = next((i for i in inputs if i in nodes and nodes[i].op != "Const"), None)
+    return out[::-1]
+
+
+def deterministic_prefix(dataset) -> tuple[Any | None, str]:
+    """(the longest prefix of dataset's chain with no shuffle, random op or stateful Python op, ending
+    before its first repeat; or None) and why it ends where it does."""
+    chain, last, why = python_chain(dataset), None, "the pipeline ends"
+    for node in chain:
+        kind = type(node).__name__
+        if "Repeat" in kind:
+            why = "a repeat follows"
+            break
+        if "Shuffle" in kind or _random_or_stateful(node):
+            why = f"{stage_words(node)} is not deterministic"
+            break
+        last = node
+    return last, why
+
+
+def _random_or_stateful(node) -> bool:
+    graph = _graph(node)
+    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    return any(word in op for op in ops for word in RANDOM_OPS) or any(op in ("PyFunc", "EagerPyFunc") for op in ops)
+
+
+def pass_bytes(prefix, sample) -> int | None:
+    """Bytes of one pass of prefix (its cardinality x the bytes of one element); None when not finite or
+    unknown."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    count = int(tf.data.experimental.cardinality(prefix).numpy())
+    if count < 0:
+        return None
+    sizes = [getattr(leaf, "nbytes", 0) for leaf in tf.nest.flatten(sample)]
+    return count * int(sum(sizes))
+
+
+def free_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def applicable_fixes(dataset, *, ends_with_prefetch: bool) -> tuple[list[Fix], list[NotApplied]]:
+    """The fixes that apply to dataset and, for the rest considered, why not."""
+    fixes, skipped = [], []
+    if ends_with_prefetch:
+        skipped.append(NotApplied("prefetch", "the pipeline already ends with a prefetch"))
+    else:
+        fixes.append(Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch))
+    maps = sequential_maps(dataset)
+    if maps:
+        fixes.append(Fix("map-parallelism", f"making {maps} sequential map(s) parallel (num_parallel_calls=AUTOTUNE)",
+                         parallel_maps))
+    else:
+        skipped.append(NotApplied("map-parallelism", "no sequential map in the graph"))
+    fix, why = _cache_fix(dataset)
+    if fix is not None:
+        fixes.append(fix)
+    else:
+        skipped.append(NotApplied("cache", why))
+    return fixes, skipped
+
+
+def _cache_fix(dataset) -> tuple[Fix | None, str]:
+    prefix, ends = deterministic_prefix(dataset)
+    if prefix is None or not _does_work(prefix):
+        return None, f"no deterministic stage to cache before the first one that is not ({ends})"
+    if any("Cache" in type(node).__name__ for node in python_chain(dataset)):
+        return None, "the pipeline already caches"
+    if not any("Repeat" in type(node).__name__ for node in python_chain(dataset)):
+        return None, "the pipeline does not repeat: a cache pays only from the second pass"
+    sample = next(iter(prefix.take(1)), None)
+    size = None if sample is None else pass_bytes(prefix, sample)
+    free = free_memory_bytes()
+    if size is None or free is None:
+        return None, f"the size of one pass of {stage_words(prefix)} is not known"
+    if size > MEMORY_SHARE * free:
+        return None, (f"one pass of {stage_words(prefix)} ({size / 2**30:.1f} GiB) exceeds {MEMORY_SHARE:.0%} of the "
+                      f"free memory ({free / 2**30:.1f} GiB)")
+    return Fix("cache", f"caching in memory after {stage_words(prefix)} ({size / 2**20:.1f} MiB a pass, {ends})",
+               lambda data: cache_after(data, prefix)), ""
+
+
+def _does_work(prefix) -> bool:
+    return any(not any(word in type(node).__name__ for word in WRAPPERS) and python_chain(node)[0] is not node
+               for node in python_chain(prefix))

@@ -1,0 +1,1 @@
+"""Pipelines in the style of public TF TTS recipes, for `perfsuite diagnose --pipeline` tests."""
