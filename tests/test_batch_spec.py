@@ -220,3 +220,47 @@ def test_fixed_padding_in_the_graph_without_batches_is_named_without_a_figure():
     assert "not measured: no audio component" in finding.finding and finding.recommendation is None
     assert fixed_padding_finding(None, ()) is None
     assert FIXED_PADDING_WASTE < 1 - 600 / 1024
+
+
+# ------------------------------------------------------------------------------ the command line
+
+TUPLE_PIPELINE = """
+import tensorflow as tf
+
+
+def make():
+    mel = tf.random.stateless_normal([16, 40, 8], seed=[1, 2])
+    tokens = tf.zeros([16, 5], tf.int32)
+    rows = (tokens, mel, tf.fill([16], 5), tf.fill([16], 40))
+    return tf.data.Dataset.from_tensor_slices(rows).batch(4).repeat()
+"""
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--batch-spec", "mel"], "--batch-spec: expected mel=PATH"),
+    (["--frame-hop-s", "256/0"], "--frame-hop-s: expected seconds per frame"),
+])
+def test_bad_options_are_usage_errors_when_parsed(capsys, argv, expected):
+    from perfsuite.tools import cli
+
+    assert cli.main(["diagnose", "--pipeline", "m:f", *argv]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_batch_spec_and_frame_hop_need_a_pipeline(capsys, tmp_path):
+    from perfsuite.tools import cli
+
+    assert cli.main(["diagnose", str(tmp_path), "--batch-spec", "mel=1"]) == 2
+    assert "--batch-spec: expected with --pipeline" in capsys.readouterr().err
+
+
+def test_a_spec_that_does_not_fit_the_users_batches_is_one_line_naming_their_structure(capsys, tmp_path):
+    from perfsuite.tools import cli
+
+    module = tmp_path / "tuple_pipeline.py"
+    module.write_text(TUPLE_PIPELINE, encoding="utf-8")
+    code = cli.main(["diagnose", "--pipeline", f"{module}:make", "--batch-spec", "mel=0", "--budget", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert ("error: --batch-spec mel=0: expected a floating-point tensor of rank >= 2 (batch, time, ...), found int32 "
+            "[4, 5]; the batches are a tuple (0: int32 [4, 5], 1: float32 [4, 40, 8], 2: int32 [4], 3: int32 [4])") in err

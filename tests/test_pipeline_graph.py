@@ -215,3 +215,12 @@ def test_old_graph_records_read_back():
     old = {"transformations": ["RangeDataset"], "python_ops": [], "ends_with_prefetch": False,
            "inject_prefetch": True, "dynamic_shapes": [], "element_spec": "x"}
     assert GraphFindings.from_dict(old).stages == ()
+
+
+def test_the_prefetch_finding_reads_the_last_real_stage():
+    from perfsuite.tools.diagnose.pipeline import Target, _prefetch_verdicts
+
+    target = Target(pipeline="m:f", step=None, args={})
+    assert _prefetch_verdicts(inspect_graph(tts_pipeline()), None, target) == []  # prefetch(50).with_options
+    [finding] = _prefetch_verdicts(inspect_graph(tts_pipeline(prefetch=False)), None, target)
+    assert "the last real stage is PaddedBatchDatasetV2" in finding.finding
