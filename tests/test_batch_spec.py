@@ -103,6 +103,21 @@ def test_no_length_tensor_means_lengths_from_the_content():
     assert (frames.real, frames.source) == (19, CONTENT)
 
 
+@given(st.sampled_from(["tuple", "dict", "nested"]), st.lists(st.integers(2, 60), min_size=1, max_size=6))
+def test_any_structure_finds_the_audio_and_its_true_lengths(shape, lengths):
+    tokens, mel, text_len, mel_len = tts_tuple(lengths)
+    batch, paths = {
+        "tuple": ((tokens, mel, text_len, mel_len), ("1", "3")),
+        "dict": ({"text": tokens, "audio": mel, "text_len": text_len, "frames": mel_len}, ("audio", "frames")),
+        "nested": ({"inputs": {"ids": tokens, "n": text_len}, "targets": {"mel": mel, "mel_len": mel_len}},
+                   ("targets/mel", "targets/mel_len")),
+    }[shape]
+    layout = find_layout(batch)
+    assert (layout.mel, layout.mel_len) == paths
+    frames = measure_batch(batch, layout)
+    assert (frames.real, frames.padded) == (sum(lengths), len(lengths) * max(lengths))
+
+
 # ------------------------------------------------------------------------------ the user's naming
 
 
