@@ -274,10 +274,17 @@ def _diagnose_pipeline(args, parser) -> int:
     target = Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or []))
     settings = PipelineSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})),
                                 **_given(step_time=args.step_time, frame_s=args.frame_hop_s))
-    with _interruptible(args.json):
+    from perfsuite.tools.diagnose.quiet import log_path_for, user_output_to
+
+    log = log_path_for(args.json)
+    print(f"perfsuite diagnose: the pipeline's own output and TensorFlow's warnings go to {log}", file=sys.stderr,
+          flush=True)
+    with _interruptible(args.json), user_output_to(log) as terminal:
         diagnosis = diagnose_pipeline(target=target, settings=settings,
-                                      progress=_print_progress, checkpoint=_json_checkpoint(args.json))
+                                      progress=lambda event: print(progress_line(event), file=terminal, flush=True),
+                                      checkpoint=_json_checkpoint(args.json))
     print(f"pipeline {target.pipeline}: {' -> '.join(diagnosis.graph.transformations)}")
+    print(f"log: {log} (the pipeline's and the step's own output, TensorFlow's warnings)")
     _print_outcome(diagnosis)
     if args.json is not None:
         print(f"json: {args.json}")

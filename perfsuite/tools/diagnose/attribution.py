@@ -13,11 +13,12 @@ from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, status_of
-from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, timed_next
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
 from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, RoundsEstimate, estimate
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
-MIN_READS = 2  # ... and at least this many elements
+MIN_READS = 2  # ... and at least this many reads
+UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
 GAIN_BOUNDARIES = (1.0,)  # a fix's gain is decided when its interval leaves 1.0 (no change) out
 
 
@@ -55,13 +56,31 @@ class FixGain(Record):
     gain: RoundsEstimate | None = None
 
 
+def counted(dataset, *, batched: bool):
+    """dataset as the samples each element holds (its leading dimension when batched, else 1), unbatched
+    elements batched UNBATCHED_READ at a time: a prefix is read inside TensorFlow, as the pipeline reads it,
+    without Python's cost per element or the copy of its tensors to the host."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+
+    def samples(*element):
+        if not batched:
+            return tf.constant(1, tf.int64)
+        return tf.cast(tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0], tf.int64)
+
+    counts = dataset.map(samples)
+    return counts if batched else counts.batch(UNBATCHED_READ)
+
+
 def _read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool) -> float:
-    """Samples per second from stream after drain elements untimed, read for read_s seconds."""
-    stream.drain(drain)
+    """Samples per second from a counted() stream after drain of its elements untimed, read for read_s
+    seconds."""
+    stream.drain(drain if batched else -(-drain // UNBATCHED_READ))
     samples, spent, reads = 0, 0.0, 0
     while spent < read_s or reads < MIN_READS:
         element, seconds = timed_next(stream)
-        samples += samples_in(element)[0] if batched else 1
+        samples += int(element.numpy().sum())
         spent += seconds
         reads += 1
     return samples / spent
@@ -79,7 +98,7 @@ def bottleneck_stage(stage: Stage, dataset, spec: str, *, warmup: int) -> Bottle
     stage.plan = (f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each drained then read for "
                   f"{read_s:.2f} s per round, interleaved, until the limiting stage is decided")
     stage.tell("note", stage.plan)
-    streams = {index: Stream(cut.dataset, spec) for index, cut in enumerate(cuts)}
+    streams = {index: Stream(counted(cut.dataset, batched=cut.batched), spec) for index, cut in enumerate(cuts)}
     drains = {index: warmup + buffered_elements(cut.dataset) for index, cut in enumerate(cuts)}
     rates: dict[int, list[float]] = {index: [] for index in streams}
 
@@ -149,7 +168,7 @@ def _measure_fix(stage: Stage, fix: rewrite.Fix, dataset, spec: str, *, warmup: 
     values: dict[str, list[float]] = {"before": [], "after": []}
     read_s = max(MIN_READ_S, share_s / (TARGET_ROUNDS * 4))
     if step is None:
-        streams = {name: Stream(data, spec) for name, data in sides.items()}
+        streams = {name: Stream(counted(data, batched=True), spec) for name, data in sides.items()}
         drains = {name: warmup + buffered_elements(data) for name, data in sides.items()}
 
         def run(name: str) -> float:

@@ -1,0 +1,176 @@
+"""diagnose --pipeline reads the pipeline, not a buffer, names the stage that limits it, measures the fixes it
+can apply, spends its budget on what is undecided and keeps the user's output in a log. The end-to-end runs
+on tests/pipelines/tts_recipe.py (a TTS recipe's shapes: tuple batches, a trailing with_options, a 50-batch
+prefetch, fixed-length padding, a numpy_function with a per-token Python loop, prints, a slow first call)
+are marked slow."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from perfsuite.tools import cli
+from perfsuite.tools.diagnose import rewrite
+from perfsuite.tools.diagnose.plan import Budget, StageLog, no_progress
+from perfsuite.tools.diagnose.quiet import user_output_to
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
+from perfsuite.verdict.diagnosis_figures import TOO_SHORT, UNDECIDED
+
+RECIPE = Path(__file__).parent / "pipelines" / "tts_recipe.py"
+PRODUCE_S = 0.004
+
+
+def _slow(index):
+    time.sleep(PRODUCE_S)
+    return np.float32(index)
+
+
+def _slow_pipeline(prefetch: int):
+    # stateful: tf.data does not parallelize it at run time (map_parallelization), so one element takes PRODUCE_S
+    dataset = tf.data.Dataset.range(10_000).map(lambda i: tf.numpy_function(_slow, [i], tf.float32, stateful=True))
+    dataset = dataset.batch(1)
+    return dataset.prefetch(prefetch) if prefetch else dataset
+
+
+def test_the_buffers_are_counted_from_the_graph():
+    assert buffered_elements(_slow_pipeline(50)) >= 50
+    parallel = tf.data.Dataset.range(8).map(lambda x: x, num_parallel_calls=3).prefetch(5)
+    assert buffered_elements(parallel) == 3 + 5
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    assert buffered_elements(tf.data.Dataset.range(8).map(lambda x: x).with_options(options)) == 0
+
+
+def test_an_iterator_that_sat_idle_is_drained_before_it_is_timed():
+    """A 50-batch buffer fills while something else runs (the step's first call); drained of what the
+    buffers hold, the reads wait for the pipeline again: each about PRODUCE_S, not the buffer's ~0."""
+    dataset = _slow_pipeline(50)
+    stream = Stream(dataset, "slow")
+    stream.next()
+    time.sleep(60 * PRODUCE_S)  # the buffer fills meanwhile
+    stream.drain(buffered_elements(dataset))
+    seconds = [timed_next(stream)[1] for _ in range(10)]
+    stream.close()
+    assert sum(seconds) / len(seconds) >= 0.5 * PRODUCE_S
+
+
+def test_the_users_output_goes_to_the_log_and_ours_to_the_terminal(tmp_path, capfd):
+    log = tmp_path / "user.log"
+    with user_output_to(log) as terminal:
+        print("user print")
+        os.write(1, b"fd 1 write\n")
+        os.write(2, b"fd 2 write (a C++ warning)\n")
+        subprocess.run([sys.executable, "-c", "print('from a subprocess')"], check=True)
+        tf.print("from tf.print")
+        print("ours", file=terminal, flush=True)
+    print("after")
+    text = log.read_text()
+    for line in ("user print", "fd 1 write", "fd 2 write", "from a subprocess", "from tf.print"):
+        assert line in text
+    out, err = capfd.readouterr()
+    assert "ours" in err + out and "after" in out
+    assert not any(line in out + err for line in ("user print", "fd 1 write", "from a subprocess", "from tf.print"))
+
+
+def test_the_stages_skip_wrappers_and_know_where_batches_begin():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tts_recipe_stages", RECIPE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cuts = rewrite.prefixes(module.make_dataset())
+    assert [c.stage for c in cuts] == ["range", "map(utterance)", "padded_batch"]
+    assert [c.batched for c in cuts] == [False, False, True]
+
+
+def test_map_parallelism_is_applied_only_to_sequential_maps_and_keeps_the_elements():
+    sequential = tf.data.Dataset.range(12).map(lambda x: x * 3).batch(4)
+    fixes, _ = rewrite.applicable_fixes(sequential, ends_with_prefetch=False)
+    fix = next(f for f in fixes if f.name == "map-parallelism")
+    fixed, ready = fix.build(sequential)
+    ready()
+    assert [n.op for n in rewrite._graph(fixed).node].count("ParallelMapDatasetV2") == 1
+    assert [b.tolist() for b in fixed.as_numpy_iterator()] == [b.tolist() for b in sequential.as_numpy_iterator()]
+    parallel = tf.data.Dataset.range(12).map(lambda x: x * 3, num_parallel_calls=2).batch(4)
+    _, skipped = rewrite.applicable_fixes(parallel, ends_with_prefetch=False)
+    assert "map-parallelism" in [s.name for s in skipped]
+
+
+def test_a_cache_goes_after_the_deterministic_prefix_and_serves_the_same_elements():
+    dataset = tf.data.Dataset.range(12).map(lambda x: x * 2).batch(3).repeat(2)
+    fixes, _ = rewrite.applicable_fixes(dataset, ends_with_prefetch=False)
+    fix = next(f for f in fixes if f.name == "cache")
+    fixed, ready = fix.build(dataset)
+    ready()
+    assert "CacheDatasetV2" in [n.op for n in rewrite._graph(fixed).node]
+    assert [b.tolist() for b in fixed.as_numpy_iterator()] == [b.tolist() for b in dataset.as_numpy_iterator()]
+    shuffled = tf.data.Dataset.range(12).shuffle(12).map(lambda x: x * 2).batch(3).repeat(2)
+    _, skipped = rewrite.applicable_fixes(shuffled, ends_with_prefetch=False)
+    assert "cache" in [s.name for s in skipped]
+
+
+def test_time_left_goes_to_a_stage_still_undecided():
+    now = [0.0]
+    budget = Budget(100, {"a": 1.0, "b": 1.0}, lambda: now[0])
+    log = StageLog(make=lambda **parts: parts, parts={}, budget=budget, progress=no_progress, checkpoint=None)
+    with log.stage("a") as stage:
+        now[0] += 50
+        stage.rounds, stage.status = 1, TOO_SHORT
+    with log.stage("b") as stage:
+        now[0] += 10  # decided early: 40 s of its share left
+    assert log.undecided() == ["a"]
+    with log.again("a") as stage:
+        assert stage.share_s == pytest.approx(40)
+        now[0] += 30
+        stage.rounds, stage.status = 3, UNDECIDED
+    [a, b] = log.stages
+    assert (a.name, a.rounds, a.spent_s, a.share_s, a.status) == ("a", 4, 80, 90, UNDECIDED)
+
+
+# ------------------------------------------------------------------------------------- end to end
+
+
+def _diagnose(tmp_path, monkeypatch, capfd, *args: str, budget: str = "45", first_call_s: str = "3"):
+    monkeypatch.setenv("TTS_FIRST_CALL_S", first_call_s)
+    monkeypatch.setenv("TTS_STEP_PRINTS", "1")
+    out = tmp_path / "d.json"
+    code = cli.main(["diagnose", "--pipeline", f"{RECIPE}:make_dataset", "--step", f"{RECIPE}:make_step",
+                     *(a for arg in args for a in ("--arg", arg)), "--budget", budget, "--json", str(out)])
+    stdout, stderr = capfd.readouterr()
+    return code, stdout, stderr, json.loads(out.read_text()), out.with_suffix(".log").read_text()
+
+
+@pytest.mark.slow
+def test_a_recipe_with_every_defect_is_read_as_it_runs(tmp_path, monkeypatch, capfd):
+    code, out, err, result, log = _diagnose(tmp_path, monkeypatch, capfd, "prints=1", "fixed_pad=1", "prefetch=50",
+                                           "options=1", "sequential=1")
+    assert code == 0 and "Traceback" not in out + err
+    for printed in ("TTS recipe: building", "tokenised utterance", "first step compiles", "step loss"):
+        assert printed in log and printed not in out + err
+    topics = {v["topic"]: v for v in result["verdicts"]}
+    assert "no prefetch at the end" not in out  # the prefetch sits behind with_options
+    rate = result["throughput"]["rate"]
+    assert rate["high"] <= 2 * rate["median"] and rate["low"] >= rate["median"] / 2  # not a buffer
+    assert "fixed-padding" in topics and topics["fix-prefetch"]["evidence"]["applied"] is False
+    assert topics["fix-map-parallelism"]["evidence"]["applied"] is True and "x [" in topics["fix-map-parallelism"]["finding"]
+    assert topics["bottleneck"]["evidence"]["stages"] == ["range", "map(utterance)", "padded_batch"]
+    assert "at the median" not in out  # no class from an undecided figure
+    assert result["startup_s"] > 0 and result["step"]["first_s"] >= 3
+
+
+@pytest.mark.slow
+def test_a_recipe_without_the_defects_has_no_finding_for_them(tmp_path, monkeypatch, capfd):
+    code, out, err, result, log = _diagnose(tmp_path, monkeypatch, capfd, "prints=0", "fixed_pad=0", "prefetch=0",
+                                           "options=0", "sequential=0", "python=0", first_call_s="1")
+    assert code == 0
+    topics = {v["topic"]: v for v in result["verdicts"]}
+    assert "fixed-padding" not in topics and "python-op" not in topics
+    assert topics["fix-prefetch"]["evidence"]["applied"] is True  # no prefetch: the fix is measured
+    assert topics["fix-map-parallelism"]["evidence"]["applied"] is False
+    assert "tokenised utterance" not in log
