@@ -18,6 +18,8 @@ tokens, 400 mel frames, fp32, of the profile's model (smoke: 'tiny'; quick and f
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ import yaml
 from perfsuite.data.audio import MelConfig
 from perfsuite.data.corpus import PRESETS, build_cache, build_corpus, read_metadata, wav_path
 from perfsuite.data.wav import inspect_wav
+from perfsuite.files import write_atomic
 from perfsuite.measure.work import WorkFingerprint, dataset_work, mel_seconds, step_work
 from perfsuite.pytest_plugin.summary import record_work_verdict
 from perfsuite.verdict.work import compare_work
@@ -34,6 +37,7 @@ from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_t
 SNAPSHOTS = Path(__file__).parent / "baselines" / "work"
 REFERENCE_CORPUS = "tiny"
 ACCEPT = "python -m pytest benchmarks/test_work.py --force-regen"
+WORK_OUT = "PERFSUITE_WORK_OUT"  # perfsuite.tools.ab.work.OUT_VARIABLE (benchmarks import no tools)
 
 
 def _sibling(name: str):
@@ -82,6 +86,9 @@ def check_snapshot(request, data_regression, fingerprint: WorkFingerprint, path:
     """Compare with the snapshot (tolerance: perfsuite.verdict.work), or write it where there is none
     or --force-regen / --regen-all asks (pytest-regressions)."""
     config = request.config
+    out = os.environ.get(WORK_OUT)  # perfsuite ab: this revision's fingerprints, diffed with the other's
+    if out:
+        write_atomic(Path(out) / f"{path.stem}.json", json.dumps(fingerprint.snapshot(), sort_keys=True))
     regen = config.getoption("force_regen") or config.getoption("regen_all")
     if path.exists() and not regen:
         snapshot = yaml.safe_load(path.read_text(encoding="utf-8"))

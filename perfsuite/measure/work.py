@@ -30,6 +30,7 @@ py_function (it counts the op, not its work). That is the timing's job.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -205,12 +206,32 @@ def dataset_work(dataset, *, name: str = "pipeline", reference_elements: int = 8
                  audio_seconds: Callable[[Any], float] | None = None) -> WorkFingerprint:
     """The work fingerprint of a tf.data pipeline (see the module docstring). ``audio_seconds(element)``:
     seconds of audio in one element as the last map before batching outputs it (numpy values, the
-    element's own structure); with it the fingerprint has float ops per audio second."""
+    element's own structure); with it the fingerprint has float ops per audio second. A pipeline whose
+    graph cannot be read raises WorkUnavailable naming it and why."""
     tf = tensorflow()
     if not isinstance(dataset, tf.data.Dataset):
         raise WorkUnavailable(name, "a tf.data.Dataset", type(dataset).__name__)
     if reference_elements < 1:
         raise ValueError(f"reference_elements: expected ≥ 1, found {reference_elements}")
+    with _unreadable(name, "a pipeline whose graph can be read and run on its first elements"):
+        return _dataset_work(dataset, name, reference_elements, audio_seconds)
+
+
+@contextlib.contextmanager
+def _unreadable(name: str, expected: str):
+    """Errors reading a user's graph become one WorkUnavailable naming it, the expectation and the error."""
+    tf = tensorflow()
+    try:
+        yield
+    except WorkUnavailable:
+        raise
+    except (tf.errors.OpError, ValueError, TypeError, KeyError, AttributeError, IndexError,
+            NotImplementedError) as error:
+        raise WorkUnavailable(name, expected, f"{type(error).__name__}: {error}") from error
+
+
+def _dataset_work(dataset, name, reference_elements, audio_seconds) -> WorkFingerprint:
+    tf = tensorflow()
     stages, library = _stages(dataset, name)
     python_functions = _python_functions(dataset)
     flops, histogram, unresolved = Counter(), Counter(), Counter()
@@ -537,17 +558,18 @@ def step_work(step: Callable[[Any], Any], batch, *, name: str = "step",
     tf = tensorflow()
     if not callable(step):
         raise WorkUnavailable(name, "a callable step", type(step).__name__)
+    with _unreadable(name, "a step that traces at its batch's shapes"):
+        return _step_work(step, batch, name, batches)
+
+
+def _step_work(step, batch, name, batches) -> WorkFingerprint:
+    tf = tensorflow()
     is_function = hasattr(step, "get_concrete_function")
     traced = step if is_function else tf.function(lambda b: step(b), autograph=False)
-    before = traced.experimental_get_tracing_count()
-    try:
-        concrete = _concrete(traced, batch)
-        for other in batches or ():
-            _concrete(traced, other)
-    except (TypeError, ValueError, KeyError) as error:
-        raise WorkUnavailable(name, "a step that traces at its batch's shapes",
-                              f"{type(error).__name__}: {error}") from error
-    traces = traced.experimental_get_tracing_count() - before
+    concrete = _concrete(traced, batch)
+    # the traces the reference batches need: one per distinct concrete function (a trace taken before
+    # this call, e.g. by the timed rounds, counts as well)
+    traces = len({id(concrete), *(id(_concrete(traced, other)) for other in batches or ())})
     graph = concrete.graph
     flops, histogram, unresolved = Counter(), Counter(), Counter()
     total = _count_graph(graph, _function_registry(graph), flops, histogram, unresolved)

@@ -9,24 +9,25 @@ judged when the test body has run, each with its per-round values where it has r
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfsuite._tensorflow import is_dataset
-from perfsuite.measure import stats, timing
+from perfsuite.measure import stats, timing, work
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.rounds import RoundDriver, RoundsOutcome, planned, until_decided
 from perfsuite.measure.speech import FrameCounter, speech_figures
 from perfsuite.measure.teardown import iterate
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
-from perfsuite.pytest_plugin.summary import headline_figures
 from perfsuite.pytest_plugin.report import BenchmarkRecord, GateMark, TimelineFigures
+from perfsuite.pytest_plugin.summary import headline_figures
 from perfsuite.verdict import metrics as metric_registry
 from perfsuite.verdict.baselines import Baselines, record_measurements
 from perfsuite.verdict.comparison import HistoryComparison, compare_history
@@ -115,6 +116,12 @@ class DatasetRounds:
         return result
 
 
+def _peeked(iterator: Iterator) -> tuple[Iterator, Any]:
+    """The iterator as it was (its first item put back) and its first item."""
+    first = next(iterator)
+    return itertools.chain([first], iterator), first
+
+
 class Recorder:
     """What a benchmark measures with (the ``perfsuite`` fixture); see the module docstring."""
 
@@ -130,6 +137,7 @@ class Recorder:
         self.primary_unit = "batch"  # what one of the primary measurement's times is: a batch or a step call
         self.primary_round_lengths: list[int] | None = None
         self.notes: list[str] = []  # for the summary, e.g. a gate whose rounds ran out undecided
+        self.work = None  # the work fingerprint of what measure_dataset / measure_step measured last
         self._benchmark_used = False
 
     # -------------------------------------------------------------------------------- measuring
@@ -178,6 +186,9 @@ class Recorder:
             overhead = timing.harness_overhead(dataset, samples_in=samples_in, readback=readback)
             self.record({"harness_overhead_s": overhead,
                          "harness_share": overhead / measurement.summary.median})
+        if is_dataset(dataset):
+            audio = work.mel_seconds(frame_s) if frame_s is not None else None
+            self._record_work(lambda: work.dataset_work(dataset, name=name, audio_seconds=audio), name)
         return measurement
 
     def _record_speech(self, rounds, frames, frame_s: float) -> None:
@@ -197,7 +208,7 @@ class Recorder:
         Run alone, the rounds follow each other with nothing in between: the warm-up's last call sizes
         them and they take no warm-up call of their own (a step call costs up to seconds on a CPU).
         Under ``perfsuite ab`` the other side runs between two rounds, so each round warms up again."""
-        source = iterate(batches)
+        source, first_batch = _peeked(iterate(batches))
         options = {"readback": readback} if readback is not None else {}
         warm = timing.measure_step(step=step, batches=source, warmup_calls=self.profile.step_warmup_calls,
                                    measure_calls=1, name=name, **options)
@@ -209,7 +220,23 @@ class Recorder:
                                        measure_calls=calls, **options)
 
         round_s = warm.steady_s * calls if alone else None
-        return self._record_rounds(self._rounds(one_round, round_s=round_s), name=name, first=warm, unit="call")
+        measurement = self._record_rounds(self._rounds(one_round, round_s=round_s), name=name, first=warm, unit="call")
+        self._record_work(lambda: work.step_work(step, first_batch, name=name), name)
+        return measurement
+
+    def _record_work(self, fingerprint: Callable[[], work.WorkFingerprint], name: str) -> None:
+        """The work fingerprint of what was measured (perfsuite.measure.work), taken after the rounds, into
+        ``self.work`` and extra_info (``work_*``); one that cannot be read is noted in the summary. Not
+        under perfsuite ab, which diffs the two revisions' fingerprints itself."""
+        if self.context.round_driver is not None:
+            return
+        try:
+            self.work = fingerprint()
+        except work.WorkUnavailable as error:
+            self.notes.append(f"{name}: no work fingerprint: {error}")
+            self.benchmark.extra_info["work_unavailable"] = str(error)
+            return
+        self.record(self.work.extra_info())
 
     def measure_input_bound(self, *, step: Callable[[Any], Any], dataset, warmup: int = 2,
                             settle: int | None = None, batches: int | None = None, rounds: int | None = None,

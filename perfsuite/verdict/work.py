@@ -60,10 +60,11 @@ def compare_work(current: Mapping, snapshot: Mapping | None, *, tolerance: float
     if snapshot is None:
         return WorkVerdict(name, NEW, notes=(f"{name}: no snapshot to compare with",))
     where = _ops_changed(snapshot.get("op_histogram", {}), current.get("op_histogram", {}))
+    float_where = _float_ops_changed(snapshot, current)
     changes, notes = [], []
     for figure in sorted(set(snapshot.get("work", {})) | set(current.get("work", {}))):
         line, beyond = _figure_line(name, figure, snapshot.get("work", {}).get(figure),
-                                    current.get("work", {}).get(figure), where, tolerance)
+                                    current.get("work", {}).get(figure), float_where or where, tolerance)
         if line is not None:
             (changes if beyond else notes).append(line)
     old_structure, new_structure = snapshot.get("structure", {}), current.get("structure", {})
@@ -104,6 +105,22 @@ def _ops_changed(old: Mapping[str, int], new: Mapping[str, int]) -> str:
     if len(changed) > MAX_OPS_NAMED:
         named.append(f"{len(changed) - MAX_OPS_NAMED} more kinds")
     return ", ".join(named)
+
+
+def _float_ops_changed(old: Mapping, new: Mapping) -> str:
+    """'+1 MatMul, +1 RFFT, +4 Mul': the op kinds whose float ops changed most, each with the change of
+    its op count (or of its float ops, where its count stayed)."""
+    old_flops, new_flops = old.get("float_ops_by_op", {}), new.get("float_ops_by_op", {})
+    old_ops, new_ops = old.get("op_histogram", {}), new.get("op_histogram", {})
+    deltas = {op: new_flops.get(op, 0) - old_flops.get(op, 0) for op in set(old_flops) | set(new_flops)}
+    named = []
+    for op, delta in sorted(((op, d) for op, d in deltas.items() if d), key=lambda item: (-abs(item[1]), item[0])):
+        count = new_ops.get(op, 0) - old_ops.get(op, 0)
+        if count:
+            named.append(f"{count:+d} {op}")
+        elif old_flops.get(op):
+            named.append(f"{op} {delta / old_flops[op]:+.1%}".replace("%", " %"))
+    return ", ".join(named[:MAX_OPS_NAMED // 2 + 1])
 
 
 def _short(value, limit: int = 120) -> str:

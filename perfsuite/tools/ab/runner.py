@@ -306,10 +306,12 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not (side.root / pytest_arguments[0]).exists():
                     raise ABError(f"side {side.name}: expected benchmarks at {pytest_arguments[0]}, found nothing "
                                   f"there in {side.revision}")
+            work = _work_first(sides, pytest_arguments, scratch, progress)
             try:
                 server, notes = _fork_server(options, scratch, progress)
             except SideFailure as error:  # no worker can start: the run fails as a side failure does
                 failure = error
+            notes = [*work, *notes]
             for index in range(settings.max_passes if failure is None else 0):
                 suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
                 if settings.passes > 1:
@@ -353,6 +355,17 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                     elapsed_s=time.monotonic() - started,
                     load={"before": load_before["average_1min"], "after": load_after["average_1min"],
                           "cpus": load_after["cpus"]})
+
+
+def _work_first(sides, pytest_arguments: list[str], scratch: Path, progress: Callable[[str], None]) -> list[str]:
+    """The two revisions' work fingerprints diffed (perfsuite.tools.ab.work), printed before any timing;
+    the lines also go to the report's notes."""
+    from perfsuite.tools.ab.work import fingerprint_diff
+
+    lines = fingerprint_diff(sides, pytest_arguments, scratch, progress)
+    for line in lines:
+        print(line, flush=True)
+    return lines
 
 
 def _fork_server(options: Options, scratch: Path, progress: Callable[[str], None]) -> tuple[ForkServer | None, list]:

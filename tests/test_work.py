@@ -1,0 +1,348 @@
+"""The work fingerprint (perfsuite.measure.work) and its verdict (perfsuite.verdict.work): each kind of
+change planted in a copy fails on the fingerprint alone, an unchanged copy passes, and the fingerprint
+is the same across processes and thread settings. Small pipelines and the tiny model keep it fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfsuite._tensorflow import tensorflow
+from perfsuite.data.audio import MelConfig, log_mel_tf
+from perfsuite.measure.work import WorkUnavailable, dataset_work, mel_seconds, step_work
+from perfsuite.verdict.work import CHANGED, UNCHANGED, WITHIN, compare_work, timed_reading
+from perfsuite.workload.model import MODEL_PRESETS, TrainStep, make_synthetic_batch, make_train_step
+
+tf = tensorflow()
+MEL = MelConfig()
+FRAME_S = MEL.hop_length / MEL.sample_rate
+LENGTHS = (5_000, 7_000, 9_000, 11_000)  # samples of the reference clips (0.2-0.5 s at 22.05 kHz)
+BATCH = dict(batch_size=4, text_len=12, mel_frames=24, seed=0)
+SHAPES = (4, 12, 24)
+
+
+def _audio():
+    rng = np.random.default_rng(0)
+    return tf.data.Dataset.from_generator(
+        lambda: (rng.uniform(-0.5, 0.5, n).astype(np.float32) for n in LENGTHS),
+        output_signature=tf.TensorSpec([None], tf.float32))
+
+
+def _pipeline(*, extra=None, parallel=2, prefetch=True, pad_to=None, python=False, prints=False):
+    """A small TF-native mel pipeline, with one planted change at a time."""
+    plain = tf.autograph.experimental.do_not_convert
+
+    def load(audio):
+        if pad_to is not None:
+            audio = tf.pad(audio, [[0, tf.maximum(pad_to - tf.shape(audio)[0], 0)]])
+        if python:
+            audio = tf.numpy_function(lambda a: a, [audio], tf.float32, stateful=False)
+            audio = tf.ensure_shape(audio, [None])
+        mel = log_mel_tf(audio, MEL)
+        if extra is not None:
+            mel = extra(mel, audio)
+        if prints:
+            tf.print("loaded", tf.shape(mel))
+        return {"mel": mel, "mel_len": tf.shape(mel)[0]}
+
+    dataset = _audio().map(plain(load), num_parallel_calls=parallel).padded_batch(2)
+    return dataset.prefetch(tf.data.AUTOTUNE) if prefetch else dataset
+
+
+def _extra_mel(fraction):
+    """A fraction of another mel on every element, added so that it is not folded away."""
+    def extra(mel, audio):
+        part = log_mel_tf(audio[: tf.cast(tf.cast(tf.shape(audio)[0], tf.float32) * fraction, tf.int32)], MEL)
+        return mel + 0.0 * tf.reduce_mean(part)
+
+    return extra
+
+
+def _parallel_map(structure):
+    [found] = [m for m in structure["maps"] if m["stage"] == "ParallelMapDatasetV2"]
+    return found
+
+
+def _work(dataset, name="mel"):
+    return dataset_work(dataset, name=name, audio_seconds=mel_seconds(FRAME_S)).snapshot()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _work(_pipeline())
+
+
+def test_an_unchanged_copy_of_a_pipeline_passes(reference):
+    assert compare_work(_work(_pipeline()), reference).decision == UNCHANGED
+
+
+def test_five_percent_more_mel_work_fails_naming_the_size_and_the_ops(reference):
+    verdict = compare_work(_work(_pipeline(extra=_extra_mel(0.05))), reference)
+    assert verdict.failed
+    line = next(c for c in verdict.changes if "float ops per audio-s" in c)
+    change = float(line.split("float ops per audio-s ")[1].split(" %")[0])
+    assert 3.0 <= change <= 8.0, line
+    assert "+1 RFFT" in line and "+1 MatMul" in line, line
+
+
+@pytest.mark.parametrize("plant,fact", [
+    (dict(python=True), "python function ops"),
+    (dict(prints=True), "prints"),
+    (dict(prefetch=False), "prefetch"),
+    (dict(parallel=1), "maps"),
+    (dict(parallel=tf.data.AUTOTUNE), "maps"),
+])
+def test_each_structural_change_fails_and_is_named(reference, plant, fact):
+    verdict = compare_work(_work(_pipeline(**plant)), reference)
+    assert verdict.failed and any(f": {fact}:" in c for c in verdict.changes), verdict.changes
+
+
+def test_padding_to_a_longer_length_fails_on_float_ops(reference):
+    verdict = compare_work(_work(_pipeline(pad_to=16_000)), reference)
+    assert verdict.failed and any("float ops per sample +" in c for c in verdict.changes), verdict.changes
+
+
+def test_autotune_is_recorded_as_such_not_as_its_resolved_value():
+    structure = _work(_pipeline(parallel=tf.data.AUTOTUNE))["structure"]
+    assert _parallel_map(structure)["parallelism"] == "autotune"
+    assert structure["prefetch"] == [{"buffer": "autotune", "stages_after": 0}]
+
+
+def test_a_change_within_the_tolerance_passes_and_is_named(reference):
+    nudged = json.loads(json.dumps(reference))
+    nudged["work"]["float_ops_per_audio_s"] = round(nudged["work"]["float_ops_per_audio_s"] * 1.001)
+    verdict = compare_work(reference, nudged)
+    assert verdict.decision == WITHIN and not verdict.failed and verdict.notes
+
+
+def test_per_audio_second_follows_the_clip_lengths(reference):
+    seconds = sum(MEL.num_frames(n) for n in LENGTHS) * FRAME_S
+    work = reference["work"]
+    assert work["float_ops_per_audio_s"] == pytest.approx(work["float_ops_per_sample"] * len(LENGTHS) / seconds,
+                                                          rel=1e-6)
+    assert work["float_ops_per_batch"] == 2 * work["float_ops_per_sample"]
+
+
+# ---------------------------------------------------------------------------------------------- steps
+
+
+class _ExtraWorkStep(TrainStep):
+    """A step with a fraction of the decoder's feed-forward layer run once more (forward only)."""
+
+    def _train_step(self, batch):
+        loss = super()._train_step(batch)
+        h = tf.nn.relu(self.model.prenet_1(batch["mel"]))
+        extra = self.model.decoder_blocks[-1].ffn(self.model.prenet_2(h))
+        return loss + 0.0 * tf.stop_gradient(tf.reduce_mean(extra))
+
+
+def _step(mode="xla", *, cls=None, input_shapes=SHAPES):
+    if cls is None:
+        return make_train_step(model_config=MODEL_PRESETS["tiny"], mode=mode, input_shapes=input_shapes)
+    from perfsuite.workload.model import StepConfig
+
+    return cls(model_config=MODEL_PRESETS["tiny"], config=StepConfig(mode=mode, input_shapes=input_shapes))
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return make_synthetic_batch(**BATCH)
+
+
+@pytest.fixture(scope="module")
+def by_mode(batch):
+    return {mode: step_work(_step(mode), batch, name="xla") for mode in ("eager", "graph", "xla")}
+
+
+@pytest.fixture(scope="module")
+def xla_reference(by_mode):
+    return by_mode["xla"].snapshot()
+
+
+def test_an_unchanged_copy_of_a_step_passes(batch, xla_reference):
+    assert compare_work(step_work(_step("xla"), batch, name="xla").snapshot(), xla_reference).decision == UNCHANGED
+
+
+def test_more_step_work_fails_naming_the_size(batch, xla_reference):
+    verdict = compare_work(step_work(_step("xla", cls=_ExtraWorkStep), batch, name="xla").snapshot(), xla_reference)
+    line = next(c for c in verdict.changes if "float ops per step" in c)
+    change = float(line.split("float ops per step ")[1].split(" %")[0])
+    assert verdict.failed and 3.0 <= change <= 8.0 and "+4 MatMul" in line, line
+
+
+def test_xla_off_fails(by_mode, xla_reference):
+    verdict = compare_work(by_mode["graph"].snapshot(), xla_reference)
+    assert verdict.failed and any(": xla: true -> false" in c for c in verdict.changes), verdict.changes
+    assert any(": mode: \"xla\" -> \"graph\"" in c for c in verdict.changes), verdict.changes
+
+
+def _toy_step(signature):
+    """A step whose tf.function has a static input signature, or none (a trace per new shape)."""
+    w = tf.Variable(tf.ones([80, 8]))
+    spec = [{"mel": tf.TensorSpec([4, 24, 80], tf.float32)}] if signature else None
+    return tf.function(lambda b: tf.reduce_sum(tf.matmul(tf.reshape(b["mel"], [-1, 80]), w)), input_signature=spec)
+
+
+def test_a_shape_that_retraces_fails():
+    batch, same = ({"mel": tf.ones([4, 24, 80]) * k} for k in (1, 2))
+    shorter = {"mel": tf.ones([4, 20, 80])}
+    static = step_work(_toy_step(True), batch, name="s", batches=[same])
+    dynamic = step_work(_toy_step(False), batch, name="s", batches=[shorter])
+    assert static.structure["traces"] == 1 and dynamic.structure["traces"] == 2
+    verdict = compare_work(dynamic.snapshot(), static.snapshot())
+    assert verdict.failed and any(": traces: 1 -> 2" in c for c in verdict.changes), verdict.changes
+
+
+def test_eager_graph_and_xla_do_the_same_float_work_and_say_their_mode(by_mode):
+    found = by_mode
+    assert {f.structure["mode"] for f in found.values()} == {"eager", "graph", "xla"}
+    assert len({f.work["float_ops_per_step"] for f in found.values()}) == 1
+    assert found["xla"].work["float_ops_per_step"] > 0 and not found["xla"].structure["unresolved_float_ops"]
+
+
+def test_a_print_or_python_function_in_a_step_is_counted():
+    inner = _toy_step(True)
+    batch = {"mel": tf.ones([4, 24, 80])}
+
+    def printing(b):
+        tf.print("step")
+        return inner(b)
+
+    def python(b):
+        return inner(b) + tf.numpy_function(lambda: np.float32(0), [], tf.float32)
+
+    assert step_work(printing, batch).structure["prints"] == 1
+    assert step_work(python, batch).structure["python_function_ops"] == 1
+
+
+# ------------------------------------------------------------------------------------ users' shapes
+
+
+def test_a_step_as_a_plain_callable_or_tf_function_on_tuple_and_nested_batches():
+    w = tf.Variable(tf.ones([3, 5]))
+
+    @tf.function(jit_compile=True)
+    def compiled(pair):
+        x, (y, z) = pair
+        return tf.reduce_sum(tf.matmul(x, w)) + tf.reduce_sum(y) + tf.reduce_sum(z["k"])
+
+    batch = (tf.ones([4, 3]), (tf.ones([4]), {"k": tf.ones([4, 2])}))
+    direct = step_work(compiled, batch)
+    wrapped = step_work(lambda b: compiled(b), batch)
+    eager = step_work(lambda b: tf.reduce_sum(tf.matmul(b[0], w)), batch)
+    assert direct.structure["xla"] and wrapped.structure["xla"] and wrapped.structure["mode"] == "xla"
+    assert eager.structure["mode"] == "eager" and not eager.structure["xla"]
+    assert direct.work["float_ops_per_step"] == wrapped.work["float_ops_per_step"] >= 2 * 4 * 3 * 5
+    assert direct.work["float_ops_per_sample"] == round(direct.work["float_ops_per_step"] / 4)
+
+
+def test_users_pipelines_tuple_elements_options_huge_prefetch_zip_and_a_filter():
+    audio = _audio()
+    plain = tf.autograph.experimental.do_not_convert
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    tokens = tf.data.Dataset.range(4).map(lambda i: tf.fill([i + 1], tf.cast(i, tf.int32)))
+    dataset = (tf.data.Dataset.zip((audio, tokens))
+               .map(plain(lambda a, t: (log_mel_tf(a, MEL), t)), num_parallel_calls=3)
+               .filter(lambda mel, t: tf.shape(mel)[0] > 0)
+               .padded_batch(2, padded_shapes=([64, MEL.n_mels], [8]))
+               .prefetch(1000).with_options(options))
+    found = dataset_work(dataset, name="user", audio_seconds=mel_seconds(FRAME_S))
+    structure = found.structure
+    assert found.work["float_ops_per_audio_s"] > 0 and structure["padded_shapes_static"]
+    assert structure["prefetch"] == [{"buffer": 1000, "stages_after": 1}] and not structure["inject_prefetch"]
+    assert _parallel_map(structure)["parallelism"] == 3
+
+
+def test_a_pipeline_that_cannot_be_read_or_is_no_dataset_raises_naming_it():
+    with pytest.raises(WorkUnavailable, match="mine: expected a tf.data.Dataset, found list"):
+        dataset_work([1, 2], name="mine")
+    broken = tf.data.Dataset.range(3).map(lambda i: tf.debugging.check_numerics(tf.cast(i, tf.float32) / 0.0, "x"))
+    with pytest.raises(WorkUnavailable, match="broken: expected a pipeline whose graph can be read"):
+        dataset_work(broken, name="broken")
+
+
+# ------------------------------------------------------------------------------ the same everywhere
+
+_PROCESS = textwrap.dedent("""
+    import json, sys
+    from perfsuite._tensorflow import tensorflow
+    tf = tensorflow()
+    if sys.argv[1] == "one-thread":
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+    sys.path.insert(0, sys.argv[2])
+    import test_work as t
+    from perfsuite.measure.work import step_work
+    print(json.dumps([t._work(t._pipeline()), step_work(t._step("xla"), t.make_synthetic_batch(**t.BATCH),
+                                                        name="xla").snapshot()], sort_keys=True))
+""")
+
+
+def test_the_fingerprint_is_the_same_in_other_processes_and_thread_settings(reference, xla_reference):
+    env = dict(os.environ, PYTHONHASHSEED="random")
+    runs = [subprocess.Popen([sys.executable, "-c", _PROCESS, setting, str(Path(__file__).parent)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for setting in ("default", "one-thread")]
+    outputs = [run.communicate(timeout=240) for run in runs]
+    for run, (out, err) in zip(runs, outputs):
+        assert run.returncode == 0, err[-2000:]
+        assert json.loads(out.strip().splitlines()[-1]) == [reference, xla_reference]
+
+
+# ---------------------------------------------------------------------------------------- verdicts
+
+
+def test_a_verdict_names_the_figure_the_size_and_the_op_kinds():
+    old = {"name": "w", "tensorflow": "2.21", "work": {"float_ops_per_audio_s": 1000}, "op_histogram": {"Mul": 2},
+           "structure": {"prints": 0}}
+    new = {**old, "work": {"float_ops_per_audio_s": 1124}, "op_histogram": {"Mul": 3, "RFFT": 1}}
+    verdict = compare_work(new, old)
+    assert verdict.decision == CHANGED
+    assert verdict.changes == ("w: float ops per audio-s +12.4 % (+1 Mul, +1 RFFT)",)
+    assert compare_work(new, None).decision == "no snapshot"
+
+
+def test_an_op_histogram_change_alone_fails():
+    old = {"name": "w", "work": {"float_ops_per_sample": 10}, "op_histogram": {"Cast": 1}, "structure": {}}
+    verdict = compare_work({**old, "op_histogram": {"Cast": 2}}, old)
+    assert verdict.failed and verdict.changes == ("w: op histogram: +1 Cast",)
+
+
+@pytest.mark.parametrize("changed,timed,expected", [
+    (True, "pass", "work changed; the timing does not see it (pass)"),
+    (True, "fail", "work changed; the timing sees it too"),
+    (False, "fail", "same work, slower: the machine, a kernel, I/O or contention"),
+    (False, None, "same work; not timed here"),
+])
+def test_the_two_layers_read_together(changed, timed, expected):
+    old = {"name": "w", "work": {"float_ops_per_sample": 10}, "op_histogram": {}, "structure": {}}
+    new = {**old, "work": {"float_ops_per_sample": 20 if changed else 10}}
+    assert timed_reading(compare_work(new, old), timed) == expected
+
+
+def test_ab_diffs_the_fingerprints_each_revision_writes(tmp_path):
+    from perfsuite.tools.ab.work import fingerprint_diff
+
+    class Side:
+        def __init__(self, name, flops):
+            self.name, self.revision, self.root = name, name, tmp_path / name
+            (self.root / "benchmarks").mkdir(parents=True)
+            (self.root / "benchmarks" / "test_work.py").write_text(textwrap.dedent(f"""
+                import json, os, pathlib
+                def test_write():
+                    record = {{"name": "tf_native-wav", "work": {{"float_ops_per_audio_s": {flops}}},
+                              "op_histogram": {{}}, "structure": {{}}}}
+                    pathlib.Path(os.environ["PERFSUITE_WORK_OUT"], "tf_native-wav.json").write_text(json.dumps(record))
+            """))
+
+    lines = fingerprint_diff([Side("A", 1000), Side("B", 1050)], ["benchmarks", "-q", "-p", "no:randomly"],
+                             tmp_path, progress=lambda message: None)
+    assert lines == ["tf_native-wav: float ops per audio-s +5.0 %", "work: 1 of 1 fingerprint(s) changed, 0 the same"]
