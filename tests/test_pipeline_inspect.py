@@ -165,7 +165,7 @@ def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measur
     _, _, err, result, _ = measured
     assert result["schema_version"] == PIPELINE_SCHEMA_VERSION and result["kind"] == "pipeline"
     assert result["complete"] is True
-    assert [s["name"] for s in result["stages"]] == ["throughput", "input_bound", "feed"]
+    assert [s["name"] for s in result["stages"]] == ["throughput", "input_bound", "bottleneck", "fixes", "feed"]
     throughput = result["throughput"]
     assert throughput["unit"] == "samples" and throughput["rate"]["median"] > 0 and throughput["first_batch_s"] > 0
     assert len(throughput["warmup_s"]) == 2  # the warm-up apart from the steady rounds
@@ -186,10 +186,18 @@ def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(meas
     from perfsuite.measure.emulated import FeedRate
 
     result = measured[3]
-    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 5
+    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 6
     flat = FeedRate.from_dict(result["feed"]["feed"]).extra_info()  # what schema 2 wrote: FeedRate's flat figures
     old = {**_schema_3(result), "schema_version": 2, "feed": {**_schema_3(result)["feed"], "feed": flat}}
     assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)
+
+
+def test_a_schema_5_file_loads_with_nothing_for_the_start_up_bottleneck_and_fixes(measured):
+    result = measured[3]
+    assert result["startup_s"] > 0 and result["bottleneck"] is not None and result["fixes"]
+    old = {key: value for key, value in result.items() if key not in ("startup_s", "bottleneck", "fixes")}
+    loaded = PipelineDiagnosis.from_dict({**old, "schema_version": 5})
+    assert loaded.startup_s is None and loaded.bottleneck is None and loaded.fixes == ()
 
 
 def _schema_3(result: dict) -> dict:

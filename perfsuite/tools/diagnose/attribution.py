@@ -14,7 +14,15 @@ from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, status_of
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
-from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, RoundsEstimate, estimate
+from perfsuite.verdict.diagnosis_figures import (
+    DECIDED,
+    DONE,
+    MIN_ROUNDS,
+    TOO_SHORT,
+    UNDECIDED,
+    RoundsEstimate,
+    estimate,
+)
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads
@@ -95,11 +103,20 @@ def bottleneck_stage(stage: Stage, dataset, spec: str, *, warmup: int) -> Bottle
         stage.tell("note", stage.plan)
         return None
     read_s = max(MIN_READ_S, stage.left_s() / (TARGET_ROUNDS * len(cuts) * 2))
-    stage.plan = (f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each drained then read for "
-                  f"{read_s:.2f} s per round, interleaved, until the limiting stage is decided")
+    if stage.left_s() < 2 * read_s * len(cuts) * MIN_ROUNDS:
+        stage.plan = f"{len(cuts)} prefixes: no time left for {MIN_ROUNDS} rounds of them"
+        stage.tell("note", stage.plan)
+        stage.status = TOO_SHORT
+        return None
+    stage.plan = (f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, then "
+                  f"drained and read for {read_s:.2f} s per round, interleaved, until the limiting stage is decided")
     stage.tell("note", stage.plan)
+    started = time.perf_counter()
     streams = {index: Stream(counted(cut.dataset, batched=cut.batched), spec) for index, cut in enumerate(cuts)}
     drains = {index: warmup + buffered_elements(cut.dataset) for index, cut in enumerate(cuts)}
+    for index, stream in streams.items():  # the start-ups, before any round: a round's estimate holds none
+        stream.drain(drains[index] if cuts[index].batched else -(-drains[index] // UNBATCHED_READ))
+    start_s = time.perf_counter() - started
     rates: dict[int, list[float]] = {index: [] for index in streams}
 
     def one_round(index: int) -> None:
@@ -107,7 +124,7 @@ def bottleneck_stage(stage: Stage, dataset, spec: str, *, warmup: int) -> Bottle
             rates[cut].append(_read_rate(streams[cut], drain=drains[cut], read_s=read_s, batched=cuts[cut].batched))
 
     outcome = stage.rounds_until_decided(one_round, decided=lambda: _bottleneck(cuts, rates).decided,
-                                         first_estimate_s=2 * read_s * len(cuts))
+                                         first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
     for stream in streams.values():
         stream.close()
     stage.status = status_of(outcome)
@@ -129,28 +146,44 @@ def _bottleneck(cuts, rates: dict[int, list[float]]) -> Bottleneck:
 
 
 def fixes_stage(stage: Stage, dataset, spec: str, *, warmup: int, ends_with_prefetch: bool,
-                step: Callable | None) -> tuple[FixGain, ...]:
+                step: Callable | None, layout=None, padding=None, samples_per_s: float | None = None
+                ) -> tuple[FixGain, ...]:
     """Each applicable fix against the pipeline as it is, in rounds alternating before and after, until every
     gain is decided or the share is spent. With a step, the figure is the step fed by each (a fresh iterator
     per side and round, warm-up step calls untimed); without, the pipeline alone (drained before each round)."""
     try:
-        fixes, skipped = rewrite.applicable_fixes(dataset, ends_with_prefetch=ends_with_prefetch)
+        fixes, skipped = rewrite.applicable_fixes(dataset, ends_with_prefetch=ends_with_prefetch,
+                                                  samples_per_s=samples_per_s, fill_limit_s=stage.left_s() / 4)
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
     out = [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
-    if not fixes:
+    trim = padding_fix if padding is not None and padding.beyond_longest > 0 else None
+    count = len(fixes) + (trim is not None)
+    if not count:
         stage.plan = "no fix perfsuite can apply"
         stage.tell("note", stage.plan)
         return tuple(out)
-    share_s = stage.left_s() / len(fixes)
-    stage.plan = f"{len(fixes)} fix(es) ({', '.join(f.name for f in fixes)}), before and after in alternating rounds"
+    share_s = stage.left_s() / count
+    if share_s < 4 * MIN_READ_S * MIN_ROUNDS:
+        stage.plan = f"{count} fix(es): no time left to measure them"
+        stage.tell("note", stage.plan)
+        stage.status = TOO_SHORT
+        return tuple(out) + tuple(FixGain(name=f.name, words=f.words, applied=False, why="no time left to measure it")
+                                  for f in fixes)
+    names = [f.name for f in fixes] + (["padding"] if trim is not None else [])
+    stage.plan = f"{count} fix(es) ({', '.join(names)}), before and after in alternating rounds"
     stage.tell("note", stage.plan)
     statuses = []
+    if trim is not None:
+        out.append(trim(stage, step, dataset, spec, layout=layout, padding=padding, warmup=warmup, share_s=share_s))
+        statuses.append(DECIDED if out[-1].gain is not None and out[-1].gain.decided else
+                        (UNDECIDED if out[-1].applied else DONE))
+        share_s = max(share_s, stage.left_s() / max(1, count - 1))
     for fix in fixes:
         gain, status = _measure_fix(stage, fix, dataset, spec, warmup=warmup, step=step, share_s=share_s)
         out.append(gain)
         statuses.append(status)
-        share_s = max(share_s, stage.left_s() / max(1, len(fixes) - len(statuses)))
+        share_s = max(share_s, stage.left_s() / max(1, count - len(statuses)))
     from perfsuite.tools.diagnose.plan import worst_status
 
     stage.status = worst_status(statuses)
@@ -208,3 +241,90 @@ def _steps_per_s(step: Callable, dataset, spec: str, *, warmup: int, read_s: flo
     seconds = time.perf_counter() - start
     stream.close()
     return calls / seconds
+
+
+# ------------------------------------------------------------------------- padding to each batch's longest
+
+PADDING_BATCHES = 16  # batches taken from the pipeline once, fed to the step as padded and as trimmed
+
+
+def replaced(batch, values: dict):
+    """batch with the components at the given paths (batch_spec.leaves' paths) replaced."""
+    def walk(item, path: str):
+        if path in values:
+            return values[path]
+        if isinstance(item, dict):
+            return {key: walk(item[key], f"{path}/{key}" if path else str(key)) for key in item}
+        if isinstance(item, tuple | list):
+            return type(item)(walk(x, f"{path}/{i}" if path else str(i)) for i, x in enumerate(item))
+        return item
+
+    return walk(batch, "")
+
+
+def trimmed(batch, layout):
+    """batch with its audio cut to its longest true clip (speech.canonical_batch's lengths) and its length
+    tensor, when it has one, holding the true lengths."""
+    from perfsuite._tensorflow import tensorflow
+    from perfsuite.measure.speech import canonical_batch
+
+    tf = tensorflow()
+    canonical = canonical_batch(batch, layout)
+    lengths = canonical["mel_len"]
+    longest = int(max(lengths)) if len(lengths) else 0
+    values = {layout.mel: tf.convert_to_tensor(canonical["mel"])[:, :max(longest, 1)]}
+    if layout.mel_len is not None:
+        given = dict(_leaves(batch))[layout.mel_len]
+        values[layout.mel_len] = tf.cast(tf.convert_to_tensor(lengths), given.dtype)
+    return replaced(batch, values)
+
+
+def _leaves(batch):
+    from perfsuite.measure.batch_spec import leaves
+
+    return leaves(batch)
+
+
+def padding_fix(stage: Stage, step: Callable | None, dataset, spec: str, *, layout, padding,
+                warmup: int, share_s: float) -> FixGain:
+    """The step on PADDING_BATCHES batches of the pipeline as they are padded vs each cut to its longest true
+    clip (what padded_batch to the longest does; bucketing by length pads less still), in alternating rounds
+    after a warm-up round (a tf.function step traces each new length once). Not applied without a step, an
+    audio component with padding past each batch's longest, or when the step refuses the shorter batches."""
+    name, words = "padding", "padding each batch to its longest clip instead of a fixed length"
+    if step is None:
+        return FixGain(name=name, words=words, applied=False, why="needs --step: the gain is the step's")
+    if layout is None or layout.mel is None or layout.ragged or padding is None or padding.beyond_longest <= 0:
+        return FixGain(name=name, words=words, applied=False,
+                       why="no padding past each batch's longest clip was measured")
+    stream = Stream(dataset, spec)
+    padded = [stream.next() for _ in range(PADDING_BATCHES)]
+    stream.close()
+    try:
+        cut = [trimmed(batch, layout) for batch in padded]
+        step(cut[0])
+    except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said, not raised
+        return FixGain(name=name, words=words, applied=False,
+                       why=f"the step refused batches cut to their longest clip: {error}")
+    sides = {"before": padded, "after": cut}
+    values: dict[str, list[float]] = {"before": [], "after": []}
+
+    def run(side: str) -> float:
+        start = time.perf_counter()
+        for batch in sides[side]:
+            step(batch)
+        return len(sides[side]) / (time.perf_counter() - start)
+
+    def one_round(index: int) -> None:
+        for side in alternating(("before", "after"), index):
+            rate = run(side)
+            if index >= 1:  # the first round is the warm-up: every length traced once
+                values[side].append(rate)
+
+    def gain() -> RoundsEstimate:
+        return estimate([a / b for a, b in zip(values["after"], values["before"])], GAIN_BOUNDARIES)
+
+    stage.rounds_until_decided(one_round, decided=lambda: bool(values["after"]) and gain().decided,
+                               share_s=share_s, warmup_rounds=1, what="padding: ")
+    return FixGain(name=name, words=words, applied=True, unit=f"steps/s of the step on {PADDING_BATCHES} of the "
+                   "pipeline's batches", gain=gain() if values["after"] else None)

@@ -89,6 +89,7 @@ PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
 MAX_THROUGHPUT_BATCHES = 256  # ... and at most
+MIN_FEED_S = 0.5  # a feed-rate search needs at least this share
 
 
 # ----------------------------------------------------------------------------------- the records
@@ -272,8 +273,12 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
         run.parts["bottleneck"] = bottleneck_stage(stage, dataset, target.pipeline, warmup=settings.warmup)
     with run.stage("fixes") as stage:
         fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
+        measured = run.parts["throughput"]
         run.parts["fixes"] = fixes_stage(stage, dataset, target.pipeline, warmup=settings.warmup,
-                                         ends_with_prefetch=graph.ends_with_prefetch, step=fed)
+                                         ends_with_prefetch=graph.ends_with_prefetch, step=fed, layout=layout,
+                                         padding=None if measured is None else measured.padding,
+                                         samples_per_s=None if measured is None or measured.rate is None or
+                                         measured.unit != "samples" else measured.rate.median)
     with run.stage("feed") as stage:
         run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"])
     resumable = {"throughput": lambda stage: {"throughput": throughput.run(stage)}}
@@ -290,11 +295,16 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
 
 
 def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings, layout: BatchLayout,
-                throughput: Throughput | None) -> FeedFigures:
+                throughput: Throughput | None) -> FeedFigures | None:
     """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time.
     Batches of any structure are handed on as {'mel', 'mel_len'} (speech.canonical_batch), the true
     lengths read as the throughput stage reads them, where it found real frames (a per-frame step of
     no frames takes no time); otherwise as they are."""
+    if stage.left_s() <= MIN_FEED_S:
+        stage.plan = "no time left for a feed-rate search"
+        stage.tell("note", stage.plan)
+        stage.status = TOO_SHORT
+        return None
     stage.plan = f"a feed-rate search, then a round at the {settings.step_time} step"
     stage.tell("note", stage.plan)
     padding = None if throughput is None else throughput.padding
@@ -633,9 +643,13 @@ def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
     """Each fix measured (its gain and interval, or why it stays undecided), and each fix not applied, why."""
     out = []
     for fix in fixes:
-        if not fix.applied or fix.gain is None:
-            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.name}: not applied ({fix.why or 'no round fit'})",
-                                        {"applied": False}, None))
+        if not fix.applied:
+            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.name}: not applied ({fix.why})", {"applied": False},
+                                        None))
+            continue
+        if fix.gain is None:
+            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.words}: applied, but no measured round fit the time "
+                                        "left", {"applied": True}, "a longer --budget measures it"))
             continue
         gain = fix.gain
         figure = f"{gain.median:.2f}x [{gain.low:.2f}, {gain.high:.2f}] {fix.unit} over {gain.rounds} rounds"

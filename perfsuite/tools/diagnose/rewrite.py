@@ -239,8 +239,10 @@ def free_memory_bytes() -> int | None:
         return None
 
 
-def applicable_fixes(dataset, *, ends_with_prefetch: bool) -> tuple[list[Fix], list[NotApplied]]:
-    """The fixes that apply to dataset and, for the rest considered, why not."""
+def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float | None = None,
+                     fill_limit_s: float | None = None) -> tuple[list[Fix], list[NotApplied]]:
+    """The fixes that apply to dataset and, for the rest considered, why not. samples_per_s (the pipeline's
+    measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
     fixes, skipped = [], []
     if ends_with_prefetch:
         skipped.append(NotApplied("prefetch", "the pipeline already ends with a prefetch"))
@@ -252,7 +254,7 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool) -> tuple[list[Fix], l
                          parallel_maps))
     else:
         skipped.append(NotApplied("map-parallelism", "no sequential map in the graph"))
-    fix, why = _cache_fix(dataset)
+    fix, why = _cache_fix(dataset, samples_per_s, fill_limit_s)
     if fix is not None:
         fixes.append(fix)
     else:
@@ -260,7 +262,7 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool) -> tuple[list[Fix], l
     return fixes, skipped
 
 
-def _cache_fix(dataset) -> tuple[Fix | None, str]:
+def _cache_fix(dataset, samples_per_s: float | None, fill_limit_s: float | None) -> tuple[Fix | None, str]:
     prefix, ends = deterministic_prefix(dataset)
     if prefix is None or not _does_work(prefix):
         return None, f"no deterministic stage to cache before the first one that is not ({ends})"
@@ -276,6 +278,10 @@ def _cache_fix(dataset) -> tuple[Fix | None, str]:
     if size > MEMORY_SHARE * free:
         return None, (f"one pass of {stage_words(prefix)} ({size / 2**30:.1f} GiB) exceeds {MEMORY_SHARE:.0%} of the "
                       f"free memory ({free / 2**30:.1f} GiB)")
+    samples = int(tf_cardinality(prefix)) * (_leading(sample) if _batched(prefix) else 1)
+    if samples_per_s and fill_limit_s is not None and samples / samples_per_s > fill_limit_s:
+        return None, (f"filling the cache reads a whole pass ({samples} samples, about {samples / samples_per_s:.0f} s "
+                      f"at the measured throughput), more than the {fill_limit_s:.0f} s left to measure it")
     return Fix("cache", f"caching in memory after {stage_words(prefix)} ({size / 2**20:.1f} MiB a pass, {ends})",
                lambda data: cache_after(data, prefix)), ""
 
@@ -283,3 +289,28 @@ def _cache_fix(dataset) -> tuple[Fix | None, str]:
 def _does_work(prefix) -> bool:
     return any(not any(word in type(node).__name__ for word in WRAPPERS) and python_chain(node)[0] is not node
                for node in python_chain(prefix))
+
+
+def tf_cardinality(dataset) -> int:
+    from perfsuite._tensorflow import tensorflow
+
+    return int(tensorflow().data.experimental.cardinality(dataset).numpy())
+
+
+def _batched(prefix) -> bool:
+    batched = False
+    for node in python_chain(prefix):
+        kind = type(node).__name__
+        if "Unbatch" in kind:
+            batched = False
+        elif any(word in kind for word in BATCHING):
+            batched = True
+    return batched
+
+
+def _leading(sample) -> int:
+    from perfsuite._tensorflow import tensorflow
+
+    leaves = tensorflow().nest.flatten(sample)
+    shape = getattr(leaves[0], "shape", ()) if leaves else ()
+    return int(shape[0]) if len(shape) else 1
