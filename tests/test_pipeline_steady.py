@@ -133,6 +133,36 @@ def test_time_left_goes_to_a_stage_still_undecided():
     assert (a.name, a.rounds, a.spent_s, a.share_s, a.status) == ("a", 4, 80, 90, UNDECIDED)
 
 
+def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_true_lengths():
+    from perfsuite.measure.batch_spec import find_layout
+    from perfsuite.tools.diagnose.attribution import trimmed
+
+    mel = np.zeros([2, 96, 4], np.float32)
+    mel[0, :30], mel[1, :50] = 1.0, 2.0  # 30 and 50 real frames, zero-padded to a fixed 96
+    batch = (tf.ones([2, 7], tf.int32), tf.constant(mel), tf.constant([7, 5]), tf.constant([96, 96]))
+    cut = trimmed(batch, find_layout(batch))
+    assert isinstance(cut, tuple) and len(cut) == 4
+    assert cut[1].shape == (2, 50, 4) and cut[3].numpy().tolist() == [30, 50] and cut[3].dtype == tf.int32
+    assert cut[0].numpy().tolist() == batch[0].numpy().tolist() and cut[2].numpy().tolist() == [7, 5]
+
+
+def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
+    from perfsuite.tools.diagnose.attribution import GAIN_BOUNDARIES, FixGain
+    from perfsuite.tools.diagnose.pipeline import fix_verdicts
+    from perfsuite.verdict.diagnosis_figures import estimate
+
+    helps = FixGain("prefetch", "adding a prefetch", True, unit="steps/s", gain=estimate([1.8, 1.7, 1.9, 1.8],
+                                                                                          GAIN_BOUNDARIES))
+    unsure = FixGain("cache", "caching", True, unit="steps/s", gain=estimate([0.9, 1.2, 1.1], GAIN_BOUNDARIES))
+    short = FixGain("padding", "padding to the longest", True, unit="steps/s", gain=estimate([2.0], GAIN_BOUNDARIES))
+    refused = FixGain("map-parallelism", "map-parallelism", False, why="no sequential map in the graph")
+    by_name = {v.topic: v for v in fix_verdicts((helps, unsure, short, refused))}
+    assert by_name["fix-prefetch"].recommendation and "1.80x [1.70, 1.90]" in by_name["fix-prefetch"].finding
+    assert by_name["fix-cache"].recommendation is None and "undecided" in by_name["fix-cache"].finding
+    assert by_name["fix-padding"].recommendation is None and "not enough time" in by_name["fix-padding"].finding
+    assert "not applied (no sequential map" in by_name["fix-map-parallelism"].finding
+
+
 # ------------------------------------------------------------------------------------- end to end
 
 
@@ -160,6 +190,7 @@ def test_a_recipe_with_every_defect_is_read_as_it_runs(tmp_path, monkeypatch, ca
     assert "fixed-padding" in topics and topics["fix-prefetch"]["evidence"]["applied"] is False
     assert topics["fix-map-parallelism"]["evidence"]["applied"] is True and "x [" in topics["fix-map-parallelism"]["finding"]
     assert topics["bottleneck"]["evidence"]["stages"] == ["range", "map(utterance)", "padded_batch"]
+    assert topics["fix-padding"]["evidence"]["applied"] is True  # the step timed at the true lengths
     assert "at the median" not in out  # no class from an undecided figure
     assert result["startup_s"] > 0 and result["step"]["first_s"] >= 3
 
@@ -170,7 +201,7 @@ def test_a_recipe_without_the_defects_has_no_finding_for_them(tmp_path, monkeypa
                                            "options=0", "sequential=0", "python=0", first_call_s="1")
     assert code == 0
     topics = {v["topic"]: v for v in result["verdicts"]}
-    assert "fixed-padding" not in topics and "python-op" not in topics
+    assert "fixed-padding" not in topics and "python-op" not in topics and "fix-padding" not in topics
     assert topics["fix-prefetch"]["evidence"]["applied"] is True  # no prefetch: the fix is measured
     assert topics["fix-map-parallelism"]["evidence"]["applied"] is False
     assert "tokenised utterance" not in log
