@@ -346,3 +346,58 @@ def test_ab_diffs_the_fingerprints_each_revision_writes(tmp_path):
     lines = fingerprint_diff([Side("A", 1000), Side("B", 1050)], ["benchmarks", "-q", "-p", "no:randomly"],
                              tmp_path, progress=lambda message: None)
     assert lines == ["tf_native-wav: float ops per audio-s +5.0 %", "work: 1 of 1 fingerprint(s) changed, 0 the same"]
+
+
+# ------------------------------------------------------------------------------------ the fixture
+
+
+class _Benchmark:
+    disabled = True
+
+    def __init__(self):
+        self.extra_info = {}
+
+    def pedantic(self, target, **_):
+        return target()
+
+
+def _recorder():
+    import types
+
+    from perfsuite.pytest_plugin.profiles import PROFILES
+    from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
+
+    no_gates = types.SimpleNamespace(check=lambda **_: types.SimpleNamespace(undecided=()))
+    context = SessionContext(profile=PROFILES["smoke"], baselines_dir=Path("."), baselines=no_gates, gates="report",
+                             save_baselines=False, margin=0.3, baseline_profile="x", history={}, compare_alpha=0.01,
+                             compare_min_effect=0.1, compare_mode="report")
+    return Recorder(benchmark=_Benchmark(), context=context, nodeid="benchmarks/test_x.py::t")
+
+
+def test_the_fixture_records_the_work_of_a_users_pipeline_and_step(reference):
+    recorder = _recorder()
+    recorder.measure_dataset(_pipeline(), name="mel", frame_s=FRAME_S)
+    info = recorder.benchmark.extra_info
+    assert info["work_fingerprint"] == reference and recorder.work.snapshot() == reference
+    assert info["work_float_ops_per_audio_s"] == reference["work"]["float_ops_per_audio_s"]
+
+    w = tf.Variable(tf.ones([3, 5]))
+    step = tf.function(lambda b: tf.reduce_sum(tf.matmul(b["x"], w)))
+    recorder = _recorder()
+    recorder.measure_step(step, batches=iter([{"x": tf.ones([4, 3])}] * 50), name="toy")
+    assert recorder.benchmark.extra_info["work_float_ops_per_step"] >= 2 * 4 * 3 * 5
+    assert recorder.work.structure["mode"] == "graph"
+
+
+def test_the_fixture_notes_a_pipeline_whose_work_cannot_be_read(monkeypatch):
+    from perfsuite.measure import work
+
+    def unreadable(dataset, *, name, **_):
+        raise WorkUnavailable(name, "a readable graph", "none")
+
+    monkeypatch.setattr(work, "dataset_work", unreadable)
+    recorder = _recorder()
+    recorder.measure_dataset(tf.data.Dataset.range(100).batch(2), name="b")
+    assert recorder.work is None and recorder.benchmark.extra_info["work_unavailable"] == (
+        "b: expected a readable graph, found none")
+    assert "b: no work fingerprint: b: expected a readable graph, found none" in recorder.notes

@@ -221,7 +221,7 @@ def work_section(verdicts, outcomes) -> list[tuple[str, Table]]:
         if timed:
             found = [_timed_decision(o) for o in timed]
             decision = next((d for d in ("fail", "inconclusive", "pass", "not judged") if d in found))
-        work = verdict.decision if not verdict.failed else "; ".join(c.split(": ", 1)[-1] for c in verdict.changes)
+        work = verdict.headline()
         rows.append((verdict.name, work, decision or "-",
                      timed_reading(verdict, None if decision in (None, "not judged") else decision)))
     return [("work: deterministic verdicts beside the timed ones", Table.of(WORK_HEADERS, rows))]

@@ -9,7 +9,8 @@ How it decides (``compare_work``):
 - otherwise unchanged (figures inside the tolerance are named, and pass).
 
 Every line names the fingerprint, the figure, the change and where it is, e.g.
-``tf_native-wav-bs16-w2: float ops per audio-s +5.2 % (+1 RFFT, +1 MatMul, +3 Mul)``.
+``<loader>: float ops per audio-s +N.N % (+1 RFFT, +1 MatMul, ...)``: the figure, its
+relative change and the op kinds whose float ops changed most, with the change of their counts.
 The fingerprint is deterministic, so the tolerance only absorbs rounding of per-second figures:
 a real change of work is larger than it.
 """
@@ -48,6 +49,13 @@ class WorkVerdict:
     @property
     def failed(self) -> bool:
         return self.decision == CHANGED
+
+    def headline(self) -> str:
+        """One short line: the first change (and how many more), or the decision."""
+        if not self.changes:
+            return self.decision
+        first = self.changes[0].split(": ", 1)[-1]
+        return first + (f"; {len(self.changes) - 1} more" if len(self.changes) > 1 else "")
 
     def message(self) -> str:
         lines = [*self.changes, *self.notes]
