@@ -89,6 +89,20 @@ def test_the_stages_skip_wrappers_and_know_where_batches_begin():
     assert [c.batched for c in cuts] == [False, False, True]
 
 
+def test_prefetch_to_device_followed_by_stages_is_read_and_the_fixes_that_need_the_graph_say_why_not():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tts_recipe_device", RECIPE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dataset = module.make_dataset(to_device="1", prefetch="0", options="0")
+    assert buffered_elements(dataset) >= 16  # the copy to the device holds an autotuned buffer
+    assert "copy_to_device" in [c.stage for c in rewrite.prefixes(dataset)]
+    fixes, skipped = rewrite.applicable_fixes(dataset, ends_with_prefetch=False)
+    assert [f.name for f in fixes] == ["prefetch"]
+    assert all("cannot be rewritten" in s.why and "Traceback" not in s.why for s in skipped)
+
+
 def test_map_parallelism_is_applied_only_to_sequential_maps_and_keeps_the_elements():
     sequential = tf.data.Dataset.range(12).map(lambda x: x * 3).batch(4)
     fixes, _ = rewrite.applicable_fixes(sequential, ends_with_prefetch=False)

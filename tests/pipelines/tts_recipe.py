@@ -5,7 +5,8 @@
 Batches are a tuple (tokens, mel, text_len, mel_len). Defects: fixed_pad (every clip padded to FIXED_FRAMES
 before the STFT, its length then says FIXED_FRAMES), prefetch (a buffer of that many batches, 0 none),
 options (a trailing with_options), python (a numpy_function doing a table lookup and a per-token Python
-loop), sequential (maps left sequential), prints (banners and per-element prints, tf.print in the step);
+loop), sequential (maps left sequential), to_device (prefetch_to_device followed by a map and
+the repeat), prints (banners and per-element prints, tf.print in the step);
 make_step's first call sleeps TTS_FIRST_CALL_S seconds in the step's first call (a slow trace and compile).
 """
 
@@ -38,7 +39,7 @@ def _flag(value) -> bool:
 
 
 def make_dataset(n="48", batch="4", fixed_pad="1", prefetch="50", options="1", python="1", sequential="1",
-                 prints="0", work="1"):
+                 prints="0", work="1", to_device="0"):
     """The pipeline; each defect switched by its --arg (see the module docstring)."""
     n, batch, prefetch, work = int(n), int(batch), int(prefetch), int(work)
     fixed, show = _flag(fixed_pad), _flag(prints)
@@ -72,7 +73,11 @@ def make_dataset(n="48", batch="4", fixed_pad="1", prefetch="50", options="1", p
         return text, mel, tf.shape(text)[0], length
 
     dataset = tf.data.Dataset.range(n).map(utterance, num_parallel_calls=calls)
-    dataset = dataset.padded_batch(batch, drop_remainder=True).repeat()
+    dataset = dataset.padded_batch(batch, drop_remainder=True)
+    if _flag(to_device):  # prefetch_to_device with stages after it (TensorFlow wants it last); on CPU it runs
+        dataset = dataset.apply(tf.data.experimental.prefetch_to_device("/cpu:0"))
+        dataset = dataset.map(lambda *parts: parts)
+    dataset = dataset.repeat()
     if prefetch:
         dataset = dataset.prefetch(prefetch)
     if _flag(options):

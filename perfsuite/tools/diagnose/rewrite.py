@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.tools.diagnose.targets import one_line_error
+
 # Python dataset classes that wrap or feed the pipeline without a stage of its own work to attribute.
 WRAPPERS = ("Options", "Prefetch", "Repeat", "Take", "Skip", "Cache", "Shuffle", "Assert", "Model", "Identity",
             "Variant", "Snapshot", "Apply", "MaxIntraOpParallelism", "PrivateThreadPool", "Autotune")
@@ -248,13 +250,21 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float 
         skipped.append(NotApplied("prefetch", "the pipeline already ends with a prefetch"))
     else:
         fixes.append(Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch))
-    maps = sequential_maps(dataset)
+    try:
+        maps = sequential_maps(dataset)
+    except Exception as error:  # noqa: BLE001 -- a graph TensorFlow will not serialize: said, not raised
+        maps, why_not = 0, f"the graph cannot be rewritten: {one_line_error(error)}"
+    else:
+        why_not = "no sequential map in the graph"
     if maps:
         fixes.append(Fix("map-parallelism", f"making {maps} sequential map(s) parallel (num_parallel_calls=AUTOTUNE)",
                          parallel_maps))
     else:
-        skipped.append(NotApplied("map-parallelism", "no sequential map in the graph"))
-    fix, why = _cache_fix(dataset, samples_per_s, fill_limit_s)
+        skipped.append(NotApplied("map-parallelism", why_not))
+    try:
+        fix, why = _cache_fix(dataset, samples_per_s, fill_limit_s)
+    except Exception as error:  # noqa: BLE001 -- a graph TensorFlow will not serialize: said, not raised
+        fix, why = None, f"the graph cannot be rewritten: {one_line_error(error)}"
     if fix is not None:
         fixes.append(fix)
     else:

@@ -27,11 +27,41 @@ PARALLEL_OPS = ("ParallelMapDatasetV2", "ParallelMapDataset", "ParallelBatchData
 def buffered_elements(dataset) -> int:
     """At most how many elements the dataset's buffers hold ready: every prefetch's buffer (AUTOTUNE_BUFFER
     for an autotuned one, and for the prefetch tf.data injects at the end when it does) and every parallel
-    transformation's calls in flight (os.cpu_count() for AUTOTUNE), read from its serialized graph."""
+    transformation's calls in flight (os.cpu_count() for AUTOTUNE), read from its serialized graph; where
+    TensorFlow will not serialize it (prefetch_to_device), from its Python dataset objects down to an input
+    it will."""
     from perfsuite._tensorflow import tensorflow
 
     tf = tensorflow()
-    graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    above = 0
+    while True:
+        try:
+            graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+            break
+        except (tf.errors.FailedPreconditionError, tf.errors.UnimplementedError):
+            above += _object_buffer(dataset)
+            inputs = dataset._inputs()
+            if not inputs:
+                return above
+            dataset = inputs[0]
+    return above + _graph_buffers(graph, dataset)
+
+
+def _object_buffer(dataset) -> int:
+    """The elements one Python dataset object can hold ready: its buffer or its parallel calls, an autotuned
+    allowance for a buffer of unknown size (a copy to a device)."""
+    for name in ("_buffer_size", "_num_parallel_calls"):
+        value = getattr(dataset, name, None)
+        if value is not None:
+            try:
+                return _buffer(int(value), AUTOTUNE_BUFFER if name == "_buffer_size" else os.cpu_count() or 1)
+            except (TypeError, ValueError):
+                return AUTOTUNE_BUFFER
+    kind = type(dataset).__name__
+    return AUTOTUNE_BUFFER if "Prefetch" in kind or "Device" in kind else 0
+
+
+def _graph_buffers(graph, dataset) -> int:
     consts = {node.name: _const_value(node) for node in graph.node if node.op == "Const"}
     total, last = 0, None
     for node in graph.node:
