@@ -128,6 +128,8 @@ def test_per_audio_second_follows_the_clip_lengths(reference):
     assert work["float_ops_per_audio_s"] == pytest.approx(work["float_ops_per_sample"] * len(LENGTHS) / seconds,
                                                           rel=1e-6)
     assert work["float_ops_per_batch"] == 2 * work["float_ops_per_sample"]
+    given = dataset_work(_pipeline(), audio_seconds=seconds / len(LENGTHS)).work["float_ops_per_audio_s"]
+    assert given == pytest.approx(work["float_ops_per_audio_s"], abs=1)
 
 
 # ---------------------------------------------------------------------------------------------- steps
@@ -320,7 +322,8 @@ def test_an_op_histogram_change_alone_fails():
     (True, "pass", "work changed; the timing does not see it (pass)"),
     (True, "fail", "work changed; the timing sees it too"),
     (False, "fail", "same work, slower: the machine, a kernel, I/O or contention"),
-    (False, None, "same work; not timed here"),
+    (False, None, "same work; not timed in this run"),
+    (True, "not judged", "work changed; timed, but no gate judged it"),
 ])
 def test_the_two_layers_read_together(changed, timed, expected):
     old = {"name": "w", "work": {"float_ops_per_sample": 10}, "op_histogram": {}, "structure": {}}
@@ -401,3 +404,21 @@ def test_the_fixture_notes_a_pipeline_whose_work_cannot_be_read(monkeypatch):
     assert recorder.work is None and recorder.benchmark.extra_info["work_unavailable"] == (
         "b: expected a readable graph, found none")
     assert "b: no work fingerprint: b: expected a readable graph, found none" in recorder.notes
+
+
+def test_the_summary_puts_each_work_verdict_beside_the_timed_benchmark_of_the_same_loader():
+    import types
+
+    from perfsuite.pytest_plugin.summary import work_section
+
+    old = {"name": "tf_native-wav-bs16-w2", "work": {"float_ops_per_sample": 10}, "op_histogram": {},
+           "structure": {}}
+    changed = compare_work({**old, "work": {"float_ops_per_sample": 11}}, old)
+    timed = types.SimpleNamespace(benchmark_id="quick::test_loaders.py::test_loader[tf_native-wav-bs16-w2]",
+                                  check=types.SimpleNamespace(verdicts=[types.SimpleNamespace(decision="pass")]))
+    other = types.SimpleNamespace(benchmark_id="quick::test_loaders.py::test_loader[tf_native-cache-bs16-w2]",
+                                  check=types.SimpleNamespace(verdicts=[types.SimpleNamespace(decision="fail")]))
+    [(title, table)] = work_section([changed], [other, timed])
+    text = "\n".join(table.terminal())
+    assert "float ops per sample +10.0 %" in text and "work changed; the timing does not see it (pass)" in text
+    assert work_section([], [timed]) == []

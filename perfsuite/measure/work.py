@@ -203,11 +203,14 @@ def mel_seconds(frame_s: float, key: str = "mel") -> Callable[[Any], float]:
 
 
 def dataset_work(dataset, *, name: str = "pipeline", reference_elements: int = 8,
-                 audio_seconds: Callable[[Any], float] | None = None) -> WorkFingerprint:
-    """The work fingerprint of a tf.data pipeline (see the module docstring). ``audio_seconds(element)``:
-    seconds of audio in one element as the last map before batching outputs it (numpy values, the
-    element's own structure); with it the fingerprint has float ops per audio second. A pipeline whose
-    graph cannot be read raises WorkUnavailable naming it and why."""
+                 audio_seconds: Callable[[Any], float] | float | None = None) -> WorkFingerprint:
+    """The work fingerprint of a tf.data pipeline (see the module docstring). ``audio_seconds``: a
+    function of one element as the last map before batching outputs it (numpy values, the element's own
+    structure) giving its seconds of audio, e.g. ``mel_seconds(frame_s)``; or a number, the seconds of
+    audio in one sample. With it the fingerprint has float ops per audio second. A pipeline whose graph
+    cannot be read raises WorkUnavailable naming it and why."""
+    if audio_seconds is not None and not callable(audio_seconds) and not audio_seconds > 0:
+        raise ValueError(f"audio_seconds: expected a function of an element or seconds > 0, found {audio_seconds!r}")
     tf = tensorflow()
     if not isinstance(dataset, tf.data.Dataset):
         raise WorkUnavailable(name, "a tf.data.Dataset", type(dataset).__name__)
@@ -251,7 +254,8 @@ def _dataset_work(dataset, name, reference_elements, audio_seconds) -> WorkFinge
         if found is None or stage["op"] not in _PER_ELEMENT_MAPS or not samples_per_element:
             continue
         per_sample_map = index == last
-        measured = _run_map(*found, reference_elements, name, audio_seconds if per_sample_map else None)
+        measured = _run_map(*found, reference_elements, name,
+                            audio_seconds if per_sample_map and callable(audio_seconds) else None)
         for op, value in measured.flops.items():  # per sample, as the totals
             flops[op] += value / measured.elements / samples_per_element
         unresolved.update(measured.unresolved)
@@ -265,7 +269,9 @@ def _dataset_work(dataset, name, reference_elements, audio_seconds) -> WorkFinge
             "element_bytes_per_sample": round(element_bytes)}
     if batch is not None:
         work["float_ops_per_batch"] = round(per_sample * batch)
-    if seconds:
+    if audio_seconds is not None and not callable(audio_seconds):
+        work["float_ops_per_audio_s"] = round(per_sample / audio_seconds)
+    elif seconds:
         work["float_ops_per_audio_s"] = round(per_sample * samples_seen / seconds)
     structure = {
         "stages": stages,

@@ -222,6 +222,5 @@ def work_section(verdicts, outcomes) -> list[tuple[str, Table]]:
             found = [_timed_decision(o) for o in timed]
             decision = next((d for d in ("fail", "inconclusive", "pass", "not judged") if d in found))
         work = verdict.headline()
-        rows.append((verdict.name, work, decision or "-",
-                     timed_reading(verdict, None if decision in (None, "not judged") else decision)))
+        rows.append((verdict.name, work, decision or "-", timed_reading(verdict, decision)))
     return [("work: deterministic verdicts beside the timed ones", Table.of(WORK_HEADERS, rows))]

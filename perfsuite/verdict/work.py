@@ -148,12 +148,15 @@ def compare_sets(base: Mapping[str, Mapping], head: Mapping[str, Mapping], *,
 
 def timed_reading(work: WorkVerdict, timed: str | None) -> str:
     """The two layers side by side: what a work verdict and the timed verdict of the same benchmark
-    (``timed``: 'pass', 'fail', 'inconclusive', or None where no timed gate ran) say together."""
+    (``timed``: 'pass', 'fail', 'inconclusive', 'not judged' where it ran with no gate, or None where
+    it did not run) say together."""
     if work.decision == NEW:
         return "no work snapshot"
     changed = work.failed
     if timed is None:
-        return "work changed; no timed gate ran on it" if changed else "same work; not timed here"
+        return "work changed; not timed in this run" if changed else "same work; not timed in this run"
+    if timed == "not judged":
+        return "work changed; timed, but no gate judged it" if changed else "same work; timed, no gate"
     if changed and timed == "fail":
         return "work changed; the timing sees it too"
     if changed:
