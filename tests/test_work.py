@@ -422,3 +422,7 @@ def test_the_summary_puts_each_work_verdict_beside_the_timed_benchmark_of_the_sa
     text = "\n".join(table.terminal())
     assert "float ops per sample +10.0 %" in text and "work changed; the timing does not see it (pass)" in text
     assert work_section([], [timed]) == []
+    step = types.SimpleNamespace(benchmark_id="quick::test_step.py::test_step[xla-bs8-cpu-fp32]",
+                                 check=types.SimpleNamespace(verdicts=[types.SimpleNamespace(decision="fail")]))
+    same = compare_work({**old, "name": "xla-bs8-fp32"}, {**old, "name": "xla-bs8-fp32"})
+    assert "same work, slower" in "\n".join(work_section([same], [timed, step])[0][1].terminal())

@@ -206,6 +206,14 @@ def _timed_decision(outcome) -> str:
     return "pass" if decisions else "not judged"
 
 
+def _measures(benchmark: str, name: str) -> bool:
+    """Whether a timed benchmark (``test_step[xla-bs8-cpu-fp32]``) measures what a work fingerprint names
+    (``xla-bs8-fp32``): every part of the name among its parameters, or the name in its test's name
+    (``raw_read``: ``test_raw_read_ceiling[...]``)."""
+    function, _, params = benchmark.partition("[")
+    return set(name.split("-")) <= set(params.rstrip("]").split("-")) or f"test_{name}_" in f"{function}_"
+
+
 def work_section(verdicts, outcomes) -> list[tuple[str, Table]]:
     """The deterministic verdicts and the timed ones side by side: each work fingerprint with the timed
     benchmark measuring the same loader or step (its name within the benchmark's id), if one ran."""
@@ -215,8 +223,7 @@ def work_section(verdicts, outcomes) -> list[tuple[str, Table]]:
         return []
     rows = []
     for verdict in verdicts:
-        timed = [o for o in outcomes if f"[{verdict.name}]" in short_id(o.benchmark_id)
-                 or f"-{verdict.name}]" in short_id(o.benchmark_id)]
+        timed = [o for o in outcomes if _measures(short_id(o.benchmark_id), verdict.name)]
         decision = None
         if timed:
             found = [_timed_decision(o) for o in timed]
