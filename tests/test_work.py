@@ -245,6 +245,15 @@ def test_a_step_as_a_plain_callable_or_tf_function_on_tuple_and_nested_batches()
     assert direct.work["float_ops_per_sample"] == round(direct.work["float_ops_per_step"] / 4)
 
 
+def test_a_step_whose_input_signature_leaves_the_batch_dimension_open_is_counted_at_the_batch():
+    w = tf.Variable(tf.ones([3, 5]))
+    open_batch = tf.function(lambda b: tf.reduce_sum(tf.matmul(b["x"], w)),
+                             input_signature=[{"x": tf.TensorSpec([None, 3], tf.float32)}])
+    found = step_work(open_batch, {"x": tf.ones([4, 3])}, batches=[{"x": tf.ones([6, 3])}])
+    assert found.work["float_ops_per_step"] >= 2 * 4 * 3 * 5 and not found.structure["unresolved_float_ops"]
+    assert found.structure["traces"] == 1
+
+
 def test_users_pipelines_tuple_elements_options_huge_prefetch_zip_and_a_filter():
     audio = _audio()
     plain = tf.autograph.experimental.do_not_convert

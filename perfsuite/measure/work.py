@@ -228,7 +228,7 @@ def _unreadable(name: str, expected: str):
         yield
     except WorkUnavailable:
         raise
-    except (tf.errors.OpError, ValueError, TypeError, KeyError, AttributeError, IndexError,
+    except (tf.errors.OpError, ValueError, TypeError, KeyError, AttributeError, IndexError, RuntimeError,
             NotImplementedError) as error:
         raise WorkUnavailable(name, expected, f"{type(error).__name__}: {error}") from error
 
@@ -576,6 +576,12 @@ def _step_work(step, batch, name, batches) -> WorkFingerprint:
     # the traces the reference batches need: one per distinct concrete function (a trace taken before
     # this call, e.g. by the timed rounds, counts as well)
     traces = len({id(concrete), *(id(_concrete(traced, other)) for other in batches or ())})
+    if is_function and not _static_inputs(concrete):
+        # an input signature with unknown dimensions: its float ops are counted on its Python function
+        # traced again at the batch's shapes (the traces above are the step's own)
+        again = tf.function(step.python_function, jit_compile=getattr(step, "_jit_compile", None),
+                            autograph=getattr(step, "_autograph", True))
+        concrete = again.get_concrete_function(tf.nest.map_structure(_spec_of, batch))
     graph = concrete.graph
     flops, histogram, unresolved = Counter(), Counter(), Counter()
     total = _count_graph(graph, _function_registry(graph), flops, histogram, unresolved)
@@ -599,6 +605,16 @@ def _step_work(step, batch, name, batches) -> WorkFingerprint:
     reference = ("one step traced at the reference batch's shapes (per sample: over its leading dimension)"
                  + (f"; traces counted over {1 + len(batches)} reference batches" if batches else ""))
     return _fingerprint(name, "step", reference, work, flops, histogram, structure)
+
+
+def _static_inputs(concrete) -> bool:
+    args, kwargs = concrete.structured_input_signature
+    specs = [s for s in _flatten((args, kwargs)) if hasattr(s, "shape")]
+    return all(spec.shape.is_fully_defined() for spec in specs)
+
+
+def _flatten(structure) -> list:
+    return tensorflow().nest.flatten(structure, expand_composites=False)
 
 
 def _spec_of(value):
