@@ -24,7 +24,7 @@ tf = tensorflow()
 MEL = MelConfig()
 FRAME_S = MEL.hop_length / MEL.sample_rate
 LENGTHS = (5_000, 7_000, 9_000, 11_000)  # samples of the reference clips (0.2-0.5 s at 22.05 kHz)
-BATCH = dict(batch_size=4, text_len=12, mel_frames=24, seed=0)
+BATCH = {"batch_size": 4, "text_len": 12, "mel_frames": 24, "seed": 0}
 SHAPES = (4, 12, 24)
 
 
@@ -93,11 +93,11 @@ def test_five_percent_more_mel_work_fails_naming_the_size_and_the_ops(reference)
 
 
 @pytest.mark.parametrize("plant,fact", [
-    (dict(python=True), "python function ops"),
-    (dict(prints=True), "prints"),
-    (dict(prefetch=False), "prefetch"),
-    (dict(parallel=1), "maps"),
-    (dict(parallel=tf.data.AUTOTUNE), "maps"),
+    ({"python": True}, "python function ops"),
+    ({"prints": True}, "prints"),
+    ({"prefetch": False}, "prefetch"),
+    ({"parallel": 1}, "maps"),
+    ({"parallel": tf.data.AUTOTUNE}, "maps"),
 ])
 def test_each_structural_change_fails_and_is_named(reference, plant, fact):
     verdict = compare_work(_work(_pipeline(**plant)), reference)
@@ -427,7 +427,7 @@ def test_the_summary_puts_each_work_verdict_beside_the_timed_benchmark_of_the_sa
                                   check=types.SimpleNamespace(verdicts=[types.SimpleNamespace(decision="pass")]))
     other = types.SimpleNamespace(benchmark_id="quick::test_loaders.py::test_loader[tf_native-cache-bs16-w2]",
                                   check=types.SimpleNamespace(verdicts=[types.SimpleNamespace(decision="fail")]))
-    [(title, table)] = work_section([changed], [other, timed])
+    [(_, table)] = work_section([changed], [other, timed])
     text = "\n".join(table.terminal())
     assert "float ops per sample +10.0 %" in text and "work changed; the timing does not see it (pass)" in text
     assert work_section([], [timed]) == []

@@ -127,7 +127,7 @@ def _fft_float_ops(op) -> int | None:
     sizes = shape.as_list()
     n = math.prod(sizes[-dims:])
     transforms = math.prod(sizes[:-dims])
-    return int(round(transforms * per * n * math.log2(n))) if n > 1 else 0
+    return round(transforms * per * n * math.log2(n)) if n > 1 else 0
 
 
 def _count_graph(graph, functions: dict, flops: Counter, histogram: Counter, unresolved: Counter,
@@ -234,7 +234,6 @@ def _unreadable(name: str, expected: str):
 
 
 def _dataset_work(dataset, name, reference_elements, audio_seconds) -> WorkFingerprint:
-    tf = tensorflow()
     stages, library = _stages(dataset, name)
     python_functions = _python_functions(dataset)
     flops, histogram, unresolved = Counter(), Counter(), Counter()
@@ -353,12 +352,8 @@ def _float_ops_at(graph_def, tensors: Sequence[str], shapes: Sequence[list]) -> 
         tf.graph_util.import_graph_def(graph_def, name="")
         for tensor, shape in zip(tensors, shapes):
             graph.get_tensor_by_name(tensor).set_shape(shape)
-        _count_graph(graph, _library_graphs(graph), flops, Counter(), unresolved)
+        _count_graph(graph, _function_registry(graph), flops, Counter(), unresolved)
     return flops, unresolved
-
-
-def _library_graphs(graph) -> dict:
-    return _function_registry(graph)
 
 
 def _numpy(value):
@@ -561,7 +556,6 @@ def step_work(step: Callable[[Any], Any], batch, *, name: str = "step",
     them, as the step takes it): traced, never run (see the module docstring). ``batches``: the
     reference batches whose traces are counted (default: ``batch`` alone); a step retracing for their
     shapes shows as more than one trace."""
-    tf = tensorflow()
     if not callable(step):
         raise WorkUnavailable(name, "a callable step", type(step).__name__)
     with _unreadable(name, "a step that traces at its batch's shapes"):

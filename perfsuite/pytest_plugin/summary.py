@@ -227,7 +227,7 @@ def work_section(verdicts, outcomes) -> list[tuple[str, Table]]:
         decision = None
         if timed:
             found = [_timed_decision(o) for o in timed]
-            decision = next((d for d in ("fail", "inconclusive", "pass", "not judged") if d in found))
+            decision = next(d for d in ("fail", "inconclusive", "pass", "not judged") if d in found)
         work = verdict.headline()
         rows.append((verdict.name, work, decision or "-", timed_reading(verdict, decision)))
     return [("work: deterministic verdicts beside the timed ones", Table.of(WORK_HEADERS, rows))]

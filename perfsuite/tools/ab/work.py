@@ -36,8 +36,8 @@ def fingerprint_diff(sides: Sequence, pytest_arguments: Sequence[str], scratch: 
     for side in sides:
         path = work_file(Path(side.root), pytest_arguments[0])
         if not path.is_file():
-            return [f"work: side {side.name} ({side.revision}) has no {path.relative_to(side.root)}: "
-                    "no fingerprints compared"]
+            missing = path.relative_to(side.root)
+            return [f"work: side {side.name} ({side.revision}) has no {missing}: no fingerprints compared"]
         out = scratch / f"work-{side.name}"
         out.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, **{OUT_VARIABLE: str(out)},
