@@ -34,6 +34,8 @@ from perfsuite.pytest_plugin.summary import record_work_verdict
 from perfsuite.verdict.work import compare_work
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
+pytest.importorskip("pytest_regressions", reason="the work snapshots need pytest-regressions (the 'test' extra)")
+
 SNAPSHOTS = Path(__file__).parent / "baselines" / "work"
 REFERENCE_CORPUS = "tiny"
 ACCEPT = "python -m pytest benchmarks/test_work.py --force-regen"
