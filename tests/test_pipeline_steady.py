@@ -180,6 +180,39 @@ def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
 # ------------------------------------------------------------------------------------- end to end
 
 
+def _sleeps(seconds: float):
+    def work(x):
+        time.sleep(seconds)
+        return x
+
+    return work
+
+
+def _limiting(slow_first: bool):
+    """The bottleneck stage on range -> map(first) -> map(second) -> batch, the slow map planted first or second."""
+    from perfsuite.tools.diagnose.attribution import bottleneck_stage
+    from perfsuite.tools.diagnose.plan import Stage
+
+    def first(x):
+        return tf.numpy_function(_sleeps(0.004 if slow_first else 0.0), [x], tf.int64, stateful=True)
+
+    def second(x):
+        return tf.numpy_function(_sleeps(0.0 if slow_first else 0.004), [x], tf.int64, stateful=True)
+
+    dataset = tf.data.Dataset.range(10_000).map(first).map(second).batch(4)
+    budget = Budget(30, {"bottleneck": 1.0}, time.monotonic)
+    return bottleneck_stage(Stage("bottleneck", 8.0, budget, no_progress), dataset, "planted", warmup=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slow_first", [True, False])
+def test_the_bottleneck_is_the_stage_where_the_slow_work_was_planted(slow_first):
+    found = _limiting(slow_first)
+    assert [s.stage for s in found.stages] == ["range", "map(first)", "map(second)", "batch"]
+    assert found.limiting == ("map(first)" if slow_first else "map(second)")
+    assert found.decided
+
+
 def _diagnose(tmp_path, monkeypatch, capfd, *args: str, budget: str = "45", first_call_s: str = "3"):
     monkeypatch.setenv("TTS_FIRST_CALL_S", first_call_s)
     monkeypatch.setenv("TTS_STEP_PRINTS", "1")
@@ -192,15 +225,19 @@ def _diagnose(tmp_path, monkeypatch, capfd, *args: str, budget: str = "45", firs
 
 @pytest.mark.slow
 def test_a_recipe_with_every_defect_is_read_as_it_runs(tmp_path, monkeypatch, capfd):
-    code, out, err, result, log = _diagnose(tmp_path, monkeypatch, capfd, "prints=1", "fixed_pad=1", "prefetch=50",
+    code, out, err, result, log = _diagnose(tmp_path, monkeypatch, capfd, "prints=1", "fixed_pad=1", "prefetch=200",
                                            "options=1", "sequential=1")
     assert code == 0 and "Traceback" not in out + err
     for printed in ("TTS recipe: building", "tokenised utterance", "first step compiles", "step loss"):
         assert printed in log and printed not in out + err
     topics = {v["topic"]: v for v in result["verdicts"]}
     assert "no prefetch at the end" not in out  # the prefetch sits behind with_options
-    rate = result["throughput"]["rate"]
-    assert rate["high"] <= 2 * rate["median"] and rate["low"] >= rate["median"] / 2  # not a buffer
+    throughput = result["throughput"]
+    rate, per_round = throughput["rate"], throughput["batches_per_round"]
+    assert rate["high"] <= 2 * rate["median"] and rate["low"] >= rate["median"] / 2
+    times = throughput["batch_s"]
+    rounds = [4 * per_round / sum(times[i:i + per_round]) for i in range(0, len(times), per_round)]
+    assert max(rounds) <= 3 * sorted(rounds)[len(rounds) // 2]  # no round read the 200 batches buffered meanwhile
     assert "fixed-padding" in topics and topics["fix-prefetch"]["evidence"]["applied"] is False
     assert topics["fix-map-parallelism"]["evidence"]["applied"] is True and "x [" in topics["fix-map-parallelism"]["finding"]
     assert topics["bottleneck"]["evidence"]["stages"] == ["range", "map(utterance)", "padded_batch"]

@@ -4,8 +4,8 @@
 
 Batches are a tuple (tokens, mel, text_len, mel_len). Defects: fixed_pad (every clip padded to FIXED_FRAMES
 before the STFT, its length then says FIXED_FRAMES), prefetch (a buffer of that many batches, 0 none),
-options (a trailing with_options), python (a numpy_function doing a table lookup and a per-token Python
-loop), sequential (maps left sequential), to_device (prefetch_to_device followed by a map and
+options (a trailing with_options), python (a numpy_function, stateful as by default, doing a table lookup,
+a per-token Python loop and text_ms of other Python work per clip), sequential (maps left sequential), to_device (prefetch_to_device followed by a map and
 the repeat), prints (banners and per-element prints, tf.print in the step);
 make_step's first call sleeps TTS_FIRST_CALL_S seconds in the step's first call (a slow trace and compile).
 """
@@ -25,7 +25,8 @@ def _text_of(index):
     return "the quick brown fox jumps over the lazy dog"[: 8 + int(index) % 30]
 
 
-def _tokens(index, prints):
+def _tokens(index, prints, text_s):
+    time.sleep(text_s)  # the recipes' text normalisation and phonemisation, in Python
     out = []
     for character in _text_of(index):  # a per-token Python loop, as the recipes' text cleaners do
         out.append(PHONES.get(character, 0))
@@ -39,17 +40,17 @@ def _flag(value) -> bool:
 
 
 def make_dataset(n="48", batch="4", fixed_pad="1", prefetch="50", options="1", python="1", sequential="1",
-                 prints="0", work="1", to_device="0"):
+                 prints="0", work="1", to_device="0", text_ms="2"):
     """The pipeline; each defect switched by its --arg (see the module docstring)."""
     n, batch, prefetch, work = int(n), int(batch), int(prefetch), int(work)
-    fixed, show = _flag(fixed_pad), _flag(prints)
+    fixed, show, text_s = _flag(fixed_pad), _flag(prints), float(text_ms) / 1000
     if show:
         print("=" * 20 + " TTS recipe: building the input pipeline " + "=" * 20)
     calls = None if _flag(sequential) else tf.data.AUTOTUNE
 
     def tokens(index):
         if _flag(python):
-            out = tf.numpy_function(lambda i: _tokens(i, show), [index], tf.int32, stateful=False)
+            out = tf.numpy_function(lambda i: _tokens(i, show, text_s), [index], tf.int32)  # stateful, the default
         else:
             out = tf.fill([8 + tf.cast(index % 30, tf.int32)], 1)
         return tf.ensure_shape(out, [None])

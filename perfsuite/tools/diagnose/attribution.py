@@ -66,8 +66,8 @@ class FixGain(Record):
 
 def counted(dataset, *, batched: bool):
     """dataset as the samples each element holds (its leading dimension when batched, else 1), unbatched
-    elements batched UNBATCHED_READ at a time: a prefix is read inside TensorFlow, as the pipeline reads it,
-    without Python's cost per element or the copy of its tensors to the host."""
+    elements counted UNBATCHED_READ at a time: a prefix is read inside TensorFlow, one element at a time as
+    the stage after it reads it, without Python's cost per element or the copy of its tensors to the host."""
     from perfsuite._tensorflow import tensorflow
 
     tf = tensorflow()
@@ -77,14 +77,20 @@ def counted(dataset, *, batched: bool):
             return tf.constant(1, tf.int64)
         return tf.cast(tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0], tf.int64)
 
-    counts = dataset.map(samples)
-    return counts if batched else counts.batch(UNBATCHED_READ)
+    if batched:
+        counts = dataset.map(samples)
+    else:  # a scan, not a map: tf.data would fuse a map with the batch after it and call the prefix from threads
+        counts = dataset.scan(tf.constant(0, tf.int64), lambda state, *element: (state, tf.constant(1, tf.int64)))
+        counts = counts.batch(UNBATCHED_READ)
+    options = tf.data.Options()  # no prefetch injected after the count: it would fill while the prefix sits idle
+    options.experimental_optimization.inject_prefetch = False
+    return counts.with_options(options)
 
 
 def _read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool) -> float:
-    """Samples per second from a counted() stream after drain of its elements untimed, read for read_s
+    """Samples per second from a counted() stream after drain of its reads untimed, read for read_s
     seconds."""
-    stream.drain(drain if batched else -(-drain // UNBATCHED_READ))
+    stream.drain(drain)
     samples, spent, reads = 0, 0.0, 0
     while spent < read_s or reads < MIN_READS:
         element, seconds = timed_next(stream)
@@ -112,10 +118,11 @@ def bottleneck_stage(stage: Stage, dataset, spec: str, *, warmup: int) -> Bottle
                   f"drained and read for {read_s:.2f} s per round, interleaved, until the limiting stage is decided")
     stage.tell("note", stage.plan)
     started = time.perf_counter()
-    streams = {index: Stream(counted(cut.dataset, batched=cut.batched), spec) for index, cut in enumerate(cuts)}
-    drains = {index: warmup + buffered_elements(cut.dataset) for index, cut in enumerate(cuts)}
+    sources = {index: counted(cut.dataset, batched=cut.batched) for index, cut in enumerate(cuts)}
+    streams = {index: Stream(source, spec) for index, source in sources.items()}
+    drains = {index: warmup + buffered_elements(source) for index, source in sources.items()}
     for index, stream in streams.items():  # the start-ups, before any round: a round's estimate holds none
-        stream.drain(drains[index] if cuts[index].batched else -(-drains[index] // UNBATCHED_READ))
+        stream.drain(drains[index])
     start_s = time.perf_counter() - started
     rates: dict[int, list[float]] = {index: [] for index in streams}
 
@@ -201,8 +208,9 @@ def _measure_fix(stage: Stage, fix: rewrite.Fix, dataset, spec: str, *, warmup: 
     values: dict[str, list[float]] = {"before": [], "after": []}
     read_s = max(MIN_READ_S, share_s / (TARGET_ROUNDS * 4))
     if step is None:
-        streams = {name: Stream(counted(data, batched=True), spec) for name, data in sides.items()}
-        drains = {name: warmup + buffered_elements(data) for name, data in sides.items()}
+        sources = {name: counted(data, batched=True) for name, data in sides.items()}
+        streams = {name: Stream(source, spec) for name, source in sources.items()}
+        drains = {name: warmup + buffered_elements(source) for name, source in sources.items()}
 
         def run(name: str) -> float:
             return _read_rate(streams[name], drain=drains[name], read_s=read_s, batched=True)
