@@ -95,7 +95,7 @@ def test_prefetch_to_device_followed_by_stages_is_read_and_the_fixes_that_need_t
     spec = importlib.util.spec_from_file_location("tts_recipe_device", RECIPE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    dataset = module.make_dataset(to_device="1", prefetch="0", options="0")
+    dataset = module.make_dataset(to_device="1", prefetch="0", options="0", python="0")
     assert buffered_elements(dataset) >= 16  # the copy to the device holds an autotuned buffer
     assert "copy_to_device" in [c.stage for c in rewrite.prefixes(dataset)]
     fixes, skipped = rewrite.applicable_fixes(dataset, ends_with_prefetch=False)
