@@ -143,7 +143,7 @@ def test_time_left_goes_to_a_stage_still_undecided():
         assert stage.share_s == pytest.approx(40)
         now[0] += 30
         stage.rounds, stage.status = 3, UNDECIDED
-    [a, b] = log.stages
+    [a, _] = log.stages
     assert (a.name, a.rounds, a.spent_s, a.share_s, a.status) == ("a", 4, 80, 90, UNDECIDED)
 
 
@@ -248,7 +248,7 @@ def test_a_recipe_with_every_defect_is_read_as_it_runs(tmp_path, monkeypatch, ca
 
 @pytest.mark.slow
 def test_a_recipe_without_the_defects_has_no_finding_for_them(tmp_path, monkeypatch, capfd):
-    code, out, err, result, log = _diagnose(tmp_path, monkeypatch, capfd, "prints=0", "fixed_pad=0", "prefetch=0",
+    code, _, _, result, log = _diagnose(tmp_path, monkeypatch, capfd, "prints=0", "fixed_pad=0", "prefetch=0",
                                            "options=0", "sequential=0", "python=0", first_call_s="1")
     assert code == 0
     topics = {v["topic"]: v for v in result["verdicts"]}

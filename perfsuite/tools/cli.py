@@ -267,9 +267,8 @@ def _diagnose_pipeline(args, parser) -> int:
     if repeated:
         parser.error(f"--arg: expected each KEY once, found {', '.join(repeated)} more than once")
     _check_outputs(args, parser)
-    from perfsuite.tools.diagnose.pipeline import PipelineSettings, Target, diagnose_pipeline
-
     from perfsuite.measure.batch_spec import BatchSpec
+    from perfsuite.tools.diagnose.pipeline import PipelineSettings, Target, diagnose_pipeline
 
     target = Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or []))
     settings = PipelineSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})),

@@ -19,14 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
 from perfsuite.measure.machine import MachineFingerprint
-from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
+from perfsuite.measure.rounds import alternating
 from perfsuite.measure.speech import FrameCounter, PaddingFigures, canonical_batch
 from perfsuite.measure.stats import Cycle
-from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record, migrate, migration
 from perfsuite.tools.diagnose.attribution import Bottleneck, FixGain, bottleneck_stage, fixes_stage
+from perfsuite.tools.diagnose.graph import graph_findings
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
     MIN_STEP_BATCHES,
@@ -38,7 +39,6 @@ from perfsuite.tools.diagnose.plan import (
     calls_that_fit,
     no_progress,
 )
-from perfsuite.tools.diagnose.graph import graph_findings
 from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, steady_stream, timed_next
 from perfsuite.tools.diagnose.targets import (
