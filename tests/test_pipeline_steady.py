@@ -190,7 +190,7 @@ def _sleeps(seconds: float):
 
 def _limiting(slow_first: bool):
     """The bottleneck stage on range -> map(first) -> map(second) -> batch, the slow map planted first or second."""
-    from perfsuite.tools.diagnose.attribution import bottleneck_stage
+    from perfsuite.tools.diagnose.attribution import BottleneckRounds
     from perfsuite.tools.diagnose.plan import Stage
 
     def first(x):
@@ -201,7 +201,7 @@ def _limiting(slow_first: bool):
 
     dataset = tf.data.Dataset.range(10_000).map(first).map(second).batch(4)
     budget = Budget(30, {"bottleneck": 1.0}, time.monotonic)
-    return bottleneck_stage(Stage("bottleneck", 8.0, budget, no_progress), dataset, "planted", warmup=1)
+    return BottleneckRounds(dataset, "planted", warmup=1).run(Stage("bottleneck", 8.0, budget, no_progress))
 
 
 @pytest.mark.slow

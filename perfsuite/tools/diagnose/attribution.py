@@ -100,42 +100,55 @@ def _read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool) -> f
     return samples / spent
 
 
-def bottleneck_stage(stage: Stage, dataset, spec: str, *, warmup: int) -> Bottleneck | None:
+class BottleneckRounds:
     """The prefixes of dataset (rewrite.prefixes), each read in every round in alternating order until the
-    limiting stage is decided or the share is spent."""
-    cuts = rewrite.prefixes(dataset)
-    if len(cuts) < 2:
-        stage.plan = "one stage only: nothing to attribute"
-        stage.tell("note", stage.plan)
-        return None
-    read_s = max(MIN_READ_S, stage.left_s() / (TARGET_ROUNDS * len(cuts) * 2))
-    if stage.left_s() < 2 * read_s * len(cuts) * MIN_ROUNDS:
-        stage.plan = f"{len(cuts)} prefixes: no time left for {MIN_ROUNDS} rounds of them"
-        stage.tell("note", stage.plan)
-        stage.status = TOO_SHORT
-        return None
-    stage.plan = (f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, then "
-                  f"drained and read for {read_s:.2f} s per round, interleaved, until the limiting stage is decided")
-    stage.tell("note", stage.plan)
-    started = time.perf_counter()
-    sources = {index: counted(cut.dataset, batched=cut.batched) for index, cut in enumerate(cuts)}
-    streams = {index: Stream(source, spec) for index, source in sources.items()}
-    drains = {index: warmup + buffered_elements(source) for index, source in sources.items()}
-    for index, stream in streams.items():  # the start-ups, before any round: a round's estimate holds none
-        stream.drain(drains[index])
-    start_s = time.perf_counter() - started
-    rates: dict[int, list[float]] = {index: [] for index in streams}
+    limiting stage is decided or the share is spent. run() again adds rounds to the earlier ones (fresh
+    iterators, started and drained before the rounds)."""
 
-    def one_round(index: int) -> None:
-        for cut in alternating(tuple(streams), index):
-            rates[cut].append(_read_rate(streams[cut], drain=drains[cut], read_s=read_s, batched=cuts[cut].batched))
+    def __init__(self, dataset, spec: str, *, warmup: int):
+        self.cuts = rewrite.prefixes(dataset)
+        self.spec, self.warmup = spec, warmup
+        self.rates: dict[int, list[float]] = {index: [] for index in range(len(self.cuts))}
 
-    outcome = stage.rounds_until_decided(one_round, decided=lambda: _bottleneck(cuts, rates).decided,
-                                         first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
-    for stream in streams.values():
-        stream.close()
-    stage.status = status_of(outcome)
-    return _bottleneck(cuts, rates) if rates[0] else None
+    def figures(self) -> Bottleneck | None:
+        return _bottleneck(self.cuts, self.rates) if self.rates and self.rates[0] else None
+
+    def run(self, stage: Stage) -> Bottleneck | None:
+        cuts, rates = self.cuts, self.rates
+        if len(cuts) < 2:
+            stage.plan = "one stage only: nothing to attribute"
+            stage.tell("note", stage.plan)
+            return None
+        read_s = max(MIN_READ_S, stage.left_s() / (TARGET_ROUNDS * len(cuts) * 2))
+        if stage.left_s() < 2 * read_s * len(cuts) * MIN_ROUNDS:
+            stage.plan = f"{len(cuts)} prefixes: no time left for {MIN_ROUNDS} rounds of them"
+            stage.tell("note", stage.plan)
+            stage.status = TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED
+            return self.figures()
+        stage.plan = (f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, then "
+                      f"drained and read for {read_s:.2f} s per round, interleaved, until the limiting stage is "
+                      "decided")
+        stage.tell("note", stage.plan)
+        started = time.perf_counter()
+        sources = {index: counted(cut.dataset, batched=cut.batched) for index, cut in enumerate(cuts)}
+        streams = {index: Stream(source, self.spec) for index, source in sources.items()}
+        drains = {index: self.warmup + buffered_elements(source) for index, source in sources.items()}
+        for index, stream in streams.items():  # the start-ups, before any round: a round's estimate holds none
+            stream.drain(drains[index])
+        start_s = time.perf_counter() - started
+
+        def one_round(index: int) -> None:
+            for cut in alternating(tuple(streams), len(rates[0])):
+                rates[cut].append(_read_rate(streams[cut], drain=drains[cut], read_s=read_s,
+                                             batched=cuts[cut].batched))
+
+        stage.rounds_until_decided(one_round, decided=lambda: _bottleneck(cuts, rates).decided,
+                                   first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
+        for stream in streams.values():
+            stream.close()
+        decided = _bottleneck(cuts, rates).decided
+        stage.status = DECIDED if decided else (TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED)
+        return self.figures()
 
 
 def _bottleneck(cuts, rates: dict[int, list[float]]) -> Bottleneck:

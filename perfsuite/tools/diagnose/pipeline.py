@@ -26,7 +26,7 @@ from perfsuite.measure.rounds import alternating
 from perfsuite.measure.speech import FrameCounter, PaddingFigures, canonical_batch
 from perfsuite.measure.stats import Cycle
 from perfsuite.records import Record, migrate, migration
-from perfsuite.tools.diagnose.attribution import Bottleneck, FixGain, bottleneck_stage, fixes_stage
+from perfsuite.tools.diagnose.attribution import Bottleneck, BottleneckRounds, FixGain, fixes_stage
 from perfsuite.tools.diagnose.graph import graph_findings
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
@@ -179,7 +179,7 @@ class PipelineDiagnosis(Record):
     verdicts: tuple[DiagnosisFinding, ...]
     layout: BatchLayout | None = None  # which component is the audio and its lengths, by which rule
     startup_s: float | None = None  # importing, building and the first batches, before any stage (kept apart)
-    bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.bottleneck_stage)
+    bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.BottleneckRounds)
     fixes: tuple[FixGain, ...] = ()  # each fix perfsuite could apply, measured before and after
 
     SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
@@ -260,7 +260,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
                    parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None,
                           "bottleneck": None, "fixes": ()}, budget=budget, progress=progress, checkpoint=checkpoint)
     run.save()
-    run.tell_plan(after=f"the start-up{' and the step’s first calls' if step is not None else ''}")
+    run.tell_plan(after="the start-up" + (" and the step's first calls" if step is not None else ""))
     throughput = _ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
                                    drain=settings.warmup + buffered)
     bound = _InputBoundRounds(step, first_step, first_batch, dataset, settings, target) if step else None
@@ -269,8 +269,9 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     if bound is not None:
         with run.stage("input_bound") as stage:
             run.parts.update(zip(("input_bound", "step"), bound.run(stage)))
+    bottleneck = BottleneckRounds(dataset, target.pipeline, warmup=settings.warmup)
     with run.stage("bottleneck") as stage:
-        run.parts["bottleneck"] = bottleneck_stage(stage, dataset, target.pipeline, warmup=settings.warmup)
+        run.parts["bottleneck"] = bottleneck.run(stage)
     with run.stage("fixes") as stage:
         fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
         measured = run.parts["throughput"]
@@ -281,7 +282,8 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
                                          measured.unit != "samples" else measured.rate.median)
     with run.stage("feed") as stage:
         run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"])
-    resumable = {"throughput": lambda stage: {"throughput": throughput.run(stage)}}
+    resumable = {"throughput": lambda stage: {"throughput": throughput.run(stage)},
+                 "bottleneck": lambda stage: {"bottleneck": bottleneck.run(stage)}}
     if bound is not None:
         resumable["input_bound"] = lambda stage: dict(zip(("input_bound", "step"), bound.run(stage)))
     for name in run.undecided():  # the time decided stages left goes to those still undecided, in order
