@@ -180,6 +180,22 @@ def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
 # ------------------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
+def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
+    """The throughput stage planted with almost no share: it ends undecided, and the time the decided
+    stages leave (the feed stage keeps none of it) brings it back for a second pass that decides it."""
+    from perfsuite.tools.diagnose import pipeline
+
+    monkeypatch.setattr(pipeline, "PIPELINE_STAGE_NEEDS",
+                        {**pipeline.PIPELINE_STAGE_NEEDS, "throughput": 0.001, "fixes": 0.2})
+    module = Path(__file__).parent / "pipelines" / "tts_recipe.py"
+    target = pipeline.Target(pipeline=f"{module}:make_dataset", step=None, args={"python": "0", "text_ms": "0"})
+    found = pipeline.diagnose_pipeline(target=target, settings=pipeline.PipelineSettings(budget_s=30))
+    [throughput] = [s for s in found.stages if s.name == "throughput"]
+    assert "then again" in throughput.plan and throughput.rounds >= 3 and throughput.status == "decided"
+    assert found.throughput.rate.rounds == throughput.rounds
+
+
 def _sleeps(seconds: float):
     def work(x):
         time.sleep(seconds)
@@ -233,10 +249,11 @@ def test_a_recipe_with_every_defect_is_read_as_it_runs(tmp_path, monkeypatch, ca
     topics = {v["topic"]: v for v in result["verdicts"]}
     assert "no prefetch at the end" not in out  # the prefetch sits behind with_options
     throughput = result["throughput"]
-    rate, per_round = throughput["rate"], throughput["batches_per_round"]
+    rate, times, rounds, start = throughput["rate"], throughput["batch_s"], [], 0
     assert rate["high"] <= 2 * rate["median"] and rate["low"] >= rate["median"] / 2
-    times = throughput["batch_s"]
-    rounds = [4 * per_round / sum(times[i:i + per_round]) for i in range(0, len(times), per_round)]
+    for count in throughput["round_batches"]:
+        rounds.append(4 * count / sum(times[start:start + count]))
+        start += count
     assert max(rounds) <= 3 * sorted(rounds)[len(rounds) // 2]  # no round read the 200 batches buffered meanwhile
     assert "fixed-padding" in topics and topics["fix-prefetch"]["evidence"]["applied"] is False
     assert topics["fix-map-parallelism"]["evidence"]["applied"] is True and "x [" in topics["fix-map-parallelism"]["finding"]

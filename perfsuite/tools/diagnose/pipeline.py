@@ -127,8 +127,8 @@ class PipelineSettings(Record):
 
 @dataclass(frozen=True)
 class Throughput(Record):
-    """The pipeline alone, one iterator: first_batch_s (start-up) and warmup_s apart, then rounds of
-    batches_per_round steady batches. unit: 'samples' (the leading dimension of a batch) or 'batches'
+    """The pipeline alone: first_batch_s (start-up) and warmup_s apart, then rounds of steady batches from
+    a fresh, drained iterator per pass (batches_per_round: the last pass's; round_batches: each round's). unit: 'samples' (the leading dimension of a batch) or 'batches'
     when a batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the
     batch times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s;
     restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
@@ -145,6 +145,7 @@ class Throughput(Record):
     audio_s_per_s: RoundsEstimate | None = None
     padding_efficiency: float | None = None
     padding: PaddingFigures | None = None  # measured by the layout (speech.PaddingFigures)
+    round_batches: tuple[int, ...] = ()  # batches of each round (a second pass sizes its rounds anew)
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,11 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     bottleneck = BottleneckRounds(dataset, target.pipeline, warmup=settings.warmup)
     with run.stage("bottleneck") as stage:
         run.parts["bottleneck"] = bottleneck.run(stage)
-    with run.stage("fixes") as stage:
+    resumable = {"throughput": lambda stage: {"throughput": throughput.run(stage)},
+                 "bottleneck": lambda stage: {"bottleneck": bottleneck.run(stage)}}
+    if bound is not None:
+        resumable["input_bound"] = lambda stage: dict(zip(("input_bound", "step"), bound.run(stage)))
+    with run.stage("fixes", held=tuple(n for n in run.undecided() if n in resumable)) as stage:
         fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
         measured = run.parts["throughput"]
         run.parts["fixes"] = fixes_stage(stage, dataset, target.pipeline, warmup=settings.warmup,
@@ -280,15 +285,12 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
                                          padding=None if measured is None else measured.padding,
                                          samples_per_s=None if measured is None or measured.rate is None or
                                          measured.unit != "samples" else measured.rate.median)
-    with run.stage("feed") as stage:
+    with run.stage("feed", held=tuple(n for n in run.undecided() if n in resumable)) as stage:
         run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"])
-    resumable = {"throughput": lambda stage: {"throughput": throughput.run(stage)},
-                 "bottleneck": lambda stage: {"bottleneck": bottleneck.run(stage)}}
-    if bound is not None:
-        resumable["input_bound"] = lambda stage: dict(zip(("input_bound", "step"), bound.run(stage)))
-    for name in run.undecided():  # the time decided stages left goes to those still undecided, in order
-        if name in resumable and budget.left_s() > 0:
-            with run.again(name) as stage:
+    undecided = [name for name in run.undecided() if name in resumable]
+    for index, name in enumerate(undecided):  # the time decided stages left goes to those still undecided
+        if budget.left_s() > 0:
+            with run.again(name, after=tuple(undecided[index + 1:])) as stage:
                 run.parts.update(resumable[name](stage))
     final = run.snapshot(complete=True)
     if checkpoint is not None:
@@ -362,10 +364,10 @@ class _ThroughputRounds:
 
     def run(self, stage: Stage) -> Throughput:
         batch_s_estimate = statistics.median(self.warmup_s) if self.warmup_s else self.first_s
-        if self.batches is None:
-            self.batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
-                                                                      most=MAX_THROUGHPUT_BATCHES))
-        batches = self.batches
+        if self.rounds:  # a second pass: its batches measured so far size its rounds
+            batch_s_estimate = statistics.median(s for r in self.rounds for s in r[1:])
+        self.batches = batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
+                                                                            most=MAX_THROUGHPUT_BATCHES))
         stage.plan = (f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
                       f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
                       f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
@@ -401,6 +403,7 @@ class _ThroughputRounds:
                           variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
                                              VARIATION_BOUNDARIES) if rounds else None,
                           batches_per_round=self.batches or 0, batch_s=batch_s,
+                          round_batches=tuple(len(r) - 1 for r in rounds),
                           cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
                           audio_s_per_s=estimate(self.audio) if self.audio and len(self.audio) == len(rounds) else None,
                           padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,

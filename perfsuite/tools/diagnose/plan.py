@@ -100,8 +100,10 @@ class Budget:
     def plan(self) -> dict[str, float]:
         return split_budget(self.left_s(), {name: self.needs[name] for name in self.pending})
 
-    def take(self, name: str) -> float:
-        share = self.plan()[name]
+    def take(self, name: str, *, held: tuple[str, ...] = ()) -> float:
+        """name's share of what is left, over the stages still pending and the stages `held` (ran, still
+        undecided: their part stays left for a second pass)."""
+        share = split_budget(self.left_s(), {n: self.needs[n] for n in (*self.pending, *held)})[name]
         self.pending.remove(name)
         return share
 
@@ -199,10 +201,11 @@ class StageLog:
                                             "time to the next)", None, 0.0, self.budget.left_s()))
 
     @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[Stage]:
-        """The stage `name` with its share of what is left; its record is kept and checkpointed when it ends,
-        also when it is interrupted (then marked INTERRUPTED and the interrupt goes on)."""
-        stage = Stage(name, self.budget.take(name), self.budget, self.progress)
+    def stage(self, name: str, *, held: tuple[str, ...] = ()) -> Iterator[Stage]:
+        """The stage `name` with its share of what is left (the stages `held` keep their part of it); its record
+        is kept and checkpointed when it ends, also when it is interrupted (then marked INTERRUPTED and the
+        interrupt goes on)."""
+        stage = Stage(name, self.budget.take(name, held=held), self.budget, self.progress)
         stage.tell("start", f"share {stage.share_s:.0f} s")
         try:
             yield stage
@@ -220,10 +223,12 @@ class StageLog:
         return [record.name for record in self.stages if record.status in (TOO_SHORT, UNDECIDED)]
 
     @contextlib.contextmanager
-    def again(self, name: str) -> Iterator[Stage]:
-        """The undecided stage `name` once more, with all the budget left (what decided stages left unspent);
-        its record becomes one record of both passes (shares, time and rounds added, the last status)."""
-        stage = Stage(name, max(self.budget.left_s(), 0.0), self.budget, self.progress)
+    def again(self, name: str, *, after: tuple[str, ...] = ()) -> Iterator[Stage]:
+        """The undecided stage `name` once more, with its share of the budget left (what decided stages left
+        unspent) beside the undecided stages `after` it; its record becomes one record of both passes (shares,
+        time and rounds added, the last status)."""
+        share = split_budget(self.budget.left_s(), {n: self.budget.needs[n] for n in (name, *after)})[name]
+        stage = Stage(name, share, self.budget, self.progress)
         stage.tell("start", f"again, with the {stage.share_s:.0f} s the other stages left")
         index = next(i for i, record in enumerate(self.stages) if record.name == name)
         try:
