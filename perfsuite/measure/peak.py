@@ -1,0 +1,57 @@
+"""This machine's float-op peak, measured: a dense float32 matmul in a tf.function, timed in rounds with a
+readback, so diagnose can say how close a pipeline's or a step's achieved float-op rate runs to the rate
+this machine reaches on the kernel it runs best. A measured figure of the machine as it is now (its
+state moves it like any timing), not a datasheet peak; the work it is set against comes from
+measure/work.py, whose float-op counts are the same on every machine."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from perfsuite._tensorflow import tensorflow
+from perfsuite.measure.rounds import interleaved
+from perfsuite.measure.stats import median_interval
+from perfsuite.measure.timing import step_readback
+from perfsuite.records import Record
+
+MATMUL_SIZE = 512  # square float32 matrices: large enough for the BLAS kernel's steady rate, small enough for 2 cores
+
+
+@dataclass(frozen=True)
+class PeakRate(Record):
+    """Float ops per second of the reference matmul: the median over rounds, its interval, the rounds, and
+    what was timed (in words)."""
+
+    float_ops_per_s: float
+    low: float
+    high: float
+    rounds: int
+    kernel: str
+
+    def share(self, float_ops_per_s: float) -> float:
+        """An achieved rate as a share of this peak's median."""
+        return float_ops_per_s / self.float_ops_per_s
+
+
+def measure_peak(*, rounds: int = 5, calls: int = 8, size: int = MATMUL_SIZE) -> PeakRate:
+    """Time `calls` matmuls of two size x size float32 matrices per round, after one untimed call (trace);
+    each round's rate is 2 size^3 float ops per call over its seconds."""
+    if rounds < 1 or calls < 1 or size < 1:
+        raise ValueError(f"rounds, calls, size: expected integers >= 1, found {rounds}, {calls}, {size}")
+    tf = tensorflow()
+    a = tf.random.stateless_normal((size, size), seed=(1, 2))
+    b = tf.random.stateless_normal((size, size), seed=(3, 4))
+    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.linalg.matmul(x, y)))
+    step_readback(matmul(a, b))
+
+    def one_round() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):  # calls within one timed round, not rounds
+            step_readback(matmul(a, b))
+        return calls * 2 * size ** 3 / (time.perf_counter() - start)
+
+    rates = interleaved({"matmul": one_round}, rounds=rounds)[0]["matmul"]
+    interval = median_interval(rates)
+    return PeakRate(float_ops_per_s=interval.median, low=interval.low, high=interval.high, rounds=len(rates),
+                    kernel=f"float32 matmul {size}x{size} in a tf.function, {calls} calls a round")
