@@ -24,7 +24,7 @@ def _tuple_pipeline():
 
 @tf.function
 def _step(batch):
-    tokens, mel, lengths = batch
+    _tokens, mel, _lengths = batch
     return tf.reduce_sum(tf.matmul(mel, tf.ones([8, 16])))
 
 
@@ -45,7 +45,7 @@ def test_work_of_a_tuple_pipeline_and_its_step_is_set_against_the_measured_rates
     assert figures.unavailable == ()
     per_sample = figures.pipeline.work["float_ops_per_sample"]
     assert per_sample > 0
-    assert figures.pipeline.work["float_ops_per_audio_s"] == round(per_sample / 0.25)
+    assert figures.pipeline_float_ops_per_audio_s == pytest.approx(per_sample / 0.25)
     assert figures.pipeline_float_ops_per_s == pytest.approx(per_sample * 100.0)
     assert figures.step_float_ops_per_s == pytest.approx(figures.step.work["float_ops_per_step"] / 0.01)
     assert figures.peak is not None and figures.peak.float_ops_per_s > 0

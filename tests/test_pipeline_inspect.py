@@ -182,6 +182,20 @@ def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measur
     assert "perfsuite diagnose [throughput] share " in err and "s of the budget left" in err
 
 
+def test_the_work_of_the_pipeline_and_step_is_set_against_the_measured_rates(measured):
+    _, out, _, result, _ = measured
+    work = result["work"]
+    assert work["unavailable"] == []
+    # its maps' work is a numpy_function: no graph float ops, so no rate to set against the peak
+    assert work["pipeline"]["work"]["float_ops_per_sample"] == 0 and work["pipeline_float_ops_per_s"] is None
+    assert work["pipeline"]["structure"]["python_function_ops"] == 1
+    per_step = work["step"]["work"]["float_ops_per_step"]
+    assert work["step_float_ops_per_s"] == pytest.approx(per_step / result["input_bound"]["t_synthetic"])
+    assert work["peak"]["float_ops_per_s"] > 0
+    assert [v["topic"] for v in result["verdicts"]].count("work") == 2
+    assert out.count("of this machine's measured peak") == 1  # the step's
+
+
 def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(measured):
     from perfsuite.measure.emulated import FeedRate
 

@@ -162,7 +162,7 @@ def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_t
 
 def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
     from perfsuite.tools.diagnose.attribution import GAIN_BOUNDARIES, FixGain
-    from perfsuite.tools.diagnose.pipeline import fix_verdicts
+    from perfsuite.tools.diagnose.attribution import fix_verdicts
     from perfsuite.verdict.diagnosis_figures import estimate
 
     helps = FixGain("prefetch", "adding a prefetch", True, unit="steps/s", gain=estimate([1.8, 1.7, 1.9, 1.8],

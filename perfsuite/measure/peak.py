@@ -15,7 +15,7 @@ from perfsuite.measure.stats import median_interval
 from perfsuite.measure.timing import step_readback
 from perfsuite.records import Record
 
-MATMUL_SIZE = 512  # square float32 matrices: large enough for the BLAS kernel's steady rate, small enough for 2 cores
+MATMUL_SIZE = 512  # square float32 matrices: long enough for the BLAS kernel's steady rate, short on a small CPU
 
 
 @dataclass(frozen=True)

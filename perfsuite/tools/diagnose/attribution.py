@@ -14,12 +14,14 @@ from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, status_of
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
+from perfsuite.verdict.diagnosis import estimate_evidence, why_undecided
 from perfsuite.verdict.diagnosis_figures import (
     DECIDED,
     DONE,
     MIN_ROUNDS,
     TOO_SHORT,
     UNDECIDED,
+    DiagnosisFinding,
     RoundsEstimate,
     estimate,
 )
@@ -349,3 +351,49 @@ def padding_fix(stage: Stage, step: Callable | None, dataset, spec: str, *, layo
                                share_s=share_s, warmup_rounds=1, what="padding: ")
     return FixGain(name=name, words=words, applied=True, unit=f"steps/s of the step on {PADDING_BATCHES} of the "
                    "pipeline's batches", gain=gain() if values["after"] else None)
+
+
+def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
+    """The stage that limits throughput, with its share of the time per sample and its interval."""
+    if bottleneck is None or not bottleneck.stages:
+        return []
+    shares = {s.stage: s.share for s in bottleneck.stages}
+    listing = ", ".join(f"{s.stage} {s.share.median:.0%} [{s.share.low:.0%}, {s.share.high:.0%}]"
+                        for s in bottleneck.stages)
+    evidence = {"stages": [s.stage for s in bottleneck.stages],
+                "shares": [s.share.median for s in bottleneck.stages],
+                "rates": [s.rate.median for s in bottleneck.stages]}
+    top = shares[bottleneck.limiting]
+    if bottleneck.decided:
+        return [DiagnosisFinding("bottleneck", f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} "
+                                 f"[{top.low:.0%}, {top.high:.0%}] of the time per sample (over {top.rounds} rounds; "
+                                 f"each stage's share: {listing})", evidence, None, top)]
+    return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): the shares' "
+                             f"intervals overlap ({listing})", evidence, "a longer --budget separates them", top)]
+
+
+def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
+    """Each fix measured (its gain and interval, or why it stays undecided), and each fix not applied, why."""
+    out = []
+    for fix in fixes:
+        if not fix.applied:
+            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.name}: not applied ({fix.why})", {"applied": False},
+                                        None))
+            continue
+        if fix.gain is None:
+            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.words}: applied, but no measured round fit the time "
+                                        "left", {"applied": True}, "a longer --budget measures it"))
+            continue
+        gain = fix.gain
+        figure = f"{gain.median:.2f}x [{gain.low:.2f}, {gain.high:.2f}] {fix.unit} over {gain.rounds} rounds"
+        evidence = {**estimate_evidence("gain", gain), "applied": True, "unit": fix.unit}
+        why = why_undecided(gain, lambda v: f"{v:.2f}x")
+        if why:
+            words = f"{fix.words}: {figure}; whether it helps is {why}"
+            recommendation = None
+        elif gain.low > 1.0:
+            words, recommendation = f"{fix.words}: {figure}", f"apply it: {fix.words}"
+        else:
+            words, recommendation = f"{fix.words}: {figure}; it does not help here", None
+        out.append(DiagnosisFinding(f"fix-{fix.name}", words, evidence, recommendation, gain))
+    return out

@@ -26,7 +26,14 @@ from perfsuite.measure.rounds import alternating
 from perfsuite.measure.speech import FrameCounter, PaddingFigures, canonical_batch
 from perfsuite.measure.stats import Cycle
 from perfsuite.records import Record, migrate, migration
-from perfsuite.tools.diagnose.attribution import Bottleneck, BottleneckRounds, FixGain, fixes_stage
+from perfsuite.tools.diagnose.attribution import (
+    Bottleneck,
+    BottleneckRounds,
+    FixGain,
+    bottleneck_verdicts,
+    fix_verdicts,
+    fixes_stage,
+)
 from perfsuite.tools.diagnose.graph import graph_findings
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
@@ -51,6 +58,7 @@ from perfsuite.tools.diagnose.targets import (
     make_dataset,
     one_line_error,
 )
+from perfsuite.tools.diagnose.work import WorkFigures, read_work, with_rates, work_verdicts
 from perfsuite.verdict.diagnosis import (
     estimate_evidence,
     feed_verdict,
@@ -182,6 +190,7 @@ class PipelineDiagnosis(Record):
     startup_s: float | None = None  # importing, building and the first batches, before any stage (kept apart)
     bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.BottleneckRounds)
     fixes: tuple[FixGain, ...] = ()  # each fix perfsuite could apply, measured before and after
+    work: WorkFigures | None = None  # the work fingerprints and the achieved float-op rates (diagnose/work.py)
 
     SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
 
@@ -215,7 +224,7 @@ def migrate_4_to_5(data: dict) -> dict:
 
 @migration(PipelineDiagnosis, 5, 6)
 def migrate_5_to_6(data: dict) -> dict:
-    """Schema 6 adds the start-up's seconds, the bottleneck and the measured fixes; before it, not measured."""
+    """Schema 6 adds the start-up's seconds, the bottleneck, the measured fixes and the work; before it, not measured."""
     return data
 
 
@@ -254,12 +263,16 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     if first_step is not None:
         tell(f"the step's first call {first_step.first_s:.2f} s (trace, compile), then {first_step.first_steady_s:.3g} s: "
              "kept apart, the budget left after it is split across the stages")
+    read_from = budget.elapsed_s()
+    work = read_work(dataset, step, first_batch, pipeline_name=target.pipeline, step_name=target.step)
+    tell(f"work read from the graphs in {budget.elapsed_s() - read_from:.1f} s (kept apart, as the start-up)")
     buffered = buffered_elements(dataset)
     head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint(), "graph": graph,
             "layout": layout, "startup_s": startup_s}
     run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
                    parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None,
-                          "bottleneck": None, "fixes": ()}, budget=budget, progress=progress, checkpoint=checkpoint)
+                          "bottleneck": None, "fixes": (), "work": work},
+                   budget=budget, progress=progress, checkpoint=checkpoint)
     run.save()
     run.tell_plan(after="the start-up" + (" and the step's first calls" if step is not None else ""))
     throughput = _ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
@@ -292,10 +305,22 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
         if budget.left_s() > 0:
             with run.again(name, after=tuple(undecided[index + 1:])) as stage:
                 run.parts.update(resumable[name](stage))
+    run.parts["work"] = _with_rates(work, run.parts["throughput"], run.parts["input_bound"], run.parts["step"])
     final = run.snapshot(complete=True)
     if checkpoint is not None:
         checkpoint(final)
     return final
+
+
+def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBoundFigures | None,
+                step: StepRun | None) -> WorkFigures:
+    """The work against the steady samples/s and audio, and the step's steady seconds (fed by the synthetic
+    twin where measured, else its second call)."""
+    rate = None if throughput is None or throughput.rate is None or throughput.unit != "samples" else throughput.rate
+    audio = None if rate is None or throughput.audio_s_per_s is None else throughput.audio_s_per_s.median / rate.median
+    step_s = bound.t_synthetic if bound is not None else step.first_steady_s if step is not None else None
+    return with_rates(work, audio_s_per_sample=audio, samples_per_s=None if rate is None else rate.median,
+                      step_s=step_s)
 
 
 def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings, layout: BatchLayout,
@@ -539,7 +564,7 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     out += _shape_verdicts(graph, diagnosis.step, diagnosis.target)
     if diagnosis.feed is not None:
         out.append(feed_verdict(diagnosis.feed))
-    return out
+    return out + work_verdicts(diagnosis.work)
 
 
 def _percent(value: float) -> str:
@@ -623,52 +648,6 @@ def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
         evidence["first_call_s"] = diagnosis.step.first_s
     return [DiagnosisFinding("start-up", f"{'; '.join(parts)}: kept apart; the stages shared the budget left after "
                              "them", evidence, None)]
-
-
-def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
-    """The stage that limits throughput, with its share of the time per sample and its interval."""
-    if bottleneck is None or not bottleneck.stages:
-        return []
-    shares = {s.stage: s.share for s in bottleneck.stages}
-    listing = ", ".join(f"{s.stage} {s.share.median:.0%} [{s.share.low:.0%}, {s.share.high:.0%}]"
-                        for s in bottleneck.stages)
-    evidence = {"stages": [s.stage for s in bottleneck.stages],
-                "shares": [s.share.median for s in bottleneck.stages],
-                "rates": [s.rate.median for s in bottleneck.stages]}
-    top = shares[bottleneck.limiting]
-    if bottleneck.decided:
-        return [DiagnosisFinding("bottleneck", f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} "
-                                 f"[{top.low:.0%}, {top.high:.0%}] of the time per sample (over {top.rounds} rounds; "
-                                 f"each stage's share: {listing})", evidence, None, top)]
-    return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): the shares' "
-                             f"intervals overlap ({listing})", evidence, "a longer --budget separates them", top)]
-
-
-def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
-    """Each fix measured (its gain and interval, or why it stays undecided), and each fix not applied, why."""
-    out = []
-    for fix in fixes:
-        if not fix.applied:
-            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.name}: not applied ({fix.why})", {"applied": False},
-                                        None))
-            continue
-        if fix.gain is None:
-            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.words}: applied, but no measured round fit the time "
-                                        "left", {"applied": True}, "a longer --budget measures it"))
-            continue
-        gain = fix.gain
-        figure = f"{gain.median:.2f}x [{gain.low:.2f}, {gain.high:.2f}] {fix.unit} over {gain.rounds} rounds"
-        evidence = {**estimate_evidence("gain", gain), "applied": True, "unit": fix.unit}
-        why = why_undecided(gain, lambda v: f"{v:.2f}x")
-        if why:
-            words = f"{fix.words}: {figure}; whether it helps is {why}"
-            recommendation = None
-        elif gain.low > 1.0:
-            words, recommendation = f"{fix.words}: {figure}", f"apply it: {fix.words}"
-        else:
-            words, recommendation = f"{fix.words}: {figure}; it does not help here", None
-        out.append(DiagnosisFinding(f"fix-{fix.name}", words, evidence, recommendation, gain))
-    return out
 
 
 def _no_padding_because(diagnosis: PipelineDiagnosis) -> str:

@@ -7,7 +7,7 @@ a small share says time goes elsewhere (waiting, Python, memory, small kernels).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfsuite.measure.peak import PeakRate, measure_peak
 from perfsuite.measure.work import WorkFingerprint, WorkUnavailable, dataset_work, step_work
@@ -18,34 +18,46 @@ from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, format_figure
 @dataclass(frozen=True)
 class WorkFigures(Record):
     """The fingerprints (None where unreadable: `unavailable` says why), this machine's peak, and the
-    achieved rates (None where the run measured no rate to set the work against)."""
+    achieved rates and work per audio second (None where the run measured no figure to set them against)."""
 
     pipeline: WorkFingerprint | None
     step: WorkFingerprint | None
-    peak: PeakRate | None
-    pipeline_float_ops_per_s: float | None
-    step_float_ops_per_s: float | None
     unavailable: tuple[str, ...] = ()
+    peak: PeakRate | None = None
+    pipeline_float_ops_per_s: float | None = None
+    pipeline_float_ops_per_audio_s: float | None = None
+    step_float_ops_per_s: float | None = None
+
+
+def read_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None) -> WorkFigures:
+    """Fingerprint the pipeline, and the step at `batch` (traced, not run); nothing timed."""
+    unavailable = []
+    pipeline = _read(lambda: dataset_work(dataset, name=pipeline_name), unavailable)
+    fingerprint = None if step is None else _read(lambda: step_work(step, batch, name=step_name or "step"),
+                                                  unavailable)
+    return WorkFigures(pipeline=pipeline, step=fingerprint, unavailable=tuple(unavailable))
+
+
+def with_rates(work: WorkFigures, *, audio_s_per_sample: float | None, samples_per_s: float | None,
+               step_s: float | None) -> WorkFigures:
+    """The work set against the run's figures: samples_per_s, the pipeline's steady median; audio_s_per_sample,
+    its audio seconds per sample; step_s, the step's steady seconds per call. The peak is timed only when
+    there is a rate to set against it."""
+    per_sample = None if work.pipeline is None else work.pipeline.work.get("float_ops_per_sample")
+    per_step = None if work.step is None else work.step.work.get("float_ops_per_step")
+    pipeline_rate = per_sample * samples_per_s if per_sample and samples_per_s else None
+    step_rate = per_step / step_s if per_step and step_s else None
+    return replace(work, pipeline_float_ops_per_s=pipeline_rate, step_float_ops_per_s=step_rate,
+                   pipeline_float_ops_per_audio_s=per_sample / audio_s_per_sample if per_sample and audio_s_per_sample
+                   else None, peak=measure_peak() if pipeline_rate or step_rate else None)
 
 
 def measure_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None,
                  audio_s_per_sample: float | None, samples_per_s: float | None,
                  step_s: float | None) -> WorkFigures:
-    """Fingerprint the pipeline (and the step at `batch`), time the peak, and derive the achieved rates.
-    samples_per_s: the pipeline's steady median; step_s: the step's steady seconds per call."""
-    unavailable = []
-    pipeline = _read(lambda: dataset_work(dataset, name=pipeline_name, audio_seconds=audio_s_per_sample or None),
-                     unavailable)
-    fingerprint = None if step is None else _read(lambda: step_work(step, batch, name=step_name or "step"),
-                                                  unavailable)
-    pipeline_rate = step_rate = None
-    if pipeline is not None and samples_per_s and pipeline.work.get("float_ops_per_sample"):
-        pipeline_rate = pipeline.work["float_ops_per_sample"] * samples_per_s
-    if fingerprint is not None and step_s and fingerprint.work.get("float_ops_per_step"):
-        step_rate = fingerprint.work["float_ops_per_step"] / step_s
-    peak = measure_peak() if pipeline_rate or step_rate else None
-    return WorkFigures(pipeline=pipeline, step=fingerprint, peak=peak, pipeline_float_ops_per_s=pipeline_rate,
-                       step_float_ops_per_s=step_rate, unavailable=tuple(unavailable))
+    """read_work, then with_rates."""
+    return with_rates(read_work(dataset, step, batch, pipeline_name=pipeline_name, step_name=step_name),
+                      audio_s_per_sample=audio_s_per_sample, samples_per_s=samples_per_s, step_s=step_s)
 
 
 def _read(fingerprint, unavailable: list) -> WorkFingerprint | None:
@@ -62,12 +74,15 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
         return []
     found = [DiagnosisFinding("work", f"not read: {why}", {}, None) for why in figures.unavailable]
     for label, fingerprint, rate in (("pipeline", figures.pipeline, figures.pipeline_float_ops_per_s),
-                                ("step", figures.step, figures.step_float_ops_per_s)):
+                                     ("step", figures.step, figures.step_float_ops_per_s)):
         if fingerprint is None:
             continue
         words = ", ".join(f"{format_figure(value)} {key.replace('_', ' ')}" for key, value in fingerprint.work.items()
                           if key.startswith("float_ops"))
         evidence = dict(fingerprint.work)
+        if label == "pipeline" and figures.pipeline_float_ops_per_audio_s is not None:
+            evidence["float_ops_per_audio_s"] = figures.pipeline_float_ops_per_audio_s
+            words += f", {format_figure(figures.pipeline_float_ops_per_audio_s)} float ops per audio s (measured audio)"
         finding = f"the {label}'s work: {words} (float ops: {fingerprint.method.split('(')[0].strip()})"
         if rate is not None and figures.peak is not None:
             share = figures.peak.share(rate)
