@@ -169,7 +169,10 @@ def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measur
     throughput = result["throughput"]
     assert throughput["unit"] == "samples" and throughput["rate"]["median"] > 0 and throughput["first_batch_s"] > 0
     assert len(throughput["warmup_s"]) == 2  # the warm-up apart from the steady rounds
-    assert len(throughput["batch_s"]) == throughput["batches_per_round"] * throughput["rate"]["rounds"]
+    # every round's batches, a second pass sizing its rounds anew
+    assert len(throughput["round_batches"]) == throughput["rate"]["rounds"]
+    assert len(throughput["batch_s"]) == sum(throughput["round_batches"])
+    assert throughput["round_batches"][-1] == throughput["batches_per_round"]
     bound = result["input_bound"]
     assert bound["share"]["rounds"] == len(bound["real_round_s"]) == len(bound["synthetic_round_s"]) >= 1
     assert bound["share"]["low"] <= bound["share"]["median"] <= bound["share"]["high"]
