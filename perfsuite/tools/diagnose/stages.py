@@ -18,6 +18,7 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     parse_step_time,
     run_emulated,
 )
+from perfsuite.measure.rounds import alternating
 from perfsuite.tools.diagnose.plan import (
     FEED_ROUND_SAMPLES,
     FEED_SEARCH_SHARE,
@@ -84,7 +85,7 @@ def loaders_stage(stage: Stage, loader, settings: DiagnoseSettings):
 
     def one_round(index: int) -> None:
         batches = 1 if index == 0 else settings.batches  # the warm-up round: start-up and first reads only
-        for pipeline in LOADER_PIPELINES if index % 2 == 0 else LOADER_PIPELINES[::-1]:
+        for pipeline in alternating(LOADER_PIPELINES, index):
             runs[pipeline].append(timing.measure_dataset(dataset=datasets[pipeline], warmup_batches=settings.warmup,
                                                          measure_batches=batches, name=pipeline.label))
 
@@ -149,7 +150,7 @@ def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple
     per_round = {mode: [] for mode in STEP_MODES}
 
     def one_round(index: int) -> None:
-        for mode in STEP_MODES if index % 2 == 0 else STEP_MODES[::-1]:
+        for mode in alternating(STEP_MODES, index):
             per_round[mode].append(tuple(_timed_call(steps[mode], batch) for _ in range(calls)))
 
     outcome = stage.rounds_until_decided(
@@ -237,7 +238,7 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
     def one_round(index: int) -> None:
         active = undecided()
         before, _ = _step_and_wait_s(step, twin, warmup=warmup, batches=batches)
-        for pipeline in active if index % 2 == 0 else active[::-1]:
+        for pipeline in alternating(active, index):
             seconds, waited = _step_and_wait_s(step, loader(pipeline), warmup=warmup, batches=batches)
             real_s[pipeline].append(seconds)
             wait_s[pipeline].append(waited)
@@ -397,7 +398,7 @@ def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, sha
     values, order = {point: [] for point in points}, []
 
     def one_round(index: int) -> None:
-        sequence = points if index % 2 == 0 else points[::-1]
+        sequence = alternating(points, index)
         found = {point: timing.measure_dataset(dataset=datasets[point], warmup_batches=settings.warmup,
                                                measure_batches=batches[point] if index else 1,
                                                name=f"sweep-{axis}-{point}")
