@@ -61,7 +61,7 @@ MATRIX_ROUNDS = 3  # figures only: the gate case and the contrast take the profi
 # three times that, so that a round holds enough of the starved loop's cycles for the detector to find
 # them (how often it did per round length: docs/emulated.md, "The starved oscillation, with its period").
 # Smoke, which only proves the cases run, takes the fewest whose whole intervals cover 90 % of the window
-# (perfsuite.measure.emulated.MIN_COVERAGE), so its emulated_complete is decided by the same rule.
+# (perfsuite.measure.emulated_timeline.MIN_COVERAGE), so its emulated_complete is decided by the same rule.
 MIN_SAMPLES, STARVATION_SAMPLES, SMOKE_SAMPLES = 32, 96, 10
 FEED_SEARCH = {
     "smoke": FeedRateConfig(searches=1, iterations=1, probe_batches=3, budget_s=1.0,

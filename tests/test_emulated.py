@@ -21,7 +21,6 @@ import pytest
 from perfsuite.data.audio import MelConfig
 from perfsuite.measure import utilisation
 from perfsuite.measure.emulated import (
-    SOURCE_EMULATED,
     STEP_PRESETS,
     EmulatedDevice,
     EmulatedRunConfig,
@@ -35,6 +34,9 @@ from perfsuite.measure.emulated import (
     feed_rate,
     fixed_step,
     run_emulated,
+)
+from perfsuite.measure.emulated_timeline import (
+    SOURCE_EMULATED,
     step_accounting,
     utilisation_timeline,
     window_coverage,
