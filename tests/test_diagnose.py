@@ -661,6 +661,17 @@ def test_stage_verdicts_say_which_stage_lacked_time_and_how_much_budget_would_do
     assert "stage-input-bound" not in found
 
 
+def test_a_stage_stopped_at_its_most_rounds_with_time_left_does_not_say_its_share_was_spent():
+    records = (StageRecord("input_bound", 134.0, 18.0, 60, UNDECIDED, "plan", 3.0),
+               StageRecord("fixes", 39.0, 37.0, 9, UNDECIDED, "plan", 12.0))
+    found = _topics(stage_verdicts(records, budget_s=180.0))
+    capped, spent = found["stage-input-bound"], found["stage-fixes"]
+    assert capped.finding.startswith("undecided after 60 rounds, the most its rounds take, in 18 s of its 134 s")
+    assert "spent" not in capped.finding and capped.recommendation is None
+    assert spent.finding.startswith("its 39 s share was spent after 9 rounds")
+    assert spent.recommendation == "a longer --budget narrows the intervals"
+
+
 def test_step_cycle_and_gpu_rules_follow_the_figures():
     def step(per_round):
         """Per-round speed ratios (graph over eager, XLA over graph) as a run measures them."""

@@ -105,8 +105,12 @@ def data_verdicts(data: DataSummary) -> list[DiagnosisFinding]:
     return out
 
 
+STOPPED_EARLY = 0.8  # an undecided stage that spent less of its share stopped at its most rounds, not its time
+
+
 def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[DiagnosisFinding]:
-    """A finding for each stage that was interrupted, had too little time, or spent its share undecided."""
+    """A finding for each stage that was interrupted, had too little time, or ended undecided: its share
+    spent, or its rounds at their most with time left (no longer budget would decide it then)."""
     out = []
     for stage in stages:
         topic = f"stage-{stage.name.replace('_', '-')}"
@@ -117,6 +121,10 @@ def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[
         elif stage.status == TOO_SHORT:
             out.append(DiagnosisFinding(topic, f"{TOO_SHORT}: {stage.rounds} round(s) in its {stage.share_s:.0f} s share; a "
                                f"decision needs {MIN_ROUNDS}", evidence, _more_budget(stage, budget_s)))
+        elif stage.status == UNDECIDED and stage.spent_s < STOPPED_EARLY * stage.share_s:
+            out.append(DiagnosisFinding(topic, f"undecided after {stage.rounds} rounds, the most its rounds take, in "
+                               f"{stage.spent_s:.0f} s of its {stage.share_s:.0f} s share: a figure sits on a class "
+                               "boundary (see the findings below)", evidence, None))
         elif stage.status == UNDECIDED:
             out.append(DiagnosisFinding(topic, f"its {stage.share_s:.0f} s share was spent after {stage.rounds} rounds, "
                                "before every figure was decided (see the findings below)", evidence,
