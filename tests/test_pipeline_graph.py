@@ -201,6 +201,19 @@ def test_python_ops_are_named_by_the_function_they_wrap_and_where_it_is():
     assert found["Cleaner"].defined_at.startswith(f"{__file__}:")  # a callable object: its __call__
 
 
+def test_a_lambda_around_the_users_function_is_named_by_the_function_it_calls():
+    def tokens(index):  # autograph converts this map function, and the lambda inside it, as the recipes' are
+        return tf.numpy_function(lambda i: per_token_ids(tf.strings.as_string(i).numpy()), [index], tf.int32)
+
+    [op] = inspect_graph(tf.data.Dataset.range(4).map(tokens)).python_ops
+    assert op.python.endswith(".per_token_ids (called by a lambda)")
+    assert op.defined_at == f"{__file__}:{inspect.getsourcelines(per_token_ids)[1]}"
+    calls_two = tf.data.Dataset.range(4).map(
+        lambda i: tf.numpy_function(lambda x: per_token_ids(lookup_duration(x)), [i], tf.int32))
+    [op] = inspect_graph(calls_two).python_ops
+    assert "<lambda>" in op.python  # two functions called: the lambda itself is named
+
+
 def test_a_pipeline_without_python_ops_names_none():
     assert inspect_graph(tts_pipeline()).python_ops == ()
 

@@ -382,6 +382,10 @@ def callable_words(function: Any) -> tuple[str | None, str | None]:
         function = inspect.unwrap(function.func)
     if function is None:
         return None, None
+    called = _called_by_lambda(function)
+    if called is not None:  # a lambda around the user's function, as numpy_function(lambda x: f(x, ...)) is
+        name, where = callable_words(called)
+        return (None if name is None else f"{name} (called by a lambda)"), where
     target = function if hasattr(function, "__qualname__") else type(function)
     name = getattr(target, "__qualname__", None)
     code = getattr(getattr(target, "__func__", target), "__code__", None)
@@ -389,6 +393,18 @@ def callable_words(function: Any) -> tuple[str | None, str | None]:
         code = getattr(getattr(type(function), "__call__", None), "__code__", None)
     where = None if code is None else f"{code.co_filename}:{code.co_firstlineno}"
     return (None if name is None else f"{getattr(target, '__module__', '?')}.{name}"), where
+
+
+def _called_by_lambda(function: Any) -> Any:
+    """The one Python function a lambda calls (by a global or closure name; autograph's own helpers left
+    out), or None when the callable is not a lambda or calls no single function of its own."""
+    if getattr(function, "__name__", None) != "<lambda>" or not hasattr(function, "__code__"):
+        return None
+    names = [function.__globals__.get(name) for name in function.__code__.co_names]
+    cells = [cell.cell_contents for cell in function.__closure__ or ()]
+    called = {id(c): c for c in names + cells
+              if inspect.isfunction(c) and not c.__module__.startswith(("tensorflow", "perfsuite"))}
+    return next(iter(called.values())) if len(called) == 1 else None
 
 
 # ------------------------------------------------------------------------------ the Python objects
