@@ -64,10 +64,7 @@ def prefixes(dataset) -> list[Prefix]:
     out, batched = [], False
     for node in python_chain(dataset):
         kind = type(node).__name__
-        if "Unbatch" in kind:
-            batched = False
-        elif any(word in kind for word in BATCHING):
-            batched = True
+        batched = _batched_after(kind, batched)
         if not any(word in kind for word in WRAPPERS):
             out.append(Prefix(stage=stage_words(node), dataset=node, batched=batched))
     return out
@@ -310,12 +307,15 @@ def tf_cardinality(dataset) -> int:
 def _batched(prefix) -> bool:
     batched = False
     for node in python_chain(prefix):
-        kind = type(node).__name__
-        if "Unbatch" in kind:
-            batched = False
-        elif any(word in kind for word in BATCHING):
-            batched = True
+        batched = _batched_after(type(node).__name__, batched)
     return batched
+
+
+def _batched_after(kind: str, batched: bool) -> bool:
+    """Whether elements are batches after a stage of this kind, given whether they were before it."""
+    if "Unbatch" in kind:
+        return False
+    return batched or any(word in kind for word in BATCHING)
 
 
 def _leading(sample) -> int:
