@@ -273,26 +273,3 @@ def test_a_recipe_without_the_defects_has_no_finding_for_them(tmp_path, monkeypa
     assert topics["fix-prefetch"]["evidence"]["applied"] is True  # no prefetch: the fix is measured
     assert topics["fix-map-parallelism"]["evidence"]["applied"] is False
     assert "tokenised utterance" not in log
-
-
-def test_a_second_fixes_pass_keeps_the_decided_gains_and_measures_the_undecided_ones():
-    from perfsuite.tools.diagnose.attribution import FixGain, fixes_stage
-    from perfsuite.tools.diagnose.plan import Stage
-    from perfsuite.verdict.diagnosis_figures import estimate
-
-    dataset = tf.data.Dataset.range(64).map(lambda i: tf.cast(i, tf.float32)).batch(8).repeat()  # no prefetch
-
-    def run(decided):
-        budget = Budget(30, {"fixes": 1.0}, time.monotonic)
-        return fixes_stage(Stage("fixes", 3.0, budget, no_progress), dataset, "planted", warmup=1,
-                           ends_with_prefetch=False, step=None, decided=decided)
-
-    decided = FixGain(name="prefetch", words="adding prefetch", applied=True, unit="samples/s",
-                      gain=estimate([1.5, 1.6, 1.7], (1.0,)))
-    assert decided.gain.decided
-    again = {fix.name: fix for fix in run((decided,))}
-    assert again["prefetch"] is decided  # kept, not measured again
-    undecided = FixGain(name="prefetch", words="adding prefetch", applied=True, unit="samples/s",
-                        gain=estimate([0.9, 1.2], (1.0,)))
-    measured = {fix.name: fix for fix in run((undecided,))}
-    assert measured["prefetch"] is not undecided and measured["prefetch"].gain.rounds >= 1

@@ -168,25 +168,21 @@ def _bottleneck(cuts, rates: dict[int, list[float]]) -> Bottleneck:
 
 
 def fixes_stage(stage: Stage, dataset, spec: str, *, warmup: int, ends_with_prefetch: bool,
-                step: Callable | None, layout=None, padding=None, samples_per_s: float | None = None,
-                decided: tuple[FixGain, ...] = ()) -> tuple[FixGain, ...]:
+                step: Callable | None, layout=None, padding=None, samples_per_s: float | None = None
+                ) -> tuple[FixGain, ...]:
     """Each applicable fix against the pipeline as it is, in rounds alternating before and after, until every
     gain is decided or the share is spent. With a step, the figure is the step fed by each (a fresh iterator
-    per side and round, warm-up step calls untimed); without, the pipeline alone (drained before each round).
-    decided: an earlier pass's fixes; those whose gain is decided are kept, the others measured anew."""
+    per side and round, warm-up step calls untimed); without, the pipeline alone (drained before each round)."""
     try:
         fixes, skipped = rewrite.applicable_fixes(dataset, ends_with_prefetch=ends_with_prefetch,
                                                   samples_per_s=samples_per_s, fill_limit_s=stage.left_s() / 4)
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
-    kept = [f for f in decided if f.applied and f.gain is not None and f.gain.decided]
-    fixes = [f for f in fixes if f.name not in {k.name for k in kept}]
-    out = [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped] + kept
-    trim = padding_fix if padding is not None and padding.beyond_longest > 0 and "padding" not in {
-        k.name for k in kept} else None
+    out = [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
+    trim = padding_fix if padding is not None and padding.beyond_longest > 0 else None
     count = len(fixes) + (trim is not None)
     if not count:
-        stage.plan = "every fix decided" if kept else "no fix perfsuite can apply"
+        stage.plan = "no fix perfsuite can apply"
         stage.tell("note", stage.plan)
         return tuple(out)
     share_s = stage.left_s() / count

@@ -290,20 +290,14 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
                  "bottleneck": lambda stage: {"bottleneck": bottleneck.run(stage)}}
     if bound is not None:
         resumable["input_bound"] = lambda stage: dict(zip(("input_bound", "step"), bound.run(stage)))
-    fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
-
-    def fixes(stage: Stage) -> dict:
-        measured = run.parts["throughput"]
-        return {"fixes": fixes_stage(stage, dataset, target.pipeline, warmup=settings.warmup,
-                                     ends_with_prefetch=graph.ends_with_prefetch, step=fed, layout=layout,
-                                     padding=None if measured is None else measured.padding,
-                                     samples_per_s=None if measured is None or measured.rate is None or
-                                     measured.unit != "samples" else measured.rate.median,
-                                     decided=run.parts["fixes"])}
-
     with run.stage("fixes", held=tuple(n for n in run.undecided() if n in resumable)) as stage:
-        run.parts.update(fixes(stage))
-    resumable["fixes"] = fixes  # after the first pass: its undecided fixes get the time left, as the others
+        fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
+        measured = run.parts["throughput"]
+        run.parts["fixes"] = fixes_stage(stage, dataset, target.pipeline, warmup=settings.warmup,
+                                         ends_with_prefetch=graph.ends_with_prefetch, step=fed, layout=layout,
+                                         padding=None if measured is None else measured.padding,
+                                         samples_per_s=None if measured is None or measured.rate is None or
+                                         measured.unit != "samples" else measured.rate.median)
     with run.stage("feed", held=tuple(n for n in run.undecided() if n in resumable)) as stage:
         run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"])
     undecided = [name for name in run.undecided() if name in resumable]
