@@ -147,9 +147,96 @@ def test_time_left_goes_to_a_stage_still_undecided():
     assert (a.name, a.rounds, a.spent_s, a.share_s, a.status) == ("a", 4, 80, 90, UNDECIDED)
 
 
+def _log_with(now, needs, statuses):
+    """A StageLog over a fake clock whose stages each ran 10 s in 5 rounds and ended with the given status."""
+    budget = Budget(100, needs, lambda: now[0])
+    log = StageLog(make=lambda **parts: parts, parts={}, budget=budget, progress=no_progress, checkpoint=None)
+    for name, status in statuses.items():
+        with log.stage(name) as stage:
+            now[0] += 10
+            stage.rounds, stage.status = 5, status
+    return log
+
+
+def test_the_time_left_goes_first_to_the_stage_nearest_to_deciding_and_the_rest_waits_for_the_others():
+    from perfsuite.tools.diagnose.plan import Resumable
+
+    now = [0.0]
+    log = _log_with(now, {"far": 1.0, "near": 1.0, "hopeless": 1.0, "done": 1.0},
+                    {"far": UNDECIDED, "near": UNDECIDED, "hopeless": UNDECIDED, "done": "decided"})
+    shares = []
+
+    def runs(name, seconds):
+        def run(stage):
+            shares.append((name, round(stage.share_s, 3)))
+            now[0] += seconds
+            stage.status = "decided"
+            return {name: True}
+        return run
+
+    passes = {"far": Resumable(runs("far", 15), lambda: 10.0),  # 10 rounds of 2 s: 20 s
+              "near": Resumable(runs("near", 4), lambda: 2.0),  # 4 s
+              "hopeless": Resumable(runs("hopeless", 5), lambda: float("inf"))}
+    log.resume(passes)  # 60 s left
+    assert [name for name, _ in shares] == ["near", "far", "hopeless"]
+    assert shares[0] == ("near", 60 - 20)  # what is left less what 'far' needs ('hopeless' has no estimate)
+    assert shares[1] == ("far", 56)  # all that is left but the 0 s the hopeless stage is estimated to need
+    assert shares[2] == ("hopeless", 41)
+    assert log.parts == {"near": True, "far": True, "hopeless": True}
+
+
+def test_more_rounds_grow_with_the_interval_and_are_endless_on_the_boundary():
+    from perfsuite.tools.diagnose.plan import more_rounds, more_rounds_for
+    from perfsuite.verdict.diagnosis_figures import estimate
+
+    assert more_rounds(10, 0.2, 0.2) == 1  # as narrow as needed: one more round
+    assert more_rounds(10, 0.4, 0.2) == 30  # twice too wide: 4x the rounds in all
+    assert more_rounds(10, 0.1, 0.0) == float("inf")
+    assert more_rounds(1, 0.1, 1.0) == 2  # up to MIN_ROUNDS in all
+    straddling = estimate([0.9, 1.1, 0.95, 1.2, 1.05, 0.99], (1.0,))
+    assert straddling.straddles and more_rounds_for(straddling) > 1
+    assert more_rounds_for(None) == 3
+
+
+class _Planted:
+    """A Comparison whose 'after' side is `gain` times the 'before' side, with a per-side wobble."""
+
+    warmup_rounds, unit = 0, "planted/s"
+
+    def __init__(self, name, gain, wobble):
+        self.name, self.words, self.gain, self.wobble, self.reads = name, f"planting {name}", gain, wobble, 0
+
+    def prepare(self):
+        pass
+
+    def rate(self, side, read_s):
+        self.reads += 1
+        time.sleep(0.002)
+        return (self.gain if side == "after" else 1.0) * (1 + self.wobble * (-1) ** self.reads)
+
+    def close(self):
+        pass
+
+
+def test_a_second_fixes_pass_keeps_the_decided_gains_and_adds_rounds_to_the_undecided_ones():
+    from perfsuite.tools.diagnose.fixes import FixRounds
+    from perfsuite.tools.diagnose.plan import Stage
+
+    clear, unsure = _Planted("clear", 2.0, 0.01), _Planted("unsure", 1.0, 0.3)
+    fixes = FixRounds(lambda stage: ([clear, unsure], []))
+    budget = Budget(60, {"fixes": 1.0}, time.monotonic)
+    first = {fix.name: fix for fix in fixes.run(Stage("fixes", 4.0, budget, no_progress))}
+    assert first["clear"].gain.decided and not first["unsure"].gain.decided
+    reads, rounds = clear.reads, first["unsure"].gain.rounds
+    assert fixes.more_rounds() >= 1
+    again = {fix.name: fix for fix in fixes.run(Stage("fixes", 2.0, budget, no_progress))}
+    assert clear.reads == reads and again["clear"] == first["clear"]  # kept, not measured again
+    assert again["unsure"].gain.rounds > rounds  # rounds added to the first pass's
+
+
 def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_true_lengths():
     from perfsuite.measure.batch_spec import find_layout
-    from perfsuite.tools.diagnose.attribution import trimmed
+    from perfsuite.tools.diagnose.padding import trimmed
 
     mel = np.zeros([2, 96, 4], np.float32)
     mel[0, :30], mel[1, :50] = 1.0, 2.0  # 30 and 50 real frames, zero-padded to a fixed 96
@@ -161,8 +248,8 @@ def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_t
 
 
 def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
-    from perfsuite.tools.diagnose.attribution import GAIN_BOUNDARIES, FixGain
-    from perfsuite.tools.diagnose.attribution import fix_verdicts
+    from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES, FixGain
+    from perfsuite.tools.diagnose.fixes import fix_verdicts
     from perfsuite.verdict.diagnosis_figures import estimate
 
     helps = FixGain("prefetch", "adding a prefetch", True, unit="steps/s", gain=estimate([1.8, 1.7, 1.9, 1.8],

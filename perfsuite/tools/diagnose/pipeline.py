@@ -26,24 +26,23 @@ from perfsuite.measure.rounds import alternating
 from perfsuite.measure.speech import FrameCounter, PaddingFigures, canonical_batch
 from perfsuite.measure.stats import Cycle
 from perfsuite.records import Record, migrate, migration
-from perfsuite.tools.diagnose.attribution import (
-    Bottleneck,
-    BottleneckRounds,
-    FixGain,
-    bottleneck_verdicts,
-    fix_verdicts,
-    fixes_stage,
-)
+from perfsuite.tools.diagnose import rewrite
+from perfsuite.tools.diagnose.attribution import Bottleneck, BottleneckRounds, bottleneck_verdicts
+from perfsuite.tools.diagnose.fixes import FixGain, FixRounds, RewriteComparison, fix_verdicts
 from perfsuite.tools.diagnose.graph import graph_findings
+from perfsuite.tools.diagnose.padding import PaddingComparison
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
     MIN_STEP_BATCHES,
     Budget,
     Event,
     Progress,
+    Resumable,
     Stage,
     StageLog,
     calls_that_fit,
+    more_rounds,
+    more_rounds_for,
     no_progress,
 )
 from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
@@ -98,6 +97,7 @@ THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies with
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
 MAX_THROUGHPUT_BATCHES = 256  # ... and at most
 MIN_FEED_S = 0.5  # a feed-rate search needs at least this share
+MAX_STEP_CALLS_AGAIN = 16 * MAX_STEP_CALLS  # step calls per side of a second input-bound pass's round, at most
 
 
 # ----------------------------------------------------------------------------------- the records
@@ -286,25 +286,21 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     bottleneck = BottleneckRounds(dataset, target.pipeline, warmup=settings.warmup)
     with run.stage("bottleneck") as stage:
         run.parts["bottleneck"] = bottleneck.run(stage)
-    resumable = {"throughput": lambda stage: {"throughput": throughput.run(stage)},
-                 "bottleneck": lambda stage: {"bottleneck": bottleneck.run(stage)}}
+    fixes = FixRounds(lambda stage: _fix_comparisons(stage, dataset, graph, step, settings, target, layout,
+                                                     run.parts["throughput"]))
+    passes = {"throughput": Resumable(lambda stage: {"throughput": throughput.run(stage)}, throughput.more_rounds),
+              "bottleneck": Resumable(lambda stage: {"bottleneck": bottleneck.run(stage)}, bottleneck.more_rounds),
+              "fixes": Resumable(lambda stage: {"fixes": fixes.run(stage)}, fixes.more_rounds)}
     if bound is not None:
-        resumable["input_bound"] = lambda stage: dict(zip(("input_bound", "step"), bound.run(stage)))
-    with run.stage("fixes", held=tuple(n for n in run.undecided() if n in resumable)) as stage:
-        fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
-        measured = run.parts["throughput"]
-        run.parts["fixes"] = fixes_stage(stage, dataset, target.pipeline, warmup=settings.warmup,
-                                         ends_with_prefetch=graph.ends_with_prefetch, step=fed, layout=layout,
-                                         padding=None if measured is None else measured.padding,
-                                         samples_per_s=None if measured is None or measured.rate is None or
-                                         measured.unit != "samples" else measured.rate.median)
-    with run.stage("feed", held=tuple(n for n in run.undecided() if n in resumable)) as stage:
-        run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"])
-    undecided = [name for name in run.undecided() if name in resumable]
-    for index, name in enumerate(undecided):  # the time decided stages left goes to those still undecided
-        if budget.left_s() > 0:
-            with run.again(name, after=tuple(undecided[index + 1:])) as stage:
-                run.parts.update(resumable[name](stage))
+        passes["input_bound"] = Resumable(lambda stage: dict(zip(("input_bound", "step"), bound.run(stage))),
+                                          bound.more_rounds)
+    with run.stage("fixes", held=tuple(n for n in run.undecided() if n in passes)) as stage:
+        run.parts["fixes"] = fixes.run(stage)
+    with run.stage("feed", held=tuple(n for n in run.undecided() if n in passes)) as stage:
+        run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"],
+                                        drain=settings.warmup + buffered)
+    run.resume(passes)  # the time decided stages left goes to those still undecided
+    fixes.close()
     run.parts["work"] = _with_rates(work, run.parts["throughput"], run.parts["input_bound"], run.parts["step"])
     final = run.snapshot(complete=True)
     if checkpoint is not None:
@@ -323,10 +319,29 @@ def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBo
                       step_s=step_s)
 
 
+def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step, settings: PipelineSettings, target: Target,
+                     layout: BatchLayout, measured: Throughput | None) -> tuple[list, list[FixGain]]:
+    """The fixes perfsuite can apply to this pipeline (padding first: the step's gain), and those it considered
+    and cannot apply, with why."""
+    try:
+        fixes, skipped = rewrite.applicable_fixes(
+            dataset, ends_with_prefetch=graph.ends_with_prefetch, fill_limit_s=stage.left_s() / 4,
+            samples_per_s=None if measured is None or measured.rate is None or measured.unit != "samples"
+            else measured.rate.median)
+    except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
+        fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
+    fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
+    comparisons = [RewriteComparison(fix, dataset, target.pipeline, warmup=settings.warmup, step=fed) for fix in fixes]
+    padding = None if measured is None else measured.padding
+    if padding is not None and padding.beyond_longest > 0:
+        comparisons.insert(0, PaddingComparison(fed, dataset, target.pipeline, layout=layout, padding=padding))
+    return comparisons, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
+
+
 def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings, layout: BatchLayout,
-                throughput: Throughput | None) -> FeedFigures | None:
-    """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time.
-    Batches of any structure are handed on as {'mel', 'mel_len'} (speech.canonical_batch), the true
+                throughput: Throughput | None, *, drain: int) -> FeedFigures | None:
+    """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time, read
+    from a fresh iterator drained of `drain` batches (the warm-up and what its buffers hold). Batches of any structure are handed on as {'mel', 'mel_len'} (speech.canonical_batch), the true
     lengths read as the throughput stage reads them, where it found real frames (a per-frame step of
     no frames takes no time); otherwise as they are."""
     if stage.left_s() <= MIN_FEED_S:
@@ -337,13 +352,15 @@ def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSetting
     stage.plan = f"a feed-rate search, then a round at the {settings.step_time} step"
     stage.tell("note", stage.plan)
     padding = None if throughput is None else throughput.padding
+    stream = steady_stream(dataset.repeat(), target.pipeline, warmup=0, buffered=drain)
     if padding is not None and padding.real_frames > 0:
-        batches = (canonical_batch(batch, layout) for batch in dataset.repeat())
+        batches = (canonical_batch(batch, layout) for batch in stream)
     else:
-        batches = iter(dataset.repeat())
+        batches = stream
         stage.tell("note", "batches handed on as they are: " + ("no audio component" if layout.mel is None else
                                                                "the throughput stage found no real frames"))
     figures = feed_figures(batches, label=target.pipeline, step_time=settings.step_time, share_s=stage.left_s())
+    stream.close()
     stage.rounds = 1
     stage.tell("round", feed_words(figures))
     return figures
@@ -386,6 +403,13 @@ class _ThroughputRounds:
         rate = estimate([r[0] for r in self.rounds]) if self.rounds else None
         return (rate is not None and rate.rounds >= MIN_ROUNDS
                 and (rate.high - rate.low) <= 2 * THROUGHPUT_PRECISION * rate.median)
+
+    def more_rounds(self) -> float:
+        """Rounds more to know the rate within THROUGHPUT_PRECISION (plan.more_rounds)."""
+        if len(self.rounds) < MIN_ROUNDS:
+            return float(MIN_ROUNDS - len(self.rounds))
+        rate = estimate([r[0] for r in self.rounds])
+        return more_rounds(rate.rounds, rate.high - rate.low, 2 * THROUGHPUT_PRECISION * rate.median)
 
     def run(self, stage: Stage) -> Throughput:
         batch_s_estimate = statistics.median(self.warmup_s) if self.warmup_s else self.first_s
@@ -486,13 +510,17 @@ class _InputBoundRounds:
         return estimate([stats.input_bound_share(t_synthetic=s, t_real=r)
                          for s, r in zip(self.synthetic_s, self.real_s)], INPUT_BOUND_BOUNDARIES)
 
+    def more_rounds(self) -> float:
+        return more_rounds_for(self.figure() if self.real_s else None)
+
     def run(self, stage: Stage) -> tuple[InputBoundFigures | None, StepRun]:
         from perfsuite.measure.input_bound import step_and_wait_s
 
         warmup, call_s, target = self.settings.warmup, self.first.first_steady_s, self.target
-        if self.batches is None:
-            self.batches = max(MIN_STEP_BATCHES,
-                               calls_that_fit(stage.left_s(), 2 * call_s, most=MAX_STEP_CALLS) - warmup)
+        if self.real_s:  # a second pass: its rounds sized by the time left, up to MAX_STEP_CALLS_AGAIN calls a side
+            call_s = statistics.median(self.real_s + self.synthetic_s)  # seconds per step, measured
+        most = MAX_STEP_CALLS if not self.real_s else MAX_STEP_CALLS_AGAIN
+        self.batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), 2 * call_s, most=most) - warmup)
         batches = self.batches
         stage.plan = (f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
                       f"{batches} timed steps of about {call_s:.3g} s (about {2 * (warmup + batches) * call_s:.1f} s "

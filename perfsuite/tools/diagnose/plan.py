@@ -59,6 +59,35 @@ def status_of(outcome: RoundsOutcome) -> str:
     return TOO_SHORT if outcome.rounds < MIN_ROUNDS else UNDECIDED
 
 
+def more_rounds(rounds: int, width: float, allowed: float) -> float:
+    """Rounds more (at least 1, and up to MIN_ROUNDS in all) that would narrow an interval of `width` over
+    `rounds` rounds to `allowed`, as an interval of the median narrows as 1/sqrt(rounds); inf when nothing
+    narrower than 0 decides it (a median on the boundary)."""
+    if allowed <= 0:
+        return math.inf
+    return float(max(1, MIN_ROUNDS - rounds, math.ceil(max(rounds, 1) * (width / allowed) ** 2) - rounds))
+
+
+def more_rounds_for(figure) -> float:
+    """more_rounds for a RoundsEstimate judged against its boundaries (None: no round yet, MIN_ROUNDS): its
+    interval must leave the nearest boundary it straddles out."""
+    if figure is None:
+        return float(MIN_ROUNDS)
+    if not figure.straddles:
+        return float(max(1, MIN_ROUNDS - figure.rounds))
+    distance = min(abs(figure.median - boundary) for boundary in figure.straddles)
+    return more_rounds(figure.rounds, figure.high - figure.low, 2 * distance)
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """A stage that can run again: run(stage) -> the parts it measured (all its rounds, both passes),
+    more_rounds() -> how many more rounds it is estimated to need to decide (inf: no estimate)."""
+
+    run: Callable[[Stage], dict]
+    more_rounds: Callable[[], float]
+
+
 @dataclass(frozen=True)
 class Event:
     """One progress report. kind: 'plan' (the split of the budget), 'start', 'note', 'round' or 'end'.
@@ -223,13 +252,12 @@ class StageLog:
         return [record.name for record in self.stages if record.status in (TOO_SHORT, UNDECIDED)]
 
     @contextlib.contextmanager
-    def again(self, name: str, *, after: tuple[str, ...] = ()) -> Iterator[Stage]:
-        """The undecided stage `name` once more, with its share of the budget left (what decided stages left
-        unspent) beside the undecided stages `after` it; its record becomes one record of both passes (shares,
-        time and rounds added, the last status)."""
-        share = split_budget(self.budget.left_s(), {n: self.budget.needs[n] for n in (name, *after)})[name]
+    def again(self, name: str, *, share_s: float | None = None) -> Iterator[Stage]:
+        """The undecided stage `name` once more, with share_s (default: all the budget left); its record becomes
+        one record of both passes (shares, time and rounds added, the last status)."""
+        share = self.budget.left_s() if share_s is None else share_s
         stage = Stage(name, share, self.budget, self.progress)
-        stage.tell("start", f"again, with the {stage.share_s:.0f} s the other stages left")
+        stage.tell("start", f"again, with {stage.share_s:.0f} s of the time the other stages left")
         index = next(i for i, record in enumerate(self.stages) if record.name == name)
         try:
             yield stage
@@ -240,6 +268,33 @@ class StageLog:
         self.stages[index] = record = _joined(self.stages[index], stage.record())
         self.save()
         stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s, both passes")
+
+    def resume(self, passes: Mapping[str, Resumable]) -> None:
+        """The budget left after every stage ran, spent on the undecided stages among `passes`: the nearest to
+        deciding first (its estimated seconds to decide), each given what is left less what the stages after it
+        are estimated to need; a stage that decides sooner leaves the rest to the next. A stage whose figure
+        sits on a boundary (no estimate) goes last and shares what is left with any other such stage."""
+        pending = [name for name in self.undecided() if name in passes]
+        while pending and self.budget.left_s() > 0:
+            needs = {name: self.seconds_to_decide(name, passes[name]) for name in pending}
+            pending.sort(key=lambda name: needs[name])
+            name, pending = pending[0], pending[1:]
+            left = self.budget.left_s()
+            if math.isinf(needs[name]):
+                share = left / (1 + len(pending))
+            else:
+                share = max(min(needs[name], left), left - sum(needs[n] for n in pending if math.isfinite(needs[n])))
+            with self.again(name, share_s=share) as stage:
+                self.parts.update(passes[name].run(stage))
+
+    def seconds_to_decide(self, name: str, resumable: Resumable) -> float:
+        """The rounds `name` is estimated to need more, at the seconds its rounds took so far (a stage with no
+        round yet: 0, it goes first)."""
+        record = next(record for record in self.stages if record.name == name)
+        more = resumable.more_rounds()
+        if not record.rounds or not math.isfinite(more):
+            return 0.0 if not record.rounds else math.inf
+        return more * record.spent_s / record.rounds
 
 
 def _joined(first: StageRecord, second: StageRecord) -> StageRecord:

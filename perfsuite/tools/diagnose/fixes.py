@@ -1,0 +1,233 @@
+"""The fixes stage of diagnose --pipeline: each fix perfsuite can apply without the user's code (rewrite.py's
+prefetch, map parallelism and cache; padding.py's length bucketing) measured against the pipeline as it is,
+in rounds alternating before and after, its gain (after / before per round) decided when its interval leaves
+1.0 out. A second pass keeps the decided gains and adds rounds to the undecided ones."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from perfsuite.measure.rounds import alternating
+from perfsuite.records import Record
+from perfsuite.tools.diagnose import rewrite
+from perfsuite.tools.diagnose.attribution import MIN_READ_S, MIN_READS, counted, read_rate
+from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, worst_status
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements
+from perfsuite.tools.diagnose.targets import one_line_error
+from perfsuite.verdict.diagnosis import estimate_evidence, why_undecided
+from perfsuite.verdict.diagnosis_figures import (
+    DECIDED,
+    MIN_ROUNDS,
+    TOO_SHORT,
+    UNDECIDED,
+    DiagnosisFinding,
+    RoundsEstimate,
+    estimate,
+)
+
+GAIN_BOUNDARIES = (1.0,)  # a fix's gain is decided when its interval leaves 1.0 (no change) out
+
+
+@dataclass(frozen=True)
+class FixGain(Record):
+    """A fix measured: its name and words, what was compared (units: 'samples/s of the pipeline' or 'steps/s
+    of the step fed by it'), and the per-round after/before ratio; applied False with why when it was not."""
+
+    name: str
+    words: str
+    applied: bool
+    why: str | None = None
+    unit: str | None = None
+    gain: RoundsEstimate | None = None
+
+
+class NotApplicable(Exception):
+    """A fix that cannot be applied to this pipeline; its message says why."""
+
+
+class Comparison(Protocol):
+    """One fix as measured: prepare() readies both sides (NotApplicable when the fix cannot apply), rate(side,
+    read_s) is one side's rate ('before' or 'after') read for about read_s seconds, close() frees what
+    prepare() opened. warmup_rounds: rounds run first and discarded (e.g. a step tracing new shapes)."""
+
+    name: str
+    words: str
+    unit: str
+    warmup_rounds: int
+
+    def prepare(self) -> None: ...
+
+    def rate(self, side: str, read_s: float) -> float: ...
+
+    def close(self) -> None: ...
+
+
+class RewriteComparison:
+    """A rewrite.Fix: the pipeline alone (drained before each read) or, with a step, the step fed by each side
+    (a fresh iterator per read, warm-up calls untimed)."""
+
+    warmup_rounds = 0
+
+    def __init__(self, fix: rewrite.Fix, dataset, spec: str, *, warmup: int, step: Callable | None):
+        self.name, self.words = fix.name, fix.words
+        self.fix, self.dataset, self.spec, self.warmup, self.step = fix, dataset, spec, warmup, step
+        self.unit = "samples/s of the pipeline" if step is None else "steps/s of the step fed by the pipeline"
+        self.sides: dict = {}
+        self.streams: dict = {}
+        self.drains: dict = {}
+
+    def prepare(self) -> None:
+        try:
+            fixed, ready = self.fix.build(self.dataset)
+            ready()
+        except Exception as error:  # noqa: BLE001 -- a rewrite TensorFlow refuses: said, not raised
+            raise NotApplicable(f"the rewrite failed: {one_line_error(error)}") from None
+        self.sides = {"before": self.dataset, "after": fixed}
+        if self.step is None:
+            sources = {name: counted(data, batched=True) for name, data in self.sides.items()}
+            self.streams = {name: Stream(source, self.spec) for name, source in sources.items()}
+            self.drains = {name: self.warmup + buffered_elements(source) for name, source in sources.items()}
+
+    def rate(self, side: str, read_s: float) -> float:
+        if self.step is None:
+            return read_rate(self.streams[side], drain=self.drains[side], read_s=read_s, batched=True)
+        return steps_per_s(self.step, self.sides[side], self.spec, warmup=self.warmup, read_s=read_s)
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.close()
+        self.streams = {}
+
+
+def steps_per_s(step: Callable, dataset, spec: str, *, warmup: int, read_s: float) -> float:
+    """Steps per second of step (it reads its output back itself) fed by a fresh iterator of dataset, warmup
+    calls untimed, then calls for at least read_s seconds (at least MIN_READS)."""
+    stream = Stream(dataset, spec)
+    for _ in range(warmup):
+        step(stream.next())
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < read_s or calls < MIN_READS:
+        step(stream.next())
+        calls += 1
+    seconds = time.perf_counter() - start
+    stream.close()
+    return calls / seconds
+
+
+class FixRounds:
+    """The fixes stage, resumable. make(stage) -> (the comparisons to measure, the fixes considered and not
+    applied) is called once, on the first pass; each pass splits its share across the fixes still undecided."""
+
+    def __init__(self, make: Callable[[Stage], tuple[list[Comparison], list[FixGain]]]):
+        self.make = make
+        self.comparisons: list[Comparison] | None = None
+        self.refused: list[FixGain] = []
+        self.values: dict[str, dict[str, list[float]]] = {}
+
+    def gain(self, name: str) -> RoundsEstimate | None:
+        values = self.values[name]
+        if not values["after"]:
+            return None
+        return estimate([a / b for a, b in zip(values["after"], values["before"])], GAIN_BOUNDARIES)
+
+    def decided(self, name: str) -> bool:
+        gain = self.gain(name)
+        return gain is not None and gain.rounds >= MIN_ROUNDS and gain.decided
+
+    def more_rounds(self) -> float:
+        """Rounds more, over the fixes still undecided, for each gain's interval to leave 1.0 out."""
+        if self.comparisons is None:
+            return float(MIN_ROUNDS)
+        return sum(more_rounds_for(self.gain(c.name)) for c in self.comparisons if not self.decided(c.name))
+
+    def figures(self) -> tuple[FixGain, ...]:
+        measured = tuple(FixGain(name=c.name, words=c.words, applied=True, unit=c.unit, gain=self.gain(c.name))
+                         for c in self.comparisons or ())
+        return tuple(self.refused) + measured
+
+    def run(self, stage: Stage) -> tuple[FixGain, ...]:
+        if self.comparisons is None:
+            self._prepare(stage)
+        todo = [c for c in self.comparisons if not self.decided(c.name)]
+        if not todo:
+            stage.plan = "every fix decided" if self.comparisons else "no fix perfsuite can apply"
+            stage.tell("note", stage.plan)
+            return self.figures()
+        share_s = stage.left_s() / len(todo)
+        if share_s < 4 * MIN_READ_S * MIN_ROUNDS:
+            stage.plan = f"{len(todo)} fix(es): no time left to measure them"
+            stage.tell("note", stage.plan)
+            stage.status = TOO_SHORT
+            return self.figures()
+        stage.plan = f"{len(todo)} fix(es) ({', '.join(c.name for c in todo)}), before and after in alternating rounds"
+        stage.tell("note", stage.plan)
+        statuses = []
+        for index, comparison in enumerate(todo):
+            statuses.append(self._measure(stage, comparison, share_s))
+            share_s = max(share_s, stage.left_s() / max(1, len(todo) - index - 1))
+        stage.status = worst_status(statuses)
+        return self.figures()
+
+    def _prepare(self, stage: Stage) -> None:
+        comparisons, self.refused = self.make(stage)
+        self.comparisons = []
+        for comparison in comparisons:
+            try:
+                comparison.prepare()
+            except NotApplicable as why:
+                self.refused.append(FixGain(name=comparison.name, words=comparison.words, applied=False, why=str(why)))
+                continue
+            self.comparisons.append(comparison)
+            self.values[comparison.name] = {"before": [], "after": []}
+
+    def _measure(self, stage: Stage, comparison: Comparison, share_s: float) -> str:
+        values = self.values[comparison.name]
+        warmup = 0 if values["after"] else comparison.warmup_rounds
+        read_s = max(MIN_READ_S, share_s / (TARGET_ROUNDS * 4))
+
+        def one_round(index: int) -> None:
+            rates = {side: comparison.rate(side, read_s) for side in alternating(("before", "after"), len(values["after"]))}
+            if index >= warmup:
+                for side, rate in rates.items():
+                    values[side].append(rate)
+
+        stage.rounds_until_decided(one_round, decided=lambda: self.decided(comparison.name), share_s=share_s,
+                                             first_estimate_s=4 * read_s, warmup_rounds=warmup,
+                                             what=f"{comparison.name}: ")
+        if self.decided(comparison.name):
+            return DECIDED
+        return TOO_SHORT if len(values["after"]) < MIN_ROUNDS else UNDECIDED
+
+    def close(self) -> None:
+        for comparison in self.comparisons or ():
+            comparison.close()
+
+
+def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
+    """Each fix measured (its gain and interval, or why it stays undecided), and each fix not applied, why."""
+    out = []
+    for fix in fixes:
+        if not fix.applied:
+            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.name}: not applied ({fix.why})", {"applied": False},
+                                        None))
+            continue
+        if fix.gain is None:
+            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.words}: applied, but no measured round fit the time "
+                                        "left", {"applied": True}, "a longer --budget measures it"))
+            continue
+        gain = fix.gain
+        figure = f"{gain.median:.2f}x [{gain.low:.2f}, {gain.high:.2f}] {fix.unit} over {gain.rounds} rounds"
+        evidence = {**estimate_evidence("gain", gain), "applied": True, "unit": fix.unit}
+        why = why_undecided(gain, lambda v: f"{v:.2f}x")
+        if why:
+            words = f"{fix.words}: {figure}; whether it helps is {why}"
+            recommendation = None
+        elif gain.low > 1.0:
+            words, recommendation = f"{fix.words}: {figure}", f"apply it: {fix.words}"
+        else:
+            words, recommendation = f"{fix.words}: {figure}; it does not help here", None
+        out.append(DiagnosisFinding(f"fix-{fix.name}", words, evidence, recommendation, gain))
+    return out
