@@ -236,12 +236,12 @@ def test_a_second_fixes_pass_keeps_the_decided_gains_and_adds_rounds_to_the_unde
 
 def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_true_lengths():
     from perfsuite.measure.batch_spec import find_layout
-    from perfsuite.tools.diagnose.padding import trimmed
+    from perfsuite.tools.diagnose.padding import bucketed
 
     mel = np.zeros([2, 96, 4], np.float32)
     mel[0, :30], mel[1, :50] = 1.0, 2.0  # 30 and 50 real frames, zero-padded to a fixed 96
     batch = (tf.ones([2, 7], tf.int32), tf.constant(mel), tf.constant([7, 5]), tf.constant([96, 96]))
-    cut = trimmed(batch, find_layout(batch))
+    [cut] = bucketed([batch], find_layout(batch), batch_size=2, buckets=1)
     assert isinstance(cut, tuple) and len(cut) == 4
     assert cut[1].shape == (2, 50, 4) and cut[3].numpy().tolist() == [30, 50] and cut[3].dtype == tf.int32
     assert cut[0].numpy().tolist() == batch[0].numpy().tolist() and cut[2].numpy().tolist() == [7, 5]

@@ -8,6 +8,10 @@ options (a trailing with_options), python (a numpy_function, stateful as by defa
 a per-token Python loop and text_ms of other Python work per clip), sequential (maps left sequential), to_device (prefetch_to_device followed by a map and
 the repeat), prints (banners and per-element prints, tf.print in the step);
 make_step's first call sleeps TTS_FIRST_CALL_S seconds in the step's first call (a slow trace and compile).
+make_step's cost per frame: TTS_STEP_FRAME_COST (environment, default 0: none) dense layers of width 256
+applied to every frame (the mel reshaped to [frames, 32], then matmul and tanh, repeated) and trained with
+the rest, so a step's time grows with the frames its batch holds, padding included: what length bucketing
+saves on fixed-padded batches.
 """
 
 import os
@@ -90,10 +94,12 @@ def make_dataset(n="48", batch="4", fixed_pad="1", prefetch="50", options="1", p
 
 def make_step():
     """A factory for the step: a small model's gradient step, whose first call sleeps TTS_FIRST_CALL_S
-    seconds (environment, default 1); TTS_STEP_PRINTS=1 makes it print; TTS_STEP_COST its work."""
+    seconds (environment, default 1); TTS_STEP_PRINTS=1 makes it print; TTS_STEP_COST its work;
+    TTS_STEP_FRAME_COST dense layers of width 256 per frame (default 0)."""
     weights = tf.Variable(tf.zeros([32, 1]))
     delay = float(os.environ.get("TTS_FIRST_CALL_S", "1"))
     show, cost = _flag(os.environ.get("TTS_STEP_PRINTS", "0")), int(os.environ.get("TTS_STEP_COST", "1"))
+    layers = _frame_layers(int(os.environ.get("TTS_STEP_FRAME_COST", "0")))
 
     @tf.function
     def train(tokens, mel, text_len, mel_len):
@@ -102,7 +108,11 @@ def make_step():
             for _ in range(cost):
                 x = tf.tanh(x)
             loss = tf.reduce_mean(tf.square(tf.matmul(tf.reshape(x, [-1, 32]), weights) - 1.0))
-        weights.assign_sub(0.01 * tape.gradient(loss, weights))
+            if layers:
+                loss += tf.reduce_mean(tf.square(_per_frame(mel, layers)))
+        variables = [weights, *layers]
+        for variable, gradient in zip(variables, tape.gradient(loss, variables)):
+            variable.assign_sub(0.01 * gradient)
         if show:
             tf.print("step loss", loss)
         return loss
@@ -118,3 +128,17 @@ def make_step():
         return train(*batch)
 
     return step
+
+
+def _frame_layers(count):
+    """count dense layers of width 256 over frames of 32 mel bins (the first 32 -> 256, the rest 256 -> 256)."""
+    return [tf.Variable(tf.random.stateless_normal([32 if i == 0 else 256, 256], seed=[i, 0], stddev=0.05))
+            for i in range(count)]
+
+
+def _per_frame(mel, layers):
+    """The layers applied to every frame of mel [batch, frames, 32]: [batch * frames, 256]."""
+    x = tf.reshape(mel, [-1, 32])
+    for layer in layers:
+        x = tf.tanh(tf.matmul(x, layer))
+    return x

@@ -1,16 +1,27 @@
-"""The padding fix of diagnose --pipeline: the user's step on batches of the pipeline as they are padded vs
-the same samples with their padding past each true clip removed, timed on the user's own step at the real
-length distribution (a step's cost that grows with frames is what padding wastes)."""
+"""The padding fix of diagnose --pipeline: length bucketing instead of padding to a fixed length, timed on the
+user's own step at the real length distribution (a step's cost that grows with frames is what padding wastes).
+
+The samples of PADDING_BATCHES batches of the pipeline are split apart on the host, each sample's audio cut to
+its true length (speech.canonical_batch's: the length tensor, or the content where that tensor says the padded
+length) and its length tensor set to it; then TensorFlow's own ``tf.data.Dataset.bucket_by_sequence_length``
+batches them again: BUCKETS buckets bounded at the quantiles of the true lengths, the pipeline's batch size,
+each batch padded (with zeros) to its own longest, every sample kept. Every other component goes along with
+its sample as it was sliced from its batch (text tokens keep their padding in that batch), padded by the same
+op to each new batch's longest."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from perfsuite.tools.diagnose.fixes import NotApplicable
 from perfsuite.tools.diagnose.streams import Stream
+from perfsuite.tools.diagnose.targets import one_line_error
 
-PADDING_BATCHES = 16  # batches taken from the pipeline once, fed to the step as padded and as trimmed
+PADDING_BATCHES = 16  # batches taken from the pipeline once: their samples fed to the step padded and bucketed
+BUCKETS = 4  # length buckets, bounded at the quantiles of the true lengths
 
 
 def replaced(batch, values: dict):
@@ -21,27 +32,73 @@ def replaced(batch, values: dict):
         if isinstance(item, dict):
             return {key: walk(item[key], f"{path}/{key}" if path else str(key)) for key in item}
         if isinstance(item, tuple | list):
-            return type(item)(walk(x, f"{path}/{i}" if path else str(i)) for i, x in enumerate(item))
+            parts = [walk(x, f"{path}/{i}" if path else str(i)) for i, x in enumerate(item)]
+            return type(item)(*parts) if hasattr(item, "_fields") else type(item)(parts)
         return item
 
     return walk(batch, "")
 
 
-def trimmed(batch, layout):
-    """batch with its audio cut to its longest true clip (speech.canonical_batch's lengths) and its length
-    tensor, when it has one, holding the true lengths."""
-    from perfsuite._tensorflow import tensorflow
+def true_lengths(batches: list, layout) -> list[np.ndarray]:
+    """Per batch, its samples' true lengths (speech.canonical_batch's)."""
     from perfsuite.measure.speech import canonical_batch
 
+    return [np.asarray(canonical_batch(batch, layout)["mel_len"], np.int64) for batch in batches]
+
+
+def boundaries(lengths: np.ndarray, buckets: int = BUCKETS) -> list[int]:
+    """Bucket boundaries (bucket_by_sequence_length's: bucket i holds lengths in [b[i-1], b[i])) at the
+    quantiles of lengths, strictly increasing, none at or below the shortest (no bucket left empty at the
+    bottom): at most buckets - 1 of them."""
+    if buckets < 1:
+        raise ValueError(f"buckets: expected at least 1, found {buckets}")
+    lengths = np.asarray(lengths)
+    if lengths.size == 0:
+        return []
+    quantiles = np.quantile(lengths, [i / buckets for i in range(1, buckets)]) if buckets > 1 else []
+    return sorted({int(np.ceil(q)) for q in quantiles if int(np.ceil(q)) > lengths.min()})
+
+
+def samples(batches: list, layout, lengths: list[np.ndarray]):
+    """A tf.data.Dataset of (sample, true length): every sample of batches in order, its audio cut to its true
+    length and its length tensor (where the layout has one) holding it in its own dtype; every other component
+    as sliced from its batch. Raises what TensorFlow raises when a batch does not split into its samples."""
+    from perfsuite._tensorflow import tensorflow
+
     tf = tensorflow()
-    canonical = canonical_batch(batch, layout)
-    lengths = canonical["mel_len"]
-    longest = int(max(lengths)) if len(lengths) else 0
-    values = {layout.mel: tf.convert_to_tensor(canonical["mel"])[:, :max(longest, 1)]}
-    if layout.mel_len is not None:
-        given = dict(_leaves(batch))[layout.mel_len]
-        values[layout.mel_len] = tf.cast(tf.convert_to_tensor(lengths), given.dtype)
-    return replaced(batch, values)
+    datasets = [tf.data.Dataset.from_tensor_slices((batch, count)) for batch, count in zip(batches, lengths)]
+    dataset = datasets[0]
+    for more in datasets[1:]:
+        dataset = dataset.concatenate(more)
+
+    def cut(sample, length):
+        parts = dict(_leaves(sample))
+        values = {layout.mel: parts[layout.mel][:length]}
+        if layout.mel_len is not None:
+            values[layout.mel_len] = tf.cast(length, parts[layout.mel_len].dtype)
+        return replaced(sample, values), length
+
+    return dataset.map(cut)
+
+
+def bucketed(batches: list, layout, *, batch_size: int, buckets: int = BUCKETS) -> list:
+    """The samples of batches (see samples) batched again by tf.data's bucket_by_sequence_length: boundaries at
+    the quantiles of their true lengths, batch_size a batch, each padded to its own longest, none dropped."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    lengths = true_lengths(batches, layout)
+    edges = boundaries(np.concatenate(lengths), buckets)
+
+    def length_of(sample, length):
+        return tf.cast(length, tf.int32)  # the op compares it with int32 boundaries
+
+    def sample_of(sample, length):
+        return sample
+
+    grouped = samples(batches, layout, lengths).bucket_by_sequence_length(
+        length_of, edges, [batch_size] * (len(edges) + 1), pad_to_bucket_boundary=False, drop_remainder=False)
+    return list(grouped.map(sample_of))
 
 
 def _leaves(batch):
@@ -50,41 +107,87 @@ def _leaves(batch):
     return leaves(batch)
 
 
-class PaddingComparison:
-    """The step on PADDING_BATCHES batches of the pipeline as they are padded vs each cut to its longest true
-    clip (what padded_batch to the longest does), after a warm-up round (a tf.function step traces each new
-    length once). Not applicable without a step, an audio component with padding past each batch's longest,
-    or when the step refuses the shorter batches."""
+def _samples_in(batch) -> int:
+    from perfsuite.measure.timing import leading_dim
 
-    name, words = "padding", "padding each batch to its longest clip instead of a fixed length"
-    unit = f"steps/s of the step on {PADDING_BATCHES} of the pipeline's batches"
+    return leading_dim(batch)
+
+
+def _shapes(batch) -> tuple:
+    return tuple(tuple(getattr(value, "shape", ())) for _, value in _leaves(batch))
+
+
+class PaddingComparison:
+    """The step on the samples of PADDING_BATCHES batches of the pipeline as it pads them ('before') vs bucketed
+    by length ('after', see bucketed), after a warm-up round (a tf.function step traces each new shape once);
+    rate: samples per second of the step over whole passes of its side's batches. Not applicable without a
+    step, an audio component (not ragged) with padding past each batch's longest, batches that split into
+    samples, or when the step refuses a bucketed batch."""
+
+    name = "padding"
     warmup_rounds = 1
 
-    def __init__(self, step: Callable | None, dataset, spec: str, *, layout, padding):
+    def __init__(self, step: Callable | None, dataset, spec: str, *, layout, padding, buckets: int = BUCKETS):
         self.step, self.dataset, self.spec, self.layout, self.padding = step, dataset, spec, layout, padding
+        self.buckets = buckets
+        self.words = self._words(buckets)
+        self.unit = f"samples/s of the step on the samples of {PADDING_BATCHES} of the pipeline's batches"
         self.sides: dict[str, list] = {}
+        self.counts: dict[str, int] = {}
+
+    @staticmethod
+    def _words(buckets: int) -> str:
+        return (f"bucketing by length (tf.data bucket_by_sequence_length, {buckets} bucket"
+                f"{'' if buckets == 1 else 's'}) instead of padding to a fixed length")
 
     def prepare(self) -> None:
-        layout, padding = self.layout, self.padding
-        if self.step is None:
-            raise NotApplicable("needs --step: the gain is the step's")
-        if layout is None or layout.mel is None or layout.ragged or padding is None or padding.beyond_longest <= 0:
-            raise NotApplicable("no padding past each batch's longest clip was measured")
+        self._check()
         stream = Stream(self.dataset, self.spec)
         padded = [stream.next() for _ in range(PADDING_BATCHES)]
         stream.close()
         try:
-            cut = [trimmed(batch, layout) for batch in padded]
-            self.step(cut[0])
-        except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said, not raised
-            raise NotApplicable(f"the step refused batches cut to their longest clip: {error}") from None
-        self.sides = {"before": padded, "after": cut}
+            lengths = np.concatenate(true_lengths(padded, self.layout))
+            after = bucketed(padded, self.layout, batch_size=_samples_in(padded[0]), buckets=self.buckets)
+        except Exception as error:  # noqa: BLE001 -- a batch TensorFlow cannot split into samples: said
+            raise NotApplicable(f"the batches could not be split into samples: {one_line_error(error)}") from None
+        self._try_step(after)
+        self.words = self._words(len(boundaries(lengths, self.buckets)) + 1)
+        self.unit = f"samples/s of the step on {lengths.size} of the pipeline's samples"
+        self.sides = {"before": padded, "after": after}
+        self.counts = {side: sum(_samples_in(batch) for batch in batches) for side, batches in self.sides.items()}
+
+    def _check(self) -> None:
+        layout, padding = self.layout, self.padding
+        if self.step is None:
+            raise NotApplicable("needs --step: the gain is the step's")
+        if layout is None or layout.mel is None:
+            raise NotApplicable("no audio component in the batches")
+        if layout.ragged:
+            raise NotApplicable("the audio is ragged: its batches hold no padding")
+        if padding is None or padding.beyond_longest <= 0:
+            raise NotApplicable("no padding past each batch's longest clip was measured")
+
+    def _try_step(self, batches: list) -> None:
+        """The step called once on a batch of each shape among batches (each traced before the rounds);
+        NotApplicable naming the error, in one line, when it refuses one."""
+        seen = set()
+        for batch in batches:
+            if _shapes(batch) in seen:
+                continue
+            seen.add(_shapes(batch))
+            try:
+                self.step(batch)
+            except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said
+                raise NotApplicable(f"the step refused the bucketed batches: {one_line_error(error)}") from None
 
     def rate(self, side: str, read_s: float) -> float:
-        start = time.perf_counter()
-        for batch in self.sides[side]:
-            self.step(batch)
-        return len(self.sides[side]) / (time.perf_counter() - start)
+        """Samples per second of the step over whole passes of the side's batches, for at least read_s."""
+        passes, start = 0, time.perf_counter()
+        while passes == 0 or time.perf_counter() - start < read_s:
+            for batch in self.sides[side]:
+                self.step(batch)
+            passes += 1
+        return passes * self.counts[side] / (time.perf_counter() - start)
 
     def close(self) -> None:
         self.sides = {}
