@@ -360,3 +360,18 @@ def test_a_recipe_without_the_defects_has_no_finding_for_them(tmp_path, monkeypa
     assert topics["fix-prefetch"]["evidence"]["applied"] is True  # no prefetch: the fix is measured
     assert topics["fix-map-parallelism"]["evidence"]["applied"] is False
     assert "tokenised utterance" not in log
+
+
+def test_prefixes_whose_rates_disagree_decide_no_bottleneck():
+    from types import SimpleNamespace
+
+    from perfsuite.tools.diagnose.attribution import _bottleneck, bottleneck_verdicts
+
+    cuts = [SimpleNamespace(stage=name) for name in ("range", "map(load)", "batch")]
+    agree = {0: [1e4] * 4, 1: [100.0, 101.0, 99.0, 100.0], 2: [98.0, 99.0, 97.0, 98.0]}
+    assert _bottleneck(cuts, agree).decided and _bottleneck(cuts, agree).limiting == "map(load)"
+    disagree = {**agree, 1: [3.0, 3.1, 2.9, 3.0]}  # the map prefix read 30x slower than the batch after it
+    found = _bottleneck(cuts, disagree)
+    assert not found.decided
+    [verdict] = bottleneck_verdicts(found)
+    assert "do not add up" in verdict.finding and verdict.recommendation

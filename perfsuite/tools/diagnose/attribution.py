@@ -24,6 +24,7 @@ from perfsuite.verdict.diagnosis_figures import (
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads
+INCONSISTENT_SHARE = 0.25  # a stage's median share below minus this: the prefixes' rates disagree
 UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
 
 
@@ -153,9 +154,15 @@ def _bottleneck(cuts, rates: dict[int, list[float]]) -> Bottleneck:
     stages = tuple(StageShare(stage=cut.stage, rate=estimate(rates[i]), share=estimate(shares[i]))
                    for i, cut in enumerate(cuts))
     top = max(range(len(stages)), key=lambda i: stages[i].share.median)
-    decided = rounds >= MIN_ROUNDS and all(stages[top].share.low > s.share.high for i, s in enumerate(stages)
-                                           if i != top)
+    decided = rounds >= MIN_ROUNDS and consistent(stages) and all(
+        stages[top].share.low > s.share.high for i, s in enumerate(stages) if i != top)
     return Bottleneck(stages=stages, limiting=stages[top].stage, decided=decided)
+
+
+def consistent(stages: tuple[StageShare, ...]) -> bool:
+    """Whether the prefixes' rates tell one story: no stage's median share below -INCONSISTENT_SHARE (a
+    longer prefix read much faster than a shorter one it contains: noise from a busy machine, not work)."""
+    return all(stage.share.median >= -INCONSISTENT_SHARE for stage in stages)
 
 
 def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
@@ -173,5 +180,10 @@ def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]
         return [DiagnosisFinding("bottleneck", f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} "
                                  f"[{top.low:.0%}, {top.high:.0%}] of the time per sample (over {top.rounds} rounds; "
                                  f"each stage's share: {listing})", evidence, None, top)]
+    if not consistent(bottleneck.stages):
+        return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): a longer "
+                                 "prefix read faster per sample than a shorter one it contains, so the shares do not "
+                                 f"add up ({listing})", evidence, "run again on a machine with nothing else running",
+                                 top)]
     return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): the shares' "
                              f"intervals overlap ({listing})", evidence, "a longer --budget separates them", top)]

@@ -341,9 +341,10 @@ def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step, settings
 def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings, layout: BatchLayout,
                 throughput: Throughput | None, *, drain: int) -> FeedFigures | None:
     """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time, read
-    from a fresh iterator drained of `drain` batches (the warm-up and what its buffers hold). Batches of any structure are handed on as {'mel', 'mel_len'} (speech.canonical_batch), the true
-    lengths read as the throughput stage reads them, where it found real frames (a per-frame step of
-    no frames takes no time); otherwise as they are."""
+    from a fresh iterator drained of `drain` batches (the warm-up and what its buffers hold). Batches of any
+    structure are handed on as {'mel', 'mel_len'} (speech.canonical_batch), the true lengths read as the
+    throughput stage reads them, where it found real frames (a per-frame step of no frames takes no time);
+    otherwise as they are."""
     if stage.left_s() <= MIN_FEED_S:
         stage.plan = "no time left for a feed-rate search"
         stage.tell("note", stage.plan)
