@@ -63,8 +63,8 @@ def _parts(batch):
     return batch
 
 
-def _expected():
-    return Counter((tuple(range(1, 4 + i % 5)), _frames(i)) for i in range(N))
+def _expected(n):
+    return Counter((tuple(range(1, 4 + i % 5)), _frames(i)) for i in range(n))
 
 
 def _held(batches):
@@ -85,10 +85,11 @@ def _held(batches):
 
 @pytest.mark.parametrize("structure", ["tuple", "dict"])
 def test_the_bucketed_batches_hold_the_same_samples_each_padded_to_its_own_longest_with_true_lengths(structure):
-    batches = list(_pipeline(structure))
+    n = 36  # buckets partly filled: none of their samples dropped
+    batches = list(_pipeline(structure, n=n))
     layout = find_layout(batches[0])
     out = bucketed(batches, layout, batch_size=BATCH)
-    assert _held(out) == _expected()
+    assert _held(out) == _expected(n)
     assert all(len(_parts(b)[1]) <= BATCH for b in out)
     assert type(out[0]) is type(batches[0])
     if structure == "dict":
@@ -97,7 +98,7 @@ def test_the_bucketed_batches_hold_the_same_samples_each_padded_to_its_own_longe
     else:
         assert out[0][3].dtype == batches[0][3].dtype
     # bucketing pads less than padding each of the pipeline's batches to its longest
-    to_longest = sum(len(f) * max(f) for f in ([_frames(i) for i in range(k, k + BATCH)] for k in range(0, N, BATCH)))
+    to_longest = sum(len(f) * max(f) for f in ([_frames(i) for i in range(k, k + BATCH)] for k in range(0, n, BATCH)))
     assert sum(int(np.prod(_parts(b)[1].shape[:2])) for b in out) < to_longest
 
 
@@ -152,6 +153,28 @@ def test_a_step_that_refuses_the_bucketed_batches_is_named_in_one_line():
     why = _refused(_comparison(_pipeline(), lambda batch: fixed_only(batch[1])))
     assert why.startswith("the step refused the bucketed batches: ") and "\n" not in why
     assert "TypeError" in why or "ValueError" in why
+
+
+def test_the_rate_is_samples_per_second_over_whole_passes_of_a_side(monkeypatch):
+    """Each step call takes one second of a planted clock: 'before' is 16 batches of 4 samples, 'after' the same
+    64 samples in 17 batches (n=36: partly filled buckets), so samples/s are 4 and 64/17, not steps/s."""
+    from types import SimpleNamespace
+
+    from perfsuite.tools.diagnose import padding
+
+    now = [0.0]
+
+    def step(batch):
+        now[0] += 1.0
+        return _parts(batch)[1]
+
+    comparison = _comparison(_pipeline(n=36), step)
+    comparison.prepare()
+    monkeypatch.setattr(padding, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    assert [len(comparison.sides[side]) for side in ("before", "after")] == [16, 17]
+    assert comparison.rate("before", 0.0) == 64 / 16 and comparison.rate("after", 0.0) == 64 / 17
+    assert comparison.rate("before", 20.0) == 2 * 64 / 32  # whole passes until read_s: two of 16 s
+    assert "on 64 of the pipeline's samples" in comparison.unit
 
 
 def _measured(step, n=N):
