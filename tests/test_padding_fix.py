@@ -75,7 +75,7 @@ def _held(batches):
         tokens, mel, text_len, mel_len = (np.asarray(x) for x in _parts(batch))
         assert mel.shape[1] == mel_len.max()  # padded to its own longest, not a fixed length
         for j in range(len(mel_len)):
-            i = int(round(mel[j, 0, 0] - 1.0))  # the utterance's index, from its first frame
+            i = int(np.rint(mel[j, 0, 0] - 1.0))  # the utterance's index, from its first frame
             frames = int(mel_len[j])
             assert np.allclose(mel[j, :frames], np.asarray(_utterance(i)[1])[:frames])
             assert not mel[j, frames:].any()
