@@ -29,12 +29,22 @@ def _step(batch):
 
 
 def test_peak_is_a_positive_rate_with_its_interval():
-    peak = measure_peak(rounds=3, calls=2, size=64)
+    peak = measure_peak(rounds=3, calls=2, sizes=(32, 64))
     assert peak.rounds == 3
     assert 0 < peak.low <= peak.float_ops_per_s <= peak.high
     assert peak.share(peak.float_ops_per_s) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="rounds, calls, size"):
         measure_peak(rounds=0)
+
+
+def test_the_peak_is_the_best_size_measured(monkeypatch):
+    from perfsuite.measure import peak
+
+    def planted(*, rounds, calls, size):
+        return peak.PeakRate(float_ops_per_s=float(size % 7), low=0.0, high=9.0, rounds=rounds, kernel=str(size))
+
+    monkeypatch.setattr(peak, "matmul_rate", planted)
+    assert peak.measure_peak(sizes=(13, 12, 8)).kernel == "13"  # 13 % 7 = 6, the highest
 
 
 def test_work_of_a_tuple_pipeline_and_its_step_is_set_against_the_measured_rates():

@@ -4,6 +4,7 @@ a fixed length with its measured waste, and Python ops named by the function the
 a test that plants its defect and one that removes it."""
 
 import inspect
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from perfsuite.measure.batch_spec import find_layout
 from perfsuite.measure.speech import CONTENT, FrameCounter
 from perfsuite.tools.diagnose.graph import AUTOTUNE, GraphFindings, graph_findings, inspect_graph
+from perfsuite.tools.diagnose.targets import load_callable
 
 tf = pytest.importorskip("tensorflow")
 
@@ -201,6 +203,7 @@ def test_python_ops_are_named_by_the_function_they_wrap_and_where_it_is():
     assert found["Cleaner"].defined_at.startswith(f"{__file__}:")  # a callable object: its __call__
 
 
+
 def test_a_lambda_around_the_users_function_is_named_by_the_function_it_calls():
     def tokens(index):  # autograph converts this map function, and the lambda inside it, as the recipes' are
         return tf.numpy_function(lambda i: per_token_ids(tf.strings.as_string(i).numpy()), [index], tf.int32)
@@ -208,6 +211,10 @@ def test_a_lambda_around_the_users_function_is_named_by_the_function_it_calls():
     [op] = inspect_graph(tf.data.Dataset.range(4).map(tokens)).python_ops
     assert op.python.endswith(".per_token_ids (called by a lambda)")
     assert op.defined_at == f"{__file__}:{inspect.getsourcelines(per_token_ids)[1]}"
+    # the recipe's map assigns the op in a branch: autograph wraps the lambda in one of its own
+    recipe = Path(__file__).parent / "pipelines" / "tts_recipe.py"
+    [op] = inspect_graph(load_callable(f"{recipe}:make_dataset", "--pipeline")(python="1")).python_ops
+    assert op.python.endswith("._tokens (called by a lambda)") and op.defined_at.startswith(f"{recipe}:")
     calls_two = tf.data.Dataset.range(4).map(
         lambda i: tf.numpy_function(lambda x: per_token_ids(lookup_duration(x)), [i], tf.int32))
     [op] = inspect_graph(calls_two).python_ops

@@ -281,7 +281,7 @@ def test_from_generator_and_py_function_are_named_with_their_transformations(mod
 
 
 def test_speech_batches_get_audio_seconds_per_second_and_padding_efficiency(module_file, tmp_path, capfd):
-    code = cli.main(["diagnose", "--pipeline", f"{module_file}:speech", "--budget", "6",
+    code = cli.main(["diagnose", "--pipeline", f"{module_file}:speech", "--budget", "12",
                      "--json", str(tmp_path / "s.json")])
     out, err = capfd.readouterr()
     throughput = json.loads((tmp_path / "s.json").read_text())["throughput"]

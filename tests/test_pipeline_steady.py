@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,22 @@ def test_the_time_left_goes_first_to_the_stage_nearest_to_deciding_and_the_rest_
     assert log.parts == {"near": True, "far": True, "hopeless": True}
 
 
+def test_a_stage_still_undecided_when_the_budget_is_spent_says_what_budget_would_decide_it():
+    from perfsuite.tools.diagnose.plan import Resumable
+    from perfsuite.verdict.diagnosis import stage_verdicts
+
+    now = [0.0]
+    log = _log_with(now, {"a": 1.0, "b": 9.0}, {"a": UNDECIDED, "b": "decided"})  # a: 10 s share, 5 rounds in 10 s
+    now[0] = 100.0  # the budget spent
+    log.resume({"a": Resumable(lambda stage: pytest.fail("no time left to run it"), lambda: 10.0)})
+    [a, _] = log.stages
+    assert a.needs_s == pytest.approx(10 + 10 * 2)  # its 10 s, then 10 rounds more at 2 s each
+    [verdict] = stage_verdicts(log.stages, budget_s=100)
+    assert verdict.recommendation.startswith("raise --budget to about 300 s")
+    [far] = stage_verdicts((replace(a, needs_s=1e4),), budget_s=100)  # 1,000x the run's budget: not recommended
+    assert far.recommendation.startswith("no --budget up to 10x this one") and "class boundary" in far.recommendation
+
+
 def test_more_rounds_grow_with_the_interval_and_are_endless_on_the_boundary():
     from perfsuite.tools.diagnose.plan import more_rounds, more_rounds_for
     from perfsuite.verdict.diagnosis_figures import estimate
@@ -248,8 +265,7 @@ def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_t
 
 
 def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
-    from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES, FixGain
-    from perfsuite.tools.diagnose.fixes import fix_verdicts
+    from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES, FixGain, fix_verdicts
     from perfsuite.verdict.diagnosis_figures import estimate
 
     helps = FixGain("prefetch", "adding a prefetch", True, unit="steps/s", gain=estimate([1.8, 1.7, 1.9, 1.8],
@@ -367,7 +383,7 @@ def test_prefixes_whose_rates_disagree_decide_no_bottleneck():
 
     from perfsuite.tools.diagnose.attribution import _bottleneck, bottleneck_verdicts
 
-    cuts = [SimpleNamespace(stage=name) for name in ("range", "map(load)", "batch")]
+    cuts = [SimpleNamespace(stage=name, batched=False) for name in ("range", "map(load)", "batch")]
     agree = {0: [1e4] * 4, 1: [100.0, 101.0, 99.0, 100.0], 2: [98.0, 99.0, 97.0, 98.0]}
     assert _bottleneck(cuts, agree).decided and _bottleneck(cuts, agree).limiting == "map(load)"
     disagree = {**agree, 1: [3.0, 3.1, 2.9, 3.0]}  # the map prefix read 30x slower than the batch after it

@@ -14,6 +14,7 @@ from perfsuite.verdict.diagnosis_figures import (
     INTERRUPTED,
     MATERIAL_SPEEDUP,
     MATERIAL_STEP_SPEEDUP,
+    MAX_ROUNDS,
     MIN_ROUNDS,
     STEP_MODES,
     SWEEP_ALPHA,
@@ -105,7 +106,8 @@ def data_verdicts(data: DataSummary) -> list[DiagnosisFinding]:
     return out
 
 
-STOPPED_EARLY = 0.8  # an undecided stage that spent less of its share stopped at its most rounds, not its time
+MOST_BUDGET_FACTOR = 10  # a budget estimated beyond this many times the run's is not recommended
+STOPPED_EARLY = 0.8  # an undecided stage at its most rounds that spent less of its share stopped there, not at its time
 
 
 def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[DiagnosisFinding]:
@@ -121,22 +123,29 @@ def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[
         elif stage.status == TOO_SHORT:
             out.append(DiagnosisFinding(topic, f"{TOO_SHORT}: {stage.rounds} round(s) in its {stage.share_s:.0f} s share; a "
                                f"decision needs {MIN_ROUNDS}", evidence, _more_budget(stage, budget_s)))
-        elif stage.status == UNDECIDED and stage.spent_s < STOPPED_EARLY * stage.share_s:
+        elif stage.status == UNDECIDED and stage.rounds >= MAX_ROUNDS and stage.spent_s < STOPPED_EARLY * stage.share_s:
             out.append(DiagnosisFinding(topic, f"undecided after {stage.rounds} rounds, the most its rounds take, in "
                                f"{stage.spent_s:.0f} s of its {stage.share_s:.0f} s share: a figure sits on a class "
                                "boundary (see the findings below)", evidence, None))
         elif stage.status == UNDECIDED:
             out.append(DiagnosisFinding(topic, f"its {stage.share_s:.0f} s share was spent after {stage.rounds} rounds, "
                                "before every figure was decided (see the findings below)", evidence,
+                               _more_budget(stage, budget_s, "to decide, as its intervals narrow",
+                                            "a longer --budget narrows the intervals")
+                               if stage.needs_s is not None and stage.needs_s > stage.spent_s else
                                "a longer --budget narrows the intervals"))
     return out
 
 
-def _more_budget(stage: StageRecord, budget_s: float) -> str:
+def _more_budget(stage: StageRecord, budget_s: float, what: str = f"for {MIN_ROUNDS} rounds",
+                 otherwise: str = "raise --budget") -> str:
     if stage.needs_s is None or stage.share_s <= 0 or stage.needs_s <= stage.share_s:
-        return "raise --budget"
-    return (f"raise --budget to about {math.ceil(budget_s * stage.needs_s / stage.share_s)} s (this stage needs "
-            f"about {stage.needs_s:.0f} s for {MIN_ROUNDS} rounds on this machine)")
+        return otherwise
+    budget = math.ceil(budget_s * stage.needs_s / stage.share_s)
+    if budget > MOST_BUDGET_FACTOR * budget_s:
+        return (f"no --budget up to {MOST_BUDGET_FACTOR}x this one is estimated to decide it (this stage needs about "
+                f"{stage.needs_s:.0f} s {what} on this machine): its figure sits close to a class boundary")
+    return f"raise --budget to about {budget} s (this stage needs about {stage.needs_s:.0f} s {what} on this machine)"
 
 
 def loader_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:

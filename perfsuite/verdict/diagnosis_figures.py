@@ -44,6 +44,7 @@ SWEEP_BOUNDARIES = (1 + SWEEP_MIN_GAIN,)
 
 DEFAULT_BUDGET_S = 180.0  # a default run answers in about three minutes: the budget is wall time, not work
 MIN_ROUNDS = 3  # fewer rounds: "not enough time to decide"; the range of 3 rounds covers the median at 75 %
+MAX_ROUNDS = 30  # rounds a stage's pass stops at even with time left (a figure that sits on a boundary)
 
 # A stage's status.
 DECIDED = "decided"
@@ -362,7 +363,8 @@ class FeedFigures(Record):
 class StageRecord(Record):
     """One stage as it ran: its share of the budget when it started, the seconds it spent, its measured
     rounds, its status (DECIDED, UNDECIDED, TOO_SHORT, INTERRUPTED, DONE), its plan in words, and
-    needs_s: about what MIN_ROUNDS rounds of it take on this machine (None when unknown), which is
+    needs_s: about the seconds it needs on this machine (None when unknown): for MIN_ROUNDS rounds, or, for
+    a --pipeline stage left undecided, to decide (its rounds so far plus plan.more_rounds' estimate);
     what a "raise --budget" recommendation quotes."""
 
     name: str

@@ -2,7 +2,8 @@
 (the --arg values, strings): `perfsuite diagnose --pipeline tests/pipelines/tts_recipe.py:make_dataset
 --step tests/pipelines/tts_recipe.py:make_step --arg fixed_pad=1 ...`.
 
-Batches are a tuple (tokens, mel, text_len, mel_len). Defects: fixed_pad (every clip padded to FIXED_FRAMES
+Batches are a tuple (tokens, mel, text_len, mel_len), or with structure=dict {tokens, mel, text_len, mel_len},
+or with structure=nested {text: {tokens, length}, audio: {features, frames}}. Defects: fixed_pad (every clip padded to FIXED_FRAMES
 before the STFT, its length then says FIXED_FRAMES), prefetch (a buffer of that many batches, 0 none),
 options (a trailing with_options), python (a numpy_function, stateful as by default, doing a table lookup,
 a per-token Python loop and text_ms of other Python work per clip), sequential (maps left sequential), to_device (prefetch_to_device followed by a map and
@@ -44,7 +45,7 @@ def _flag(value) -> bool:
 
 
 def make_dataset(n="48", batch="4", fixed_pad="1", prefetch="50", options="1", python="1", sequential="1",
-                 prints="0", work="1", to_device="0", text_ms="2"):
+                 prints="0", work="1", to_device="0", text_ms="2", structure="tuple"):
     """The pipeline; each defect switched by its --arg (see the module docstring)."""
     n, batch, prefetch, work = int(n), int(batch), int(prefetch), int(work)
     fixed, show, text_s = _flag(fixed_pad), _flag(prints), float(text_ms) / 1000
@@ -75,13 +76,13 @@ def make_dataset(n="48", batch="4", fixed_pad="1", prefetch="50", options="1", p
     def utterance(index):
         text = tokens(index)
         mel, length = audio(index)
-        return text, mel, tf.shape(text)[0], length
+        return _structured((text, mel, tf.shape(text)[0], length), structure)
 
     dataset = tf.data.Dataset.range(n).map(utterance, num_parallel_calls=calls)
     dataset = dataset.padded_batch(batch, drop_remainder=True)
     if _flag(to_device):  # prefetch_to_device with stages after it (TensorFlow wants it last); on CPU it runs
         dataset = dataset.apply(tf.data.experimental.prefetch_to_device("/cpu:0"))
-        dataset = dataset.map(lambda *parts: parts)
+        dataset = dataset.map(lambda *parts: parts if len(parts) > 1 else parts[0])
     dataset = dataset.repeat()
     if prefetch:
         dataset = dataset.prefetch(prefetch)
@@ -125,7 +126,7 @@ def make_step():
             if show:
                 print("WARNING: first step compiles the model (this takes a while)")
         calls[0] += 1
-        return train(*batch)
+        return train(*_as_tuple(batch))
 
     return step
 
@@ -142,3 +143,24 @@ def _per_frame(mel, layers):
     for layer in layers:
         x = tf.tanh(tf.matmul(x, layer))
     return x
+
+
+def _structured(parts, structure: str):
+    """(tokens, mel, text_len, mel_len) in the batch structure asked for."""
+    tokens, mel, text_len, mel_len = parts
+    if structure == "tuple":
+        return parts
+    if structure == "dict":
+        return {"tokens": tokens, "mel": mel, "text_len": text_len, "mel_len": mel_len}
+    if structure == "nested":
+        return {"text": {"tokens": tokens, "length": text_len}, "audio": {"features": mel, "frames": mel_len}}
+    raise ValueError(f"structure: expected tuple, dict or nested, found {structure!r}")
+
+
+def _as_tuple(batch):
+    """A batch of any structure _structured() makes, as (tokens, mel, text_len, mel_len)."""
+    if isinstance(batch, dict) and "audio" in batch:
+        return batch["text"]["tokens"], batch["audio"]["features"], batch["text"]["length"], batch["audio"]["frames"]
+    if isinstance(batch, dict):
+        return batch["tokens"], batch["mel"], batch["text_len"], batch["mel_len"]
+    return tuple(batch)

@@ -24,7 +24,9 @@ from perfsuite.verdict.diagnosis_figures import (
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads
-INCONSISTENT_SHARE = 0.25  # a stage's median share below minus this: the prefixes' rates disagree
+# A stage's median share below minus this: the prefixes' rates disagree. tf.data's own rewrites (a map fused
+# with the batch after it runs ahead of the stages before it) make a longer prefix faster by less than this.
+INCONSISTENT_SHARE = 0.5
 UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
 
 
@@ -93,7 +95,7 @@ class BottleneckRounds:
     def __init__(self, dataset, spec: str, *, warmup: int):
         self.cuts = rewrite.prefixes(dataset)
         self.spec, self.warmup = spec, warmup
-        self.rates: dict[int, list[float]] = {index: [] for index in range(len(self.cuts))}
+        self.rates: dict = {index: [] for index in range(len(self.cuts))}  # and the reading's own cost, by kind
 
     def figures(self) -> Bottleneck | None:
         return _bottleneck(self.cuts, self.rates) if self.rates and self.rates[0] else None
@@ -124,7 +126,10 @@ class BottleneckRounds:
                       "decided")
         stage.tell("note", stage.plan)
         started = time.perf_counter()
-        sources = {index: counted(cut.dataset, batched=cut.batched) for index, cut in enumerate(cuts)}
+        sources = {index: counted(cut.dataset.repeat(), batched=cut.batched) for index, cut in enumerate(cuts)}
+        sources.update(reading_cost(cuts))
+        for key in sources:
+            rates.setdefault(key, [])
         streams = {index: Stream(source, self.spec) for index, source in sources.items()}
         drains = {index: self.warmup + buffered_elements(source) for index, source in sources.items()}
         for index, stream in streams.items():  # the start-ups, before any round: a round's estimate holds none
@@ -132,9 +137,9 @@ class BottleneckRounds:
         start_s = time.perf_counter() - started
 
         def one_round(index: int) -> None:
-            for cut in alternating(tuple(streams), len(rates[0])):
-                rates[cut].append(read_rate(streams[cut], drain=drains[cut], read_s=read_s,
-                                             batched=cuts[cut].batched))
+            for key in alternating(tuple(streams), len(rates[0])):
+                rates[key].append(read_rate(streams[key], drain=drains[key], read_s=read_s,
+                                            batched=key == "batched" or (key != "unbatched" and cuts[key].batched)))
 
         stage.rounds_until_decided(one_round, decided=lambda: _bottleneck(cuts, rates).decided,
                                    first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
@@ -145,11 +150,34 @@ class BottleneckRounds:
         return self.figures()
 
 
-def _bottleneck(cuts, rates: dict[int, list[float]]) -> Bottleneck:
+def reading_cost(cuts) -> dict:
+    """The reading's own cost, to take off every prefix's: counted() of datasets that do no work, the kinds the
+    prefixes are ('unbatched': an endless range; 'batched': it batched as the first batched prefix's batches)."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    source = tf.data.Dataset.range(2 ** 62)
+    twins = {"unbatched": counted(source, batched=False)}
+    batched = next((cut for cut in cuts if cut.batched), None)
+    if batched is not None:
+        size = int(next(iter(counted(batched.dataset, batched=True))).numpy().sum())
+        twins["batched"] = counted(source.batch(max(size, 1)), batched=True)
+    return twins
+
+
+def _bottleneck(cuts, rates: dict) -> Bottleneck:
+    """Each stage's share from the rounds' prefix rates, each prefix's seconds per sample less the reading's
+    own (reading_cost's, where measured) in the same round."""
     rounds = len(rates[0])
     if not rounds:
         return Bottleneck(stages=(), limiting=None, decided=False)
-    per_sample = [[1 / rates[i][r] for i in range(len(cuts))] for r in range(rounds)]
+
+    def seconds(i: int, r: int) -> float:
+        twin = rates.get("batched" if cuts[i].batched else "unbatched")
+        reading = 1 / twin[r] if twin and len(twin) > r else 0.0
+        return max(1 / rates[i][r] - reading, 0.0)
+
+    per_sample = [[seconds(i, r) for i in range(len(cuts))] for r in range(rounds)]
     shares = {i: [(row[i] - (row[i - 1] if i else 0.0)) / row[-1] for row in per_sample] for i in range(len(cuts))}
     stages = tuple(StageShare(stage=cut.stage, rate=estimate(rates[i]), share=estimate(shares[i]))
                    for i, cut in enumerate(cuts))

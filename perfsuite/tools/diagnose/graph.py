@@ -395,6 +395,12 @@ def callable_words(function: Any) -> tuple[str | None, str | None]:
     return (None if name is None else f"{getattr(target, '__module__', '?')}.{name}"), where
 
 
+def _library(module: str | None) -> bool:
+    """Whether a module is TensorFlow's or perfsuite's own (a user's module perfsuite imported is named
+    perfsuite_target_*: it is the user's)."""
+    return any(module == name or (module or "").startswith(f"{name}.") for name in ("tensorflow", "perfsuite"))
+
+
 def _called_by_lambda(function: Any) -> Any:
     """The one Python function a lambda calls (by a global or closure name; autograph's own helpers left
     out), or None when the callable is not a lambda or calls no single function of its own."""
@@ -402,8 +408,7 @@ def _called_by_lambda(function: Any) -> Any:
         return None
     names = [function.__globals__.get(name) for name in function.__code__.co_names]
     cells = [cell.cell_contents for cell in function.__closure__ or ()]
-    called = {id(c): c for c in names + cells
-              if inspect.isfunction(c) and not c.__module__.startswith(("tensorflow", "perfsuite"))}
+    called = {id(c): c for c in names + cells if inspect.isfunction(c) and not _library(c.__module__)}
     return next(iter(called.values())) if len(called) == 1 else None
 
 

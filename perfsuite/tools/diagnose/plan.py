@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from perfsuite.measure.rounds import RoundsOutcome, until_decided
@@ -14,6 +14,7 @@ from perfsuite.verdict.diagnosis_figures import (
     DECIDED,
     DONE,
     INTERRUPTED,
+    MAX_ROUNDS,
     MIN_ROUNDS,
     TOO_SHORT,
     UNDECIDED,
@@ -21,7 +22,6 @@ from perfsuite.verdict.diagnosis_figures import (
 )
 
 TARGET_ROUNDS = 6  # rounds are sized so that this many fit a share: the range of 6 covers the median at 97 %
-MAX_ROUNDS = 30  # a stage whose figure sits on a boundary stops here even with time left
 MIN_STEP_BATCHES = 3  # timed steps per side of an input-bound round, at least ...
 MAX_STEP_CALLS = 64  # ... and step calls per side or mode of a round, at most (a fast step gets longer rounds)
 STAGES = ("loaders", "step", "input_bound", "feed", "sweep", "trace")
@@ -286,6 +286,16 @@ class StageLog:
                 share = max(min(needs[name], left), left - sum(needs[n] for n in pending if math.isfinite(needs[n])))
             with self.again(name, share_s=share) as stage:
                 self.parts.update(passes[name].run(stage))
+        self._estimate_needs(passes)
+
+    def _estimate_needs(self, passes: Mapping[str, Resumable]) -> None:
+        """Each stage among `passes` still undecided (UNDECIDED: it has its rounds) records what it is estimated
+        to need to decide: its seconds so far plus seconds_to_decide (the budget its finding recommends)."""
+        for index, record in enumerate(self.stages):
+            if record.name in passes and record.status == UNDECIDED:
+                more = self.seconds_to_decide(record.name, passes[record.name])
+                if math.isfinite(more):
+                    self.stages[index] = replace(record, needs_s=record.spent_s + more)
 
     def seconds_to_decide(self, name: str, resumable: Resumable) -> float:
         """The rounds `name` is estimated to need more, at the seconds its rounds took so far (a stage with no
