@@ -210,8 +210,8 @@ def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(meas
 
 
 def test_a_schema_5_file_loads_with_nothing_for_the_start_up_bottleneck_and_fixes(measured):
-    result = measured[3]
-    assert result["startup_s"] > 0 and result["bottleneck"] is not None and result["fixes"]
+    result = measured[3]  # whether its short budget reached the bottleneck and fixes, schema 5 has neither
+    assert result["startup_s"] > 0 and {"startup_s", "bottleneck", "fixes"} <= set(result)
     old = {key: value for key, value in result.items() if key not in ("startup_s", "bottleneck", "fixes")}
     loaded = PipelineDiagnosis.from_dict({**old, "schema_version": 5})
     assert loaded.startup_s is None and loaded.bottleneck is None and loaded.fixes == ()

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
-from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds
+from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
 from perfsuite.verdict.diagnosis_figures import (
-    DECIDED,
     MIN_ROUNDS,
     TOO_SHORT,
     UNDECIDED,
@@ -145,8 +144,7 @@ class BottleneckRounds:
                                    first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
         for stream in streams.values():
             stream.close()
-        decided = _bottleneck(cuts, rates).decided
-        stage.status = DECIDED if decided else (TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED)
+        stage.status = status_from(_bottleneck(cuts, rates).decided, len(rates[0]))
         return self.figures()
 
 

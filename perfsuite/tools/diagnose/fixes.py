@@ -14,15 +14,13 @@ from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import MIN_READ_S, MIN_READS, counted, read_rate
-from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, worst_status
+from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from, worst_status
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements
 from perfsuite.tools.diagnose.targets import one_line_error
 from perfsuite.verdict.diagnosis import estimate_evidence, why_undecided
 from perfsuite.verdict.diagnosis_figures import (
-    DECIDED,
     MIN_ROUNDS,
     TOO_SHORT,
-    UNDECIDED,
     DiagnosisFinding,
     RoundsEstimate,
     estimate,
@@ -197,9 +195,7 @@ class FixRounds:
         stage.rounds_until_decided(one_round, decided=lambda: self.decided(comparison.name), share_s=share_s,
                                              first_estimate_s=4 * read_s, warmup_rounds=warmup,
                                              what=f"{comparison.name}: ")
-        if self.decided(comparison.name):
-            return DECIDED
-        return TOO_SHORT if len(values["after"]) < MIN_ROUNDS else UNDECIDED
+        return status_from(self.decided(comparison.name), len(values["after"]))
 
     def close(self) -> None:
         for comparison in self.comparisons or ():

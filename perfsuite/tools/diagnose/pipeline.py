@@ -1,14 +1,12 @@
 """`perfsuite diagnose --pipeline MODULE:FUNCTION`: measure a user's own tf.data pipeline as it is, within
 a time budget, and inspect its graph for what can cost training time.
 
-tools/diagnose/targets.py imports the user's dataset factory (and training step), calls the factory
-with the --arg values and reads the dataset's serialized graph (Python-function ops, prefetch, dynamic
-shapes). diagnose_pipeline() measures, in budgeted stages as `perfsuite diagnose` does: steady
-throughput with the start-up and warm-up apart, per-batch variation and cycles and, given a step, the
-step fed by the pipeline vs by its synthetic twin (the input-bound share) and the step's retraces.
-Verdicts and recommendations come only from figures measured in the run: the graph says where to
-look, the figures whether it matters. A target perfsuite cannot use raises TargetError, one line
-naming what was looked up and what was found.
+targets.py imports the user's factory (and step) and reads the graph; diagnose_pipeline() measures, in
+budgeted stages after the start-up and the step's first calls: steady throughput, the input-bound share
+(given a step), the bottleneck (attribution.py), the fixes (fixes.py, padding.py) and the feed rate; the
+time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from measured figures: the
+graph says where to look, the figures whether it matters. A target perfsuite cannot use raises
+TargetError, one line naming what was looked up and what was found.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from perfsuite.tools.diagnose.plan import (
     more_rounds,
     more_rounds_for,
     no_progress,
+    status_from,
 )
 from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, steady_stream, timed_next
@@ -71,12 +70,10 @@ from perfsuite.verdict.diagnosis import (
     why_undecided,
 )
 from perfsuite.verdict.diagnosis_figures import (
-    DECIDED,
     DEFAULT_BUDGET_S,
     INPUT_BOUND_BOUNDARIES,
     MIN_ROUNDS,
     TOO_SHORT,
-    UNDECIDED,
     UNSTABLE_VARIATION,
     VARIATION_BOUNDARIES,
     DiagnosisFinding,
@@ -377,13 +374,6 @@ def _start(stream: Stream, warmup: int) -> tuple[Any, float, tuple[float, ...]]:
     return first, first_s, tuple(timed_next(stream)[1] for _ in range(warmup))
 
 
-def _status(decided: bool, rounds: int) -> str:
-    """A resumable stage's status from all its rounds, both passes."""
-    if decided:
-        return DECIDED
-    return TOO_SHORT if rounds < MIN_ROUNDS else UNDECIDED
-
-
 class _ThroughputRounds:
     """The pipeline alone: rounds of steady batches from a fresh iterator made when a pass starts (after the
     start-up and the step's first calls) and drained of what its buffers can hold, until the per-round rate
@@ -440,7 +430,7 @@ class _ThroughputRounds:
         stage.rounds_until_decided(one_round, decided=self.precise, first_estimate_s=batches * batch_s_estimate)
         stream.close()
         self.restarts += stream.restarts
-        stage.status = _status(self.precise(), len(self.rounds))
+        stage.status = status_from(self.precise(), len(self.rounds))
         return self.figures()
 
     def figures(self) -> Throughput:
@@ -546,7 +536,7 @@ class _InputBoundRounds:
         stage.rounds_until_decided(one_round, decided=lambda: bool(self.real_s) and self.figure().decided,
                                    first_estimate_s=2 * (warmup + batches) * call_s)
         decided = bool(self.real_s) and self.figure().decided
-        stage.status = _status(decided, len(self.real_s))
+        stage.status = status_from(decided, len(self.real_s))
         return self.figures()
 
     def figures(self) -> tuple[InputBoundFigures | None, StepRun]:

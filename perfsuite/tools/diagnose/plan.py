@@ -52,6 +52,13 @@ def calls_that_fit(share_s: float, call_s: float, *, most: int, rounds: int = TA
     return max(1, min(most, math.floor(share_s / (rounds * call_s))))
 
 
+def status_from(decided: bool, rounds: int) -> str:
+    """A stage's status from all its rounds (both passes of a resumed stage): DECIDED, TOO_SHORT or UNDECIDED."""
+    if decided:
+        return DECIDED
+    return TOO_SHORT if rounds < MIN_ROUNDS else UNDECIDED
+
+
 def status_of(outcome: RoundsOutcome) -> str:
     """The stage status a stage's rounds give: DECIDED, TOO_SHORT (< MIN_ROUNDS rounds) or UNDECIDED."""
     if outcome.decided:
