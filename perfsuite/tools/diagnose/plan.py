@@ -61,9 +61,7 @@ def status_from(decided: bool, rounds: int) -> str:
 
 def status_of(outcome: RoundsOutcome) -> str:
     """The stage status a stage's rounds give: DECIDED, TOO_SHORT (< MIN_ROUNDS rounds) or UNDECIDED."""
-    if outcome.decided:
-        return DECIDED
-    return TOO_SHORT if outcome.rounds < MIN_ROUNDS else UNDECIDED
+    return status_from(outcome.decided, outcome.rounds)
 
 
 def more_rounds(rounds: int, width: float, allowed: float) -> float:
