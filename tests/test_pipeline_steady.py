@@ -391,3 +391,19 @@ def test_prefixes_whose_rates_disagree_decide_no_bottleneck():
     assert not found.decided
     [verdict] = bottleneck_verdicts(found)
     assert "do not add up" in verdict.finding and verdict.recommendation
+
+
+def test_the_readings_own_cost_is_taken_off_every_prefix_of_its_kind():
+    from types import SimpleNamespace
+
+    from perfsuite.tools.diagnose.attribution import _bottleneck
+
+    cuts = [SimpleNamespace(stage="range", batched=False), SimpleNamespace(stage="map(load)", batched=False),
+            SimpleNamespace(stage="batch", batched=True)]
+    # planted: reading costs 50 us a sample unbatched and 10 us batched; range costs nothing more, map 200 us
+    reading = {"unbatched": [1 / 50e-6] * 3, "batched": [1 / 10e-6] * 3}
+    rates = {0: [1 / 50e-6] * 3, 1: [1 / 250e-6] * 3, 2: [1 / 210e-6] * 3, **reading}
+    shares = {s.stage: s.share.median for s in _bottleneck(cuts, rates).stages}
+    assert shares == pytest.approx({"range": 0.0, "map(load)": 1.0, "batch": 0.0})
+    without = {s.stage: s.share.median for s in _bottleneck(cuts, {i: rates[i] for i in range(3)}).stages}
+    assert without["range"] > 0.2 and without["batch"] < 0  # the reading's cost read as work
