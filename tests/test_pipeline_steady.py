@@ -407,3 +407,23 @@ def test_the_readings_own_cost_is_taken_off_every_prefix_of_its_kind():
     assert shares == pytest.approx({"range": 0.0, "map(load)": 1.0, "batch": 0.0})
     without = {s.stage: s.share.median for s in _bottleneck(cuts, {i: rates[i] for i in range(3)}).stages}
     assert without["range"] > 0.2 and without["batch"] < 0  # the reading's cost read as work
+
+
+def test_a_pipeline_no_slower_than_the_reading_has_no_shares_and_says_so():
+    from types import SimpleNamespace
+
+    from perfsuite.tools.diagnose.attribution import _bottleneck, bottleneck_verdicts
+
+    cuts = [SimpleNamespace(stage="range", batched=False), SimpleNamespace(stage="map(load)", batched=False)]
+    # planted: every prefix reads as fast as (or faster than) the reading alone: nothing to share out
+    rates = {0: [2e4] * 4, 1: [2e4, 2.1e4, 2e4, 2.2e4], "unbatched": [2e4] * 4}
+    found = _bottleneck(cuts, rates)
+    assert not found.decided and found.stages == () and found.no_work_rounds == 4
+    [verdict] = bottleneck_verdicts(found)
+    assert "nothing to attribute" in verdict.finding and verdict.evidence["no_work_rounds"] == 4
+    # one round with work among three without: shares from that round only, and nothing decided
+    mixed = {**rates, 1: [1e4, 2e4, 2.1e4, 2e4]}
+    found = _bottleneck(cuts, mixed)
+    assert found.no_work_rounds == 3 and found.stages[1].share.rounds == 1 and not found.decided
+    [verdict] = bottleneck_verdicts(found)
+    assert "3 of 4 rounds" in verdict.finding

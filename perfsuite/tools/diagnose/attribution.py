@@ -43,11 +43,13 @@ class StageShare(Record):
 @dataclass(frozen=True)
 class Bottleneck(Record):
     """The stages in order and the one that limits throughput (the largest share), decided when its share's
-    interval lies above every other stage's."""
+    interval lies above every other stage's. no_work_rounds: rounds in which the whole pipeline read no slower
+    per sample than a dataset that does no work; their shares are undefined, so the stages come from the rest."""
 
     stages: tuple[StageShare, ...]
     limiting: str | None
     decided: bool
+    no_work_rounds: int = 0
 
 
 def counted(dataset, *, batched: bool):
@@ -173,16 +175,21 @@ def _bottleneck(cuts, rates: dict) -> Bottleneck:
     def seconds(i: int, r: int) -> float:
         twin = rates.get("batched" if cuts[i].batched else "unbatched")
         reading = 1 / twin[r] if twin and len(twin) > r else 0.0
-        return max(1 / rates[i][r] - reading, 0.0)
+        return 1 / rates[i][r] - reading
 
     per_sample = [[seconds(i, r) for i in range(len(cuts))] for r in range(rounds)]
-    shares = {i: [(row[i] - (row[i - 1] if i else 0.0)) / row[-1] for row in per_sample] for i in range(len(cuts))}
+    worked = [r for r, row in enumerate(per_sample) if row[-1] > 0]  # a share is a part of a positive whole
+    no_work = rounds - len(worked)
+    if not worked:
+        return Bottleneck(stages=(), limiting=None, decided=False, no_work_rounds=no_work)
+    shares = {i: [(per_sample[r][i] - (per_sample[r][i - 1] if i else 0.0)) / per_sample[r][-1] for r in worked]
+              for i in range(len(cuts))}
     stages = tuple(StageShare(stage=cut.stage, rate=estimate(rates[i]), share=estimate(shares[i]))
                    for i, cut in enumerate(cuts))
     top = max(range(len(stages)), key=lambda i: stages[i].share.median)
-    decided = rounds >= MIN_ROUNDS and consistent(stages) and all(
+    decided = len(worked) >= MIN_ROUNDS and no_work <= len(worked) and consistent(stages) and all(
         stages[top].share.low > s.share.high for i, s in enumerate(stages) if i != top)
-    return Bottleneck(stages=stages, limiting=stages[top].stage, decided=decided)
+    return Bottleneck(stages=stages, limiting=stages[top].stage, decided=decided, no_work_rounds=no_work)
 
 
 def consistent(stages: tuple[StageShare, ...]) -> bool:
@@ -193,8 +200,15 @@ def consistent(stages: tuple[StageShare, ...]) -> bool:
 
 def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
     """The stage that limits throughput, with its share of the time per sample and its interval."""
-    if bottleneck is None or not bottleneck.stages:
+    if bottleneck is None:
         return []
+    if not bottleneck.stages:
+        if not bottleneck.no_work_rounds:
+            return []
+        return [DiagnosisFinding("bottleneck", f"nothing to attribute: in all {bottleneck.no_work_rounds} round(s) "
+                                 "the whole pipeline read no slower per sample than a dataset that does no work, so "
+                                 "its stages cost less than the reading can tell apart", {"no_work_rounds":
+                                 bottleneck.no_work_rounds}, None, None)]
     shares = {s.stage: s.share for s in bottleneck.stages}
     listing = ", ".join(f"{s.stage} {s.share.median:.0%} [{s.share.low:.0%}, {s.share.high:.0%}]"
                         for s in bottleneck.stages)
@@ -202,10 +216,19 @@ def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]
                 "shares": [s.share.median for s in bottleneck.stages],
                 "rates": [s.rate.median for s in bottleneck.stages]}
     top = shares[bottleneck.limiting]
+    if bottleneck.no_work_rounds:
+        evidence["no_work_rounds"] = bottleneck.no_work_rounds
+        listing += (f"; {bottleneck.no_work_rounds} more round(s) left out, where the whole pipeline read no slower "
+                    "than a dataset that does no work")
     if bottleneck.decided:
         return [DiagnosisFinding("bottleneck", f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} "
                                  f"[{top.low:.0%}, {top.high:.0%}] of the time per sample (over {top.rounds} rounds; "
                                  f"each stage's share: {listing})", evidence, None, top)]
+    if bottleneck.no_work_rounds > top.rounds:
+        return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided: in {bottleneck.no_work_rounds} of "
+                                 f"{bottleneck.no_work_rounds + top.rounds} rounds the whole pipeline read no slower "
+                                 "than a dataset that does no work, so its stages cost about what reading them costs "
+                                 f"({listing})", evidence, None, top)]
     if not consistent(bottleneck.stages):
         return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): a longer "
                                  "prefix read faster per sample than a shorter one it contains, so the shares do not "
