@@ -280,6 +280,20 @@ def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
     assert "not applied (no sequential map" in by_name["fix-map-parallelism"].finding
 
 
+def test_a_feed_share_spent_draining_the_buffers_searches_nothing():
+    """Draining a slow pipeline's buffers (here 1.2 s) can take the feed stage's whole share (1 s): no search
+    is started with a negative budget, and the stage says why."""
+    from perfsuite.tools.diagnose import pipeline
+    from perfsuite.tools.diagnose.plan import Stage
+
+    slow = tf.data.Dataset.range(10**6).map(
+        lambda x: tf.numpy_function(_sleeps(0.01), [x], tf.int64, stateful=True)).batch(1)
+    stage = Stage("feed", 1.0, Budget(30, {"feed": 1.0}, time.monotonic), no_progress)
+    target = pipeline.Target(pipeline="planted", step=None, args={})
+    assert pipeline._feed_stage(stage, slow, target, pipeline.PipelineSettings(), None, None, drain=120) is None
+    assert stage.status == TOO_SHORT and "after draining 120 batches" in stage.plan
+
+
 # ------------------------------------------------------------------------------------- end to end
 
 

@@ -338,19 +338,18 @@ def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step, settings
 def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings, layout: BatchLayout,
                 throughput: Throughput | None, *, drain: int) -> FeedFigures | None:
     """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time, read
-    from a fresh iterator drained of `drain` batches (the warm-up and what its buffers hold). Batches of any
-    structure are handed on as {'mel', 'mel_len'} (speech.canonical_batch), the true lengths read as the
-    throughput stage reads them, where it found real frames (a per-frame step of no frames takes no time);
-    otherwise as they are."""
+    from a fresh iterator drained of `drain` batches (the warm-up and what its buffers hold; a share spent
+    draining searches nothing). Batches of any structure go on as {'mel', 'mel_len'} (speech.canonical_batch,
+    the throughput stage's true lengths) where it found real frames, otherwise as they are."""
     if stage.left_s() <= MIN_FEED_S:
-        stage.plan = "no time left for a feed-rate search"
-        stage.tell("note", stage.plan)
-        stage.status = TOO_SHORT
-        return None
+        return _no_feed_search(stage, "no time left for a feed-rate search")
     stage.plan = f"a feed-rate search, then a round at the {settings.step_time} step"
     stage.tell("note", stage.plan)
     padding = None if throughput is None else throughput.padding
     stream = steady_stream(dataset.repeat(), target.pipeline, warmup=0, buffered=drain)
+    if stage.left_s() <= MIN_FEED_S:  # draining a slow pipeline's buffers can take the whole share
+        stream.close()
+        return _no_feed_search(stage, f"no time left for a feed-rate search after draining {drain} batches")
     if padding is not None and padding.real_frames > 0:
         batches = (canonical_batch(batch, layout) for batch in stream)
     else:
@@ -362,6 +361,12 @@ def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSetting
     stage.rounds = 1
     stage.tell("round", feed_words(figures))
     return figures
+
+
+def _no_feed_search(stage: Stage, why: str) -> None:
+    stage.plan = why
+    stage.tell("note", why)
+    stage.status = TOO_SHORT
 
 
 def _with_verdicts(diagnosis: PipelineDiagnosis) -> PipelineDiagnosis:
