@@ -444,3 +444,49 @@ def test_a_pipeline_no_slower_than_the_reading_has_no_shares_and_says_so():
     assert found.no_work_rounds == 3 and found.stages[1].share.rounds == 1 and not found.decided
     [verdict] = bottleneck_verdicts(found)
     assert "3 of 4 rounds" in verdict.finding
+
+
+def test_a_pass_is_known_through_stages_that_keep_one_element_per_element():
+    from types import SimpleNamespace
+
+    from perfsuite.tools.diagnose.attribution import UNBATCHED_READ, pass_reads
+
+    def cut(dataset, batched=False):
+        return SimpleNamespace(dataset=dataset, batched=batched)
+
+    assert pass_reads(cut(tf.data.Dataset.range(8 * UNBATCHED_READ))) == 8
+    assert pass_reads(cut(tf.data.Dataset.range(8 * UNBATCHED_READ + 1))) is None  # not whole reads
+    assert pass_reads(cut(tf.data.Dataset.range(10).repeat())) is None  # endless
+    assert pass_reads(cut(tf.data.Dataset.range(10).filter(lambda x: x > 3))) is None  # unknown
+    device = tf.data.Dataset.range(40).batch(4).apply(tf.data.experimental.prefetch_to_device("/cpu:0"))
+    assert int(device.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    assert pass_reads(cut(device.map(lambda x: x), batched=True)) == 10  # through the map and the copy
+
+
+def test_a_round_reads_whole_passes_so_every_round_holds_as_many_restarts():
+    from perfsuite.tools.diagnose.attribution import LONGEST_PASS, read_rate
+
+    class Restarting:
+        """One sample per read; every 5th read pays a 20 ms restart, the others 1 ms."""
+
+        def __init__(self):
+            self.reads = 0
+
+        def next(self):
+            self.reads += 1
+            time.sleep(0.02 if self.reads % 5 == 0 else 0.001)
+            return tf.ones([1], tf.int64)
+
+        def drain(self, count):
+            for _ in range(count):
+                self.next()
+
+    rates = []
+    for drain in (0, 1, 2, 3):  # each round starts elsewhere in the pass
+        stream = Restarting()
+        rates.append(read_rate(stream, drain=drain, read_s=0.01, batched=True, whole=5))
+        assert (stream.reads - drain) % 5 == 0
+    assert max(rates) < 1.5 * min(rates)  # one restart in each (time-based rounds read 2 to 5: 2x apart)
+    stream = Restarting()
+    read_rate(stream, drain=0, read_s=0.01, batched=True, whole=10_000)  # a pass too long: stopped on time
+    assert 2 <= stream.reads < 10_000 * 0.01 * LONGEST_PASS

@@ -27,6 +27,9 @@ MIN_READS = 2  # ... and at least this many reads
 # with the batch after it runs ahead of the stages before it) make a longer prefix faster by less than this.
 INCONSISTENT_SHARE = 0.5
 UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
+LONGEST_PASS = 4  # a round reads whole passes of a finite prefix unless that takes more than this many read_s
+# Python dataset classes that give one element per element: a pass is as long as their input's
+ONE_TO_ONE = {"_MapDataset", "_ParallelMapDataset", "_PrefetchDataset", "_CopyToDeviceDataset", "_OptionsDataset"}
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,32 @@ def counted(dataset, *, batched: bool):
     return counts.with_options(options)
 
 
-def read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool) -> float:
+def pass_reads(cut) -> int | None:
+    """Reads of counted(cut.dataset) in one pass of a finite prefix: its cardinality, taken through stages that
+    give one element per element where TensorFlow does not know it (copy_to_device); None when endless,
+    unknown, or (unbatched) not a whole number of UNBATCHED_READ groups."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf, dataset = tensorflow(), cut.dataset
+    while (count := int(dataset.cardinality())) == tf.data.UNKNOWN_CARDINALITY:
+        inputs = dataset._inputs() if type(dataset).__name__ in ONE_TO_ONE else []
+        if not inputs:
+            return None
+        dataset = inputs[0]
+    if count <= 0:  # endless, or empty
+        return None
+    if cut.batched:
+        return count
+    return count // UNBATCHED_READ if count % UNBATCHED_READ == 0 else None
+
+
+def read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool, whole: int | None = None) -> float:
     """Samples per second from a counted() stream after drain of its reads untimed, read for read_s
-    seconds."""
+    seconds; with `whole` (pass_reads), on to a whole number of passes, so that every round holds as many of
+    the prefix's restarts (a real cost of a pipeline that repeats it) unless that takes LONGEST_PASS x read_s."""
     stream.drain(drain)
     samples, spent, reads = 0, 0.0, 0
-    while spent < read_s or reads < MIN_READS:
+    while spent < read_s or reads < MIN_READS or (whole and reads % whole and spent < LONGEST_PASS * read_s):
         element, seconds = timed_next(stream)
         samples += int(element.numpy().sum())
         spent += seconds
@@ -123,8 +146,8 @@ class BottleneckRounds:
             stage.status = TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED
             return self.figures()
         stage.plan = (f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, then "
-                      f"drained and read for {read_s:.2f} s per round, interleaved, until the limiting stage is "
-                      "decided")
+                      f"drained and read for {read_s:.2f} s per round (on to whole passes where finite), "
+                      "interleaved, until the limiting stage is decided")
         stage.tell("note", stage.plan)
         started = time.perf_counter()
         sources = {index: counted(cut.dataset.repeat(), batched=cut.batched) for index, cut in enumerate(cuts)}
@@ -133,13 +156,14 @@ class BottleneckRounds:
             rates.setdefault(key, [])
         streams = {index: Stream(source, self.spec) for index, source in sources.items()}
         drains = {index: self.warmup + buffered_elements(source) for index, source in sources.items()}
+        whole = {index: pass_reads(cut) for index, cut in enumerate(cuts)}  # the reading's own: endless
         for index, stream in streams.items():  # the start-ups, before any round: a round's estimate holds none
             stream.drain(drains[index])
         start_s = time.perf_counter() - started
 
         def one_round(index: int) -> None:
             for key in alternating(tuple(streams), len(rates[0])):
-                rates[key].append(read_rate(streams[key], drain=drains[key], read_s=read_s,
+                rates[key].append(read_rate(streams[key], drain=drains[key], read_s=read_s, whole=whole.get(key),
                                             batched=key == "batched" or (key != "unbatched" and cuts[key].batched)))
 
         stage.rounds_until_decided(one_round, decided=lambda: _bottleneck(cuts, rates).decided,
