@@ -244,3 +244,26 @@ def test_the_prefetch_finding_reads_the_last_real_stage():
     assert _prefetch_verdicts(inspect_graph(tts_pipeline()), None, target) == []  # prefetch(50).with_options
     [finding] = _prefetch_verdicts(inspect_graph(tts_pipeline(prefetch=False)), None, target)
     assert "the last real stage is PaddedBatchDatasetV2" in finding.finding
+
+
+def test_one_pass_of_a_prefix_is_measured_in_bytes_of_every_component():
+    from perfsuite.tools.diagnose.rewrite import pass_bytes
+
+    dense = tf.data.Dataset.range(10).map(lambda i: (tf.zeros([4, 60, 32]), tf.fill([3], "ab")))
+    assert pass_bytes(dense, next(iter(dense))) == 10 * (4 * 60 * 32 * 4 + 3 * 2)  # float32s, then 2-byte strings
+    ragged = tf.data.Dataset.range(5).map(lambda i: tf.RaggedTensor.from_row_lengths(tf.ones([6]), [2, 4]))
+    assert pass_bytes(ragged, next(iter(ragged))) == 5 * (6 * 4 + 3 * 8)  # the values and the row splits
+    assert pass_bytes(dense.repeat(), next(iter(dense))) is None
+
+
+def test_a_cache_is_not_tried_when_one_pass_exceeds_its_share_of_free_memory(monkeypatch):
+    from perfsuite.tools.diagnose import rewrite
+
+    dataset = tf.data.Dataset.range(10).map(lambda i: tf.zeros([100_000]) + tf.cast(i, tf.float32),
+                                            num_parallel_calls=tf.data.AUTOTUNE).repeat()
+    monkeypatch.setattr(rewrite, "free_memory_bytes", lambda: 10 ** 9)
+    fixes, _ = rewrite.applicable_fixes(dataset, ends_with_prefetch=True)
+    assert [fix.name for fix in fixes] == ["cache"] and "(3.8 MiB a pass" in fixes[0].words  # 4,000,000 bytes
+    monkeypatch.setattr(rewrite, "free_memory_bytes", lambda: 10 ** 7)  # a quarter: 2.5 MB, less than one pass
+    fixes, skipped = rewrite.applicable_fixes(dataset, ends_with_prefetch=True)
+    assert fixes == [] and "exceeds 25% of the free memory" in {s.name: s.why for s in skipped}["cache"]

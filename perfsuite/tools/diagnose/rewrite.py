@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from perfsuite.tools.diagnose.targets import one_line_error
 
 # Python dataset classes that wrap or feed the pipeline without a stage of its own work to attribute.
@@ -219,15 +221,16 @@ def _random_or_stateful(node) -> bool:
 
 
 def pass_bytes(prefix, sample) -> int | None:
-    """Bytes of one pass of prefix (its cardinality x the bytes of one element); None when not finite or
-    unknown."""
+    """Bytes of one pass of prefix (its cardinality x the bytes of one element, every component of it,
+    strings by their length); None when not finite or unknown."""
     from perfsuite._tensorflow import tensorflow
 
     tf = tensorflow()
     count = int(tf.data.experimental.cardinality(prefix).numpy())
     if count < 0:
         return None
-    sizes = [getattr(leaf, "nbytes", 0) for leaf in tf.nest.flatten(sample)]
+    values = [np.asarray(leaf) for leaf in tf.nest.flatten(sample, expand_composites=True)]
+    sizes = [sum(len(x) for x in v.ravel()) if v.dtype == object else v.nbytes for v in values]
     return count * int(sum(sizes))
 
 
