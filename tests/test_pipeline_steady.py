@@ -467,15 +467,15 @@ def test_a_round_reads_whole_passes_so_every_round_holds_as_many_restarts():
     from perfsuite.tools.diagnose.attribution import LONGEST_PASS, read_rate
 
     class Restarting:
-        """One sample per read; every 5th read pays a 20 ms restart, the others 1 ms."""
+        """One sample per read; every 5th read pays a 100 ms restart, the others 5 ms."""
 
         def __init__(self):
-            self.reads = 0
+            self.reads, self.one = 0, tf.ones([1], tf.int64)
 
         def next(self):
             self.reads += 1
-            time.sleep(0.02 if self.reads % 5 == 0 else 0.001)
-            return tf.ones([1], tf.int64)
+            time.sleep(0.1 if self.reads % 5 == 0 else 0.005)
+            return self.one
 
         def drain(self, count):
             for _ in range(count):
@@ -484,9 +484,10 @@ def test_a_round_reads_whole_passes_so_every_round_holds_as_many_restarts():
     rates = []
     for drain in (0, 1, 2, 3):  # each round starts elsewhere in the pass
         stream = Restarting()
-        rates.append(read_rate(stream, drain=drain, read_s=0.01, batched=True, whole=5))
+        rates.append(read_rate(stream, drain=drain, read_s=0.1, batched=True, whole=5))
         assert (stream.reads - drain) % 5 == 0
     assert max(rates) < 1.5 * min(rates)  # one restart in each (time-based rounds read 2 to 5: 2x apart)
     stream = Restarting()
-    read_rate(stream, drain=0, read_s=0.01, batched=True, whole=10_000)  # a pass too long: stopped on time
-    assert 2 <= stream.reads < 10_000 * 0.01 * LONGEST_PASS
+    read_rate(stream, drain=0, read_s=0.1, batched=True, whole=10_000)  # a pass far too long: by time alone
+    assert 2 <= stream.reads <= 5  # read_s reached at the 5th read (on to LONGEST_PASS x read_s: 10 or more)
+    assert LONGEST_PASS * 0.1 < 10_000 * 0.005

@@ -27,7 +27,7 @@ MIN_READS = 2  # ... and at least this many reads
 # with the batch after it runs ahead of the stages before it) make a longer prefix faster by less than this.
 INCONSISTENT_SHARE = 0.5
 UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
-LONGEST_PASS = 4  # a round reads whole passes of a finite prefix unless that takes more than this many read_s
+LONGEST_PASS = 4  # a round reads on to whole passes of a finite prefix when that ends within this many read_s
 # Python dataset classes that give one element per element: a pass is as long as their input's
 ONE_TO_ONE = {"_MapDataset", "_ParallelMapDataset", "_PrefetchDataset", "_CopyToDeviceDataset", "_OptionsDataset"}
 
@@ -100,15 +100,23 @@ def pass_reads(cut) -> int | None:
 def read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool, whole: int | None = None) -> float:
     """Samples per second from a counted() stream after drain of its reads untimed, read for read_s
     seconds; with `whole` (pass_reads), on to a whole number of passes, so that every round holds as many of
-    the prefix's restarts (a real cost of a pipeline that repeats it) unless that takes LONGEST_PASS x read_s."""
+    the prefix's restarts (a real cost of a pipeline that repeats it), where that is estimated to end within
+    LONGEST_PASS x read_s (a long pass: by time, its restarts rare)."""
     stream.drain(drain)
     samples, spent, reads = 0, 0.0, 0
-    while spent < read_s or reads < MIN_READS or (whole and reads % whole and spent < LONGEST_PASS * read_s):
+    while spent < read_s or reads < MIN_READS or _to_a_whole_pass(reads, spent, whole, read_s):
         element, seconds = timed_next(stream)
         samples += int(element.numpy().sum())
         spent += seconds
         reads += 1
     return samples / spent
+
+
+def _to_a_whole_pass(reads: int, spent: float, whole: int | None, read_s: float) -> bool:
+    """Whether reading on to the end of the pass is estimated (at this round's rate so far) to end in time."""
+    if not whole or not reads % whole:
+        return False
+    return spent + (whole - reads % whole) * spent / reads <= LONGEST_PASS * read_s
 
 
 class BottleneckRounds:
