@@ -277,18 +277,21 @@ class StageLog:
     def resume(self, passes: Mapping[str, Resumable]) -> None:
         """The budget left after every stage ran, spent on the undecided stages among `passes`: the nearest to
         deciding first (its estimated seconds to decide), each given what is left less what the stages after it
-        are estimated to need; a stage that decides sooner leaves the rest to the next. A stage whose figure
-        sits on a boundary (no estimate) goes last and shares what is left with any other such stage."""
+        are estimated to need; a stage that decides sooner leaves the rest to the next. A stage with no estimate
+        gets at least a fair part of what is left: one with no round yet goes first, one whose figure sits on a
+        boundary goes last."""
         pending = [name for name in self.undecided() if name in passes]
         while pending and self.budget.left_s() > 0:
             needs = {name: self.seconds_to_decide(name, passes[name]) for name in pending}
             pending.sort(key=lambda name: needs[name])
             name, pending = pending[0], pending[1:]
             left = self.budget.left_s()
-            if math.isinf(needs[name]):
-                share = left / (1 + len(pending))
+            fair = left / (1 + len(pending))
+            if math.isinf(needs[name]):  # on a boundary: what is left, shared with the other such stages
+                share = fair
             else:
                 share = max(min(needs[name], left), left - sum(needs[n] for n in pending if math.isfinite(needs[n])))
+                share = share if self.rounds_of(name) else max(share, fair)  # no round yet: no estimate either
             with self.again(name, share_s=share) as stage:
                 self.parts.update(passes[name].run(stage))
         self._estimate_needs(passes)
@@ -301,6 +304,9 @@ class StageLog:
                 more = self.seconds_to_decide(record.name, passes[record.name])
                 if math.isfinite(more):
                     self.stages[index] = replace(record, needs_s=record.spent_s + more)
+
+    def rounds_of(self, name: str) -> int:
+        return next(record.rounds for record in self.stages if record.name == name)
 
     def seconds_to_decide(self, name: str, resumable: Resumable) -> float:
         """The rounds `name` is estimated to need more, at the seconds its rounds took so far (a stage with no
