@@ -55,6 +55,7 @@ from perfsuite.verdict.diagnosis_figures import (
     DECIDED,
     INPUT_BOUND_BOUNDARIES,
     INTERRUPTED,
+    LOADER_PAIRS,
     LOADER_PIPELINES,
     MIN_ROUNDS,
     SCHEMA_VERSION,
@@ -242,6 +243,28 @@ def test_warm_up_rounds_run_first_and_do_not_count():
     assert outcome.round_s == 1.0  # the measured rounds, not the warm-up, estimate the next one
 
 
+def test_loaders_left_without_a_measured_round_get_rounds_in_a_second_pass_without_a_second_warm_up():
+    import tensorflow as tf
+
+    from perfsuite.tools.diagnose.plan import Budget, Stage, no_progress
+    from perfsuite.tools.diagnose.stages import LoaderRounds
+
+    loaders = LoaderRounds(lambda pipeline: tf.data.Dataset.range(10**6).batch(4).repeat(),
+                           DiagnoseSettings(model="tiny", batch_size=4, batches=4, budget_s=60))
+    budget = Budget(60, {"loaders": 1.0}, time.monotonic)
+    first = Stage("loaders", 1e-3, budget, no_progress)  # time for the warm-up round only
+    assert loaders.run(first) == {"pipelines": (), "comparisons": ()}
+    assert (first.status, first.rounds) == (TOO_SHORT, 0) and loaders.more_rounds() == MIN_ROUNDS
+    again = Stage("loaders", 20.0, budget, no_progress)
+    found = loaders.run(again)
+    assert again.rounds >= MIN_ROUNDS and "more rounds" in again.plan
+    for figures in found["pipelines"]:
+        assert figures.samples_per_s.rounds == again.rounds  # the first pass's warm-up round is not counted ...
+    for measurements in loaders.runs.values():
+        assert [m.batches for m in measurements].count(1) == 1  # ... nor run again
+    assert len(found["comparisons"]) == len(LOADER_PAIRS)
+
+
 def test_an_estimate_carries_its_interval_rounds_and_the_boundaries_it_straddles():
     from perfsuite.measure import stats
 
@@ -290,9 +313,10 @@ def test_the_run_keeps_to_its_budget_and_records_every_stage(run):
             assert stage["rounds"] >= MIN_ROUNDS
         if stage["status"] == UNDECIDED and stage["name"] != "feed":  # feed: a step inside a feed interval
             assert stage["rounds"] >= MIN_ROUNDS and stage["spent_s"] > 0.5 * stage["share_s"]
-    # A checkpoint after check-data and after every stage, then the complete diagnosis.
-    assert run.checkpoints == [(False, [])] + [(False, list(STAGES[:n]))
-                                               for n in range(1, len(STAGES) + 1)] + [(True, [s["name"] for s in result["stages"]])]
+    # A checkpoint after check-data and after every stage (and a loaders stage run again), then the complete one.
+    again = [(False, list(STAGES))] if "then again" in result["stages"][0]["plan"] else []
+    assert run.checkpoints == [(False, [])] + [(False, list(STAGES[:n])) for n in range(1, len(STAGES) + 1)] + again + [
+        (True, [s["name"] for s in result["stages"]])]
 
 
 def test_every_loader_gets_a_feed_rate_and_a_judgement_its_interval_supports(run):

@@ -27,14 +27,15 @@ from perfsuite.tools.diagnose.plan import (
     Budget,
     Event,
     Progress,
+    Resumable,
     StageLog,
     no_progress,
 )
 from perfsuite.tools.diagnose.stages import (
     GpuWindow,
+    LoaderRounds,
     feed_stage,
     input_bound_stage,
-    loaders_stage,
     step_stage,
     sweep_stage,
     trace_stage,
@@ -124,9 +125,9 @@ def _measure(run: StageLog, *, dataset_dir: Path, cache_dir: Path, settings: Dia
              trace_dir: Path | None, shapes: StaticShapes) -> None:
     """The stages in order; each one's figures go into run.parts as it ends."""
     loader = _loader_factory(dataset_dir, cache_dir, settings, mel_config, shapes)
+    loaders = LoaderRounds(loader, settings)
     with run.stage("loaders") as stage:
-        pipelines, comparisons = loaders_stage(stage, loader, settings)
-        run.parts.update(pipelines=pipelines, comparisons=comparisons)
+        run.parts.update(loaders.run(stage))
     with run.stage("step") as stage:
         batch = next(iter(loader(Pipeline("tf_native", "cache"))))
         steps, step = step_stage(stage, batch, settings, (None, shapes.max_text_len, shapes.max_mel_frames))
@@ -146,6 +147,7 @@ def _measure(run: StageLog, *, dataset_dir: Path, cache_dir: Path, settings: Dia
             run.parts["trace"] = trace_stage(stage, fastest, step.input_bound_call_s,
                                               loader(Pipeline("tf_native", "wav")), Path(trace_dir),
                                               settings.trace_steps)
+    run.resume({"loaders": Resumable(loaders.run, loaders.more_rounds)})  # the time the others left
 
 
 def _loader_factory(dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettings, mel_config, shapes):

@@ -26,7 +26,9 @@ from perfsuite.tools.diagnose.plan import (
     MIN_STEP_BATCHES,
     Stage,
     calls_that_fit,
+    more_rounds_for,
     split_budget,
+    status_from,
     status_of,
     worst_status,
 )
@@ -40,6 +42,7 @@ from perfsuite.verdict.diagnosis_figures import (
     LOADER_BOUNDARIES,
     LOADER_PAIRS,
     LOADER_PIPELINES,
+    MIN_ROUNDS,
     STEP_BOUNDARIES,
     STEP_MODES,
     STEP_RATIOS,
@@ -70,35 +73,54 @@ from perfsuite.verdict.diagnosis_figures import (
 # ------------------------------------------------------------------------------------ the loaders
 
 
-def loaders_stage(stage: Stage, loader, settings: DiagnoseSettings):
+class LoaderRounds:
     """Every LOADER_PIPELINES loader in interleaved rounds (A B C D, D C B A, ...), a fresh iterator per
     round with settings.warmup untimed batches, until every LOADER_PAIRS ratio is decided or the share is
-    spent. The first round is a short warm-up (start-up, first file reads: one batch each), whose time
-    only sizes the next round. Returns (pipelines, comparisons), empty without a measured round."""
-    from perfsuite.measure import timing
+    spent. The first round of all is a short warm-up (start-up, first file reads: one batch each), whose
+    time only sizes the next round. run() again adds rounds to the earlier ones (resume's second pass)."""
 
-    datasets = {pipeline: loader(pipeline) for pipeline in LOADER_PIPELINES}
-    runs = {pipeline: [] for pipeline in LOADER_PIPELINES}
-    stage.plan = (f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per round, "
-                  "interleaved, after a short warm-up round; rounds until the same-round ratios are decided")
-    stage.tell("note", stage.plan)
+    def __init__(self, loader, settings: DiagnoseSettings):
+        self.datasets = {pipeline: loader(pipeline) for pipeline in LOADER_PIPELINES}
+        self.runs: dict[Pipeline, list] = {pipeline: [] for pipeline in LOADER_PIPELINES}
+        self.settings = settings
 
-    def one_round(index: int) -> None:
-        batches = 1 if index == 0 else settings.batches  # the warm-up round: start-up and first reads only
-        for pipeline in alternating(LOADER_PIPELINES, index):
-            runs[pipeline].append(timing.measure_dataset(dataset=datasets[pipeline], warmup_batches=settings.warmup,
-                                                         measure_batches=batches, name=pipeline.label))
+    def comparisons(self) -> tuple[LoaderComparison, ...]:
+        return tuple(_loader_comparison(a, b, self.runs[a][1:], self.runs[b][1:]) for a, b in LOADER_PAIRS
+                     if len(self.runs[a]) > 1)
 
-    def comparisons() -> tuple[LoaderComparison, ...]:
-        return tuple(_loader_comparison(a, b, runs[a][1:], runs[b][1:]) for a, b in LOADER_PAIRS
-                     if len(runs[a]) > 1)
+    def figures(self) -> dict:
+        """pipelines and comparisons, empty without a measured round."""
+        if len(self.runs[LOADER_PIPELINES[0]]) < 2:
+            return {"pipelines": (), "comparisons": ()}
+        return {"pipelines": tuple(_pipeline_figures(p, self.runs[p]) for p in LOADER_PIPELINES),
+                "comparisons": self.comparisons()}
 
-    outcome = stage.rounds_until_decided(one_round, decided=lambda: all(c.ratio.decided for c in comparisons()),
-                                         warmup_rounds=1)
-    stage.status = status_of(outcome)
-    if outcome.rounds == 0:
-        return (), ()
-    return tuple(_pipeline_figures(p, runs[p]) for p in LOADER_PIPELINES), comparisons()
+    def more_rounds(self) -> float:
+        """Rounds more for every ratio to be decided (plan.more_rounds_for; MIN_ROUNDS with none yet)."""
+        return max((more_rounds_for(c.ratio) for c in self.comparisons()), default=float(MIN_ROUNDS))
+
+    def run(self, stage: Stage) -> dict:
+        from perfsuite.measure import timing
+
+        settings, runs, done = self.settings, self.runs, len(self.runs[LOADER_PIPELINES[0]])
+        stage.plan = (f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per "
+                      f"round, interleaved, {'after a short warm-up round' if not done else 'more rounds'}; "
+                      "rounds until the same-round ratios are decided")
+        stage.tell("note", stage.plan)
+
+        def one_round(index: int) -> None:
+            batches = 1 if done + index == 0 else settings.batches  # the warm-up round: start-up, first reads
+            for pipeline in alternating(LOADER_PIPELINES, done + index):
+                runs[pipeline].append(timing.measure_dataset(dataset=self.datasets[pipeline], name=pipeline.label,
+                                                             warmup_batches=settings.warmup, measure_batches=batches))
+
+        def decided() -> bool:
+            return all(c.ratio.decided for c in self.comparisons())
+
+        stage.rounds_until_decided(one_round, decided=decided, warmup_rounds=0 if done else 1)
+        measured = max(0, len(runs[LOADER_PIPELINES[0]]) - 1)  # both passes, less the warm-up round
+        stage.status = status_from(measured > 0 and decided(), measured)
+        return self.figures()
 
 
 def _pipeline_figures(pipeline: Pipeline, measurements: list) -> PipelineFigures:
