@@ -61,7 +61,7 @@ def _times(value: float) -> str:
     return f"{value:.2f}x"
 
 
-def _percent(value: float) -> str:
+def percent(value: float) -> str:
     return f"{value:.0%}"
 
 
@@ -256,7 +256,7 @@ def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | N
     name, figure, label = figures.pipeline.label, figures.share, figures.classification
     share = figure.median
     evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
-    why = why_undecided(figure, _percent)
+    why = why_undecided(figure, percent)
     if why:
         return DiagnosisFinding(f"input-{name}", f"{name}: {why}; median share {share:.0%} ({label} at the median)"
                                 f"{wait_words(figures)}", evidence, None, figure)
@@ -267,7 +267,7 @@ def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | N
                           "the step waits for input: add parallel map calls, prefetch, or a faster loader")
     waits = (f"{share:.0%} of step time {lost_words(figures)}" if share >= 0 else
              f"share {share:.0%}: fed faster than its synthetic twin, i.e. no measurable wait, the rest noise")
-    return DiagnosisFinding(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, _percent)})"
+    return DiagnosisFinding(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, percent)})"
                             f"{wait_words(figures)}", evidence, recommendation, figure)
 
 
@@ -301,9 +301,9 @@ def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[Diagnosis
                                "periodic stalls: a slow element every period (long files, GC, a shared disk); "
                                "raise prefetch or parallelism so the stall is hidden"))
         elif figure.median >= UNSTABLE_VARIATION:
-            why = why_undecided(figure, _percent)
+            why = why_undecided(figure, percent)
             out.append(DiagnosisFinding(f"variation-{name}", f"{name}: per-batch times vary by {figure.median:.0%} of the "
-                               f"mean ({why or span_words(figure, _percent)})", evidence, None, figure))
+                               f"mean ({why or span_words(figure, percent)})", evidence, None, figure))
     return out
 
 

@@ -2,9 +2,9 @@
 a time budget, and inspect its graph for what can cost training time.
 
 targets.py imports the user's factory (and step) and reads the graph; diagnose_pipeline() measures, in
-budgeted stages after the start-up and the step's first calls: steady throughput, the input-bound share
-(given a step), the bottleneck (attribution.py), the fixes (fixes.py, padding.py) and the feed rate; the
-time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from measured figures: the
+budgeted stages after the start-up and the step's first calls: steady throughput (throughput.py), the
+input-bound share (given a step), the bottleneck (attribution.py), the fixes (fixes.py, padding.py) and the
+feed rate; the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from measured figures: the
 graph says where to look, the figures whether it matters. A target perfsuite cannot use raises
 TargetError, one line naming what was looked up and what was found.
 """
@@ -21,8 +21,7 @@ from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
 from perfsuite.measure.machine import MachineFingerprint
 from perfsuite.measure.rounds import alternating
-from perfsuite.measure.speech import FrameCounter, PaddingFigures, canonical_batch
-from perfsuite.measure.stats import Cycle
+from perfsuite.measure.speech import canonical_batch
 from perfsuite.records import Record, migrate, migration
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import Bottleneck, BottleneckRounds, bottleneck_verdicts
@@ -39,13 +38,12 @@ from perfsuite.tools.diagnose.plan import (
     Stage,
     StageLog,
     calls_that_fit,
-    more_rounds,
     more_rounds_for,
     no_progress,
     status_from,
 )
 from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
-from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, steady_stream, timed_next
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, steady_stream, timed_next
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
     PythonOp,
@@ -56,6 +54,7 @@ from perfsuite.tools.diagnose.targets import (
     make_dataset,
     one_line_error,
 )
+from perfsuite.tools.diagnose.throughput import Throughput, ThroughputRounds, throughput_verdicts
 from perfsuite.tools.diagnose.work import WorkFigures, read_work, with_rates, work_verdicts
 from perfsuite.verdict.diagnosis import (
     estimate_evidence,
@@ -63,8 +62,8 @@ from perfsuite.verdict.diagnosis import (
     feed_words,
     layout_finding,
     lost_words,
+    percent,
     span_words,
-    speech_finding,
     stage_verdicts,
     wait_words,
     why_undecided,
@@ -72,10 +71,7 @@ from perfsuite.verdict.diagnosis import (
 from perfsuite.verdict.diagnosis_figures import (
     DEFAULT_BUDGET_S,
     INPUT_BOUND_BOUNDARIES,
-    MIN_ROUNDS,
     TOO_SHORT,
-    UNSTABLE_VARIATION,
-    VARIATION_BOUNDARIES,
     DiagnosisFinding,
     FeedFigures,
     InputBoundFigures,
@@ -90,9 +86,6 @@ from perfsuite.verdict.diagnosis_figures import (
 
 PIPELINE_SCHEMA_VERSION = 6
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "fixes": 4.0, "feed": 2.0}
-THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
-MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
-MAX_THROUGHPUT_BATCHES = 256  # ... and at most
 MIN_FEED_S = 0.5  # a feed-rate search needs at least this share
 MAX_STEP_CALLS_AGAIN = 16 * MAX_STEP_CALLS  # step calls per side of a second input-bound pass's round, at most
 
@@ -128,29 +121,6 @@ class PipelineSettings(Record):
         if self.frame_s is not None and not (isinstance(self.frame_s, int | float) and self.frame_s > 0):
             raise ValueError(f"frame_s: expected seconds per frame > 0, found {self.frame_s!r}")
         check_step_time(self.step_time)
-
-
-@dataclass(frozen=True)
-class Throughput(Record):
-    """The pipeline alone: first_batch_s (start-up) and warmup_s apart, then rounds of steady batches from
-    a fresh, drained iterator per pass (batches_per_round: the last pass's; round_batches: each round's). unit: 'samples' (the leading dimension of a batch) or 'batches'
-    when a batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the
-    batch times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s;
-    restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
-
-    first_batch_s: float
-    warmup_s: tuple[float, ...]
-    unit: str
-    rate: RoundsEstimate | None
-    variation: RoundsEstimate | None
-    batches_per_round: int
-    batch_s: tuple[float, ...]
-    cycle: Cycle | None
-    restarts: int
-    audio_s_per_s: RoundsEstimate | None = None
-    padding_efficiency: float | None = None
-    padding: PaddingFigures | None = None  # measured by the layout (speech.PaddingFigures)
-    round_batches: tuple[int, ...] = ()  # batches of each round (a second pass sizes its rounds anew)
 
 
 @dataclass(frozen=True)
@@ -272,7 +242,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
                    budget=budget, progress=progress, checkpoint=checkpoint)
     run.save()
     run.tell_plan(after="the start-up" + (" and the step's first calls" if step is not None else ""))
-    throughput = _ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
+    throughput = ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
                                    drain=settings.warmup + buffered)
     bound = _InputBoundRounds(step, first_step, first_batch, dataset, settings, target) if step else None
     with run.stage("throughput") as stage:
@@ -377,82 +347,6 @@ def _start(stream: Stream, warmup: int) -> tuple[Any, float, tuple[float, ...]]:
     """(the first batch, its seconds (start-up), the seconds of `warmup` more batches)."""
     first, first_s = timed_next(stream)
     return first, first_s, tuple(timed_next(stream)[1] for _ in range(warmup))
-
-
-class _ThroughputRounds:
-    """The pipeline alone: rounds of steady batches from a fresh iterator made when a pass starts (after the
-    start-up and the step's first calls) and drained of what its buffers can hold, until the per-round rate
-    is known to within THROUGHPUT_PRECISION or the share is spent. A second pass adds rounds to the first."""
-
-    def __init__(self, dataset, spec: str, first_s: float, warmup_s: tuple[float, ...], *, layout: BatchLayout,
-                 drain: int):
-        self.dataset, self.spec, self.first_s, self.warmup_s, self.drain = dataset, spec, first_s, warmup_s, drain
-        self.layout = layout
-        self.rounds: list[list[float]] = []
-        self.unit = "batches"
-        self.frames = FrameCounter(layout=layout)
-        self.audio: list[float] = []
-        self.restarts = 0
-        self.batches: int | None = None
-
-    def precise(self) -> bool:
-        rate = estimate([r[0] for r in self.rounds]) if self.rounds else None
-        return (rate is not None and rate.rounds >= MIN_ROUNDS
-                and (rate.high - rate.low) <= 2 * THROUGHPUT_PRECISION * rate.median)
-
-    def more_rounds(self) -> float:
-        """Rounds more to know the rate within THROUGHPUT_PRECISION (plan.more_rounds)."""
-        if len(self.rounds) < MIN_ROUNDS:
-            return float(MIN_ROUNDS - len(self.rounds))
-        rate = estimate([r[0] for r in self.rounds])
-        return more_rounds(rate.rounds, rate.high - rate.low, 2 * THROUGHPUT_PRECISION * rate.median)
-
-    def run(self, stage: Stage) -> Throughput:
-        batch_s_estimate = statistics.median(self.warmup_s) if self.warmup_s else self.first_s
-        if self.rounds:  # a second pass: its batches measured so far size its rounds
-            batch_s_estimate = statistics.median(s for r in self.rounds for s in r[1:])
-        self.batches = batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
-                                                                            most=MAX_THROUGHPUT_BATCHES))
-        stage.plan = (f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
-                      f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
-                      f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
-        stage.tell("note", stage.plan)
-        stream = steady_stream(self.dataset, self.spec, warmup=0, buffered=self.drain)
-        frames, frame_s = self.frames, self.layout.frame_s
-
-        def one_round(index: int) -> None:
-            times, samples, noted = [], 0, len(frames.real)
-            for _ in range(batches):
-                batch, seconds = timed_next(stream)
-                count, self.unit = samples_in(batch)
-                times.append(seconds)
-                samples += count
-                frames(batch)
-            self.rounds.append([samples / sum(times), *times])
-            if len(frames.real) == noted + batches:  # every batch had the layout's audio
-                self.audio.append(sum(frames.real[noted:]) * frame_s / sum(times))
-
-        stage.rounds_until_decided(one_round, decided=self.precise, first_estimate_s=batches * batch_s_estimate)
-        stream.close()
-        self.restarts += stream.restarts
-        stage.status = status_from(self.precise(), len(self.rounds))
-        return self.figures()
-
-    def figures(self) -> Throughput:
-        from perfsuite.measure import stats
-
-        rounds, frames = self.rounds, self.frames
-        batch_s = tuple(s for r in rounds for s in r[1:])
-        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit,
-                          rate=estimate([r[0] for r in rounds]) if rounds else None,
-                          variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
-                                             VARIATION_BOUNDARIES) if rounds else None,
-                          batches_per_round=self.batches or 0, batch_s=batch_s,
-                          round_batches=tuple(len(r) - 1 for r in rounds),
-                          cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
-                          audio_s_per_s=estimate(self.audio) if self.audio and len(self.audio) == len(rounds) else None,
-                          padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
-                          padding=frames.figures())
 
 
 def _call_step(step, batch, spec: str) -> float:
@@ -591,46 +485,6 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     return out + work_verdicts(diagnosis.work)
 
 
-def _percent(value: float) -> str:
-    return f"{value:.0%}"
-
-
-def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
-    rate, unit = figures.rate, figures.unit
-    if rate is None:
-        return []
-    evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
-                "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
-    out = [DiagnosisFinding("throughput", f"steady throughput {_fmt_rate(rate.median)} {unit}/s "
-                   f"({span_words(rate, _fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
-                   "kept apart)", evidence, None, rate)]
-    if figures.padding is not None:
-        out.append(speech_finding(figures.audio_s_per_s, figures.padding, _fmt_rate))
-    elif figures.audio_s_per_s is not None:  # a file written before the layout was recorded
-        audio = figures.audio_s_per_s
-        out.append(DiagnosisFinding("speech", f"{_fmt_rate(audio.median)} seconds of audio per second "
-                           f"({span_words(audio, _fmt_rate)}); batches are {figures.padding_efficiency:.0%} real "
-                           "frames, the rest padding", {**estimate_evidence("audio_s_per_s", audio),
-                                                        "padding_efficiency": figures.padding_efficiency},
-                           None, audio))
-    cycle, variation = figures.cycle, figures.variation
-    if cycle is not None and cycle.significant:
-        out.append(DiagnosisFinding("cycle", f"per-batch times repeat every {cycle.period} batches", {
-            "period": cycle.period, "strength": cycle.strength, "threshold": cycle.threshold},
-            "periodic stalls: a slow element every period (long files, GC, a shared disk); raise prefetch or "
-            "parallelism so the stall is hidden"))
-    elif variation is not None and variation.median >= UNSTABLE_VARIATION:
-        why = why_undecided(variation, _percent)
-        out.append(DiagnosisFinding("variation", f"per-batch times vary by {variation.median:.0%} of the mean "
-                           f"({why or span_words(variation, _percent)})",
-                           estimate_evidence("variation", variation), None, variation))
-    return out
-
-
-def _fmt_rate(value: float) -> str:
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
 def _waits(bound: InputBoundFigures | None) -> bool | None:
     """True / False when the share is decided input-bound / not; None when not measured or undecided."""
     if bound is None or not bound.share.decided:
@@ -647,7 +501,7 @@ def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding
         return []
     figure, label = bound.share, bound.classification
     evidence = {**estimate_evidence("share", figure), "t_real_s": bound.t_real, "t_synthetic_s": bound.t_synthetic}
-    why = why_undecided(figure, _percent)
+    why = why_undecided(figure, percent)
     if why:
         return [DiagnosisFinding("input-bound", f"whether the step waits for input is {why}; no class is given "
                                  "from an undecided figure", evidence, None, figure)]
@@ -655,7 +509,7 @@ def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding
     if label != "not input-bound":
         recommendation = "the step waits for input: see the Python-function, prefetch and parallelism findings"
     return [DiagnosisFinding("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time "
-                             f"{lost_words(bound)}; {span_words(figure, _percent)}){wait_words(bound)}", evidence,
+                             f"{lost_words(bound)}; {span_words(figure, percent)}){wait_words(bound)}", evidence,
                              recommendation, figure)]
 
 
@@ -702,7 +556,7 @@ def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
         return "whether it costs training time needs --step (the input-bound share)"
     if bound is None:
         return "the input-bound share was not measured (no time)"
-    why = why_undecided(bound.share, _percent)
+    why = why_undecided(bound.share, percent)
     if why:
         return f"whether it costs training time is {why}"
     return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"

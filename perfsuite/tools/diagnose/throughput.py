@@ -1,0 +1,162 @@
+"""The pipeline alone, as diagnose --pipeline measures it: steady throughput in rounds of a fresh, drained
+iterator (the start-up and the step's first calls kept apart), its record and its verdicts."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from perfsuite.measure.batch_spec import BatchLayout
+from perfsuite.measure.speech import FrameCounter, PaddingFigures
+from perfsuite.measure.stats import Cycle
+from perfsuite.records import Record
+from perfsuite.tools.diagnose.plan import Stage, calls_that_fit, more_rounds, status_from
+from perfsuite.tools.diagnose.streams import samples_in, steady_stream, timed_next
+from perfsuite.verdict.diagnosis import estimate_evidence, percent, span_words, speech_finding, why_undecided
+from perfsuite.verdict.diagnosis_figures import (
+    MIN_ROUNDS,
+    UNSTABLE_VARIATION,
+    VARIATION_BOUNDARIES,
+    DiagnosisFinding,
+    RoundsEstimate,
+    estimate,
+)
+
+THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
+MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
+MAX_THROUGHPUT_BATCHES = 256  # ... and at most
+
+
+@dataclass(frozen=True)
+class Throughput(Record):
+    """The pipeline alone: first_batch_s (start-up) and warmup_s apart, then rounds of steady batches from
+    a fresh, drained iterator per pass (batches_per_round: the last pass's; round_batches: each round's).
+    unit: 'samples' (the leading dimension of a batch) or 'batches' when a batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the
+    batch times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s;
+    restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
+
+    first_batch_s: float
+    warmup_s: tuple[float, ...]
+    unit: str
+    rate: RoundsEstimate | None
+    variation: RoundsEstimate | None
+    batches_per_round: int
+    batch_s: tuple[float, ...]
+    cycle: Cycle | None
+    restarts: int
+    audio_s_per_s: RoundsEstimate | None = None
+    padding_efficiency: float | None = None
+    padding: PaddingFigures | None = None  # measured by the layout (speech.PaddingFigures)
+    round_batches: tuple[int, ...] = ()  # batches of each round (a second pass sizes its rounds anew)
+
+
+class ThroughputRounds:
+    """The pipeline alone: rounds of steady batches from a fresh iterator made when a pass starts (after the
+    start-up and the step's first calls) and drained of what its buffers can hold, until the per-round rate
+    is known to within THROUGHPUT_PRECISION or the share is spent. A second pass adds rounds to the first."""
+
+    def __init__(self, dataset, spec: str, first_s: float, warmup_s: tuple[float, ...], *, layout: BatchLayout,
+                 drain: int):
+        self.dataset, self.spec, self.first_s, self.warmup_s, self.drain = dataset, spec, first_s, warmup_s, drain
+        self.layout = layout
+        self.rounds: list[list[float]] = []
+        self.unit = "batches"
+        self.frames = FrameCounter(layout=layout)
+        self.audio: list[float] = []
+        self.restarts = 0
+        self.batches: int | None = None
+
+    def precise(self) -> bool:
+        rate = estimate([r[0] for r in self.rounds]) if self.rounds else None
+        return (rate is not None and rate.rounds >= MIN_ROUNDS
+                and (rate.high - rate.low) <= 2 * THROUGHPUT_PRECISION * rate.median)
+
+    def more_rounds(self) -> float:
+        """Rounds more to know the rate within THROUGHPUT_PRECISION (plan.more_rounds)."""
+        if len(self.rounds) < MIN_ROUNDS:
+            return float(MIN_ROUNDS - len(self.rounds))
+        rate = estimate([r[0] for r in self.rounds])
+        return more_rounds(rate.rounds, rate.high - rate.low, 2 * THROUGHPUT_PRECISION * rate.median)
+
+    def run(self, stage: Stage) -> Throughput:
+        batch_s_estimate = statistics.median(self.warmup_s) if self.warmup_s else self.first_s
+        if self.rounds:  # a second pass: its batches measured so far size its rounds
+            batch_s_estimate = statistics.median(s for r in self.rounds for s in r[1:])
+        self.batches = batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
+                                                                            most=MAX_THROUGHPUT_BATCHES))
+        stage.plan = (f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
+                      f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
+                      f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
+        stage.tell("note", stage.plan)
+        stream = steady_stream(self.dataset, self.spec, warmup=0, buffered=self.drain)
+        frames, frame_s = self.frames, self.layout.frame_s
+
+        def one_round(index: int) -> None:
+            times, samples, noted = [], 0, len(frames.real)
+            for _ in range(batches):
+                batch, seconds = timed_next(stream)
+                count, self.unit = samples_in(batch)
+                times.append(seconds)
+                samples += count
+                frames(batch)
+            self.rounds.append([samples / sum(times), *times])
+            if len(frames.real) == noted + batches:  # every batch had the layout's audio
+                self.audio.append(sum(frames.real[noted:]) * frame_s / sum(times))
+
+        stage.rounds_until_decided(one_round, decided=self.precise, first_estimate_s=batches * batch_s_estimate)
+        stream.close()
+        self.restarts += stream.restarts
+        stage.status = status_from(self.precise(), len(self.rounds))
+        return self.figures()
+
+    def figures(self) -> Throughput:
+        from perfsuite.measure import stats
+
+        rounds, frames = self.rounds, self.frames
+        batch_s = tuple(s for r in rounds for s in r[1:])
+        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit,
+                          rate=estimate([r[0] for r in rounds]) if rounds else None,
+                          variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
+                                             VARIATION_BOUNDARIES) if rounds else None,
+                          batches_per_round=self.batches or 0, batch_s=batch_s,
+                          round_batches=tuple(len(r) - 1 for r in rounds),
+                          cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
+                          audio_s_per_s=estimate(self.audio) if self.audio and len(self.audio) == len(rounds) else None,
+                          padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
+                          padding=frames.figures())
+
+
+def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
+    rate, unit = figures.rate, figures.unit
+    if rate is None:
+        return []
+    evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
+                "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
+    out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit}/s "
+                   f"({span_words(rate, fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
+                   "kept apart)", evidence, None, rate)]
+    if figures.padding is not None:
+        out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate))
+    elif figures.audio_s_per_s is not None:  # a file written before the layout was recorded
+        audio = figures.audio_s_per_s
+        out.append(DiagnosisFinding("speech", f"{fmt_rate(audio.median)} seconds of audio per second "
+                           f"({span_words(audio, fmt_rate)}); batches are {figures.padding_efficiency:.0%} real "
+                           "frames, the rest padding", {**estimate_evidence("audio_s_per_s", audio),
+                                                        "padding_efficiency": figures.padding_efficiency},
+                           None, audio))
+    cycle, variation = figures.cycle, figures.variation
+    if cycle is not None and cycle.significant:
+        out.append(DiagnosisFinding("cycle", f"per-batch times repeat every {cycle.period} batches", {
+            "period": cycle.period, "strength": cycle.strength, "threshold": cycle.threshold},
+            "periodic stalls: a slow element every period (long files, GC, a shared disk); raise prefetch or "
+            "parallelism so the stall is hidden"))
+    elif variation is not None and variation.median >= UNSTABLE_VARIATION:
+        why = why_undecided(variation, percent)
+        out.append(DiagnosisFinding("variation", f"per-batch times vary by {variation.median:.0%} of the mean "
+                           f"({why or span_words(variation, percent)})",
+                           estimate_evidence("variation", variation), None, variation))
+    return out
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
