@@ -186,6 +186,27 @@ def test_tf_native_and_numpy_function_agree_per_id(tiny_corpus, tiny_cache):
             np.testing.assert_array_equal(native[utt_id].tokens, numpy[utt_id].tokens)
 
 
+def _no_parse(*args, **kwargs):
+    raise AssertionError("ast.parse called")
+
+
+def test_the_numpy_function_cache_loader_reads_on_tf_datas_threads_without_parsing_python(tiny_corpus, tiny_cache,
+                                                                                          monkeypatch):
+    """np.load's ast header parse on two tf.data threads at once can fail under CPython 3.11 ("AST constructor
+    recursion depth mismatch", seen in CI): the loader's reads must not call ast.parse at all."""
+    import ast
+
+    native, _ = epoch(build_loader(dataset_dir=tiny_corpus, config=LoaderConfig(kind="tf_native", source="cache")))
+    loader = build_loader(dataset_dir=tiny_corpus, config=LoaderConfig(kind="numpy_function", source="cache",
+                                                                       num_parallel_calls=2))
+    with monkeypatch.context() as patched:  # undone before pytest formats a failure (it parses with ast)
+        patched.setattr(ast, "parse", _no_parse)
+        read, _ = epoch(loader)
+    assert read.keys() == native.keys()
+    for utt_id, sample in native.items():
+        np.testing.assert_array_equal(read[utt_id].mel, sample.mel)
+
+
 @PIPELINE_SETTINGS
 @given(pair=st.sampled_from(PAIRS), batch_size=st.integers(1, 9), max_mel_frames=st.integers(1, 140),
        max_text_len=st.integers(1, 25), drop_remainder=st.booleans())
