@@ -6,8 +6,8 @@ what the batch holds; padding is zeros and never counted).
 
 Kinds:
 - ``tf_native``: graph ops only (tf.io.read_file, tf.io.decode_raw or the header parsers, the TF mel).
-- ``numpy_function``: the same math in Python/numpy inside ``tf.numpy_function`` (`.npy` files read by
-  ``npy.read_npy``: np.load's header parse is not safe on tf.data's threads under CPython 3.11).
+- ``numpy_function``: the same math in Python/numpy inside ``tf.numpy_function`` (`.npy` files by np.load,
+  read again on CPython 3.11's spurious AST error: ``npy.np_load``).
 - ``librosa``: soundfile + librosa inside ``tf.numpy_function``, as TF TTS projects ship it
   (extra ``peers``). A speed peer only: its mel differs from ours.
 
@@ -37,7 +37,7 @@ from perfsuite.data import text as text_codec
 from perfsuite.data.audio import MelConfig, log_mel_numpy, log_mel_tf
 from perfsuite.data.corpus import cache_paths, default_cache_dir, read_metadata, wav_path
 from perfsuite.data.layout import FileLayout, decode_with_layouts, layout_columns, read_layout
-from perfsuite.data.npy import check_npy, decode_npy, read_npy
+from perfsuite.data.npy import check_npy, decode_npy, np_load
 from perfsuite.data.wav import check_tf_readable, read_wav
 from perfsuite.errors import DataError
 
@@ -329,11 +329,11 @@ def _numpy_function_wav(element, mel_config):
 
 def _numpy_function_cache(element, mel_config):
     def load(mel_path, tokens_path):
-        # read_npy, not np.load: its header parse is safe on tf.data's threads (see read_npy).
+        # npy.np_load: np.load, read again when CPython 3.11's AST constructor fails it on tf.data's threads.
         # To native byte order: tf.numpy_function copies a big-endian ('>f4') array's raw bytes inside
         # tf.data and returns scrambled values. astype(copy=False) costs nothing for native arrays.
-        return (read_npy(mel_path.decode()).astype(np.float32, copy=False),
-                read_npy(tokens_path.decode()).astype(np.int32, copy=False))
+        return (np_load(mel_path.decode()).astype(np.float32, copy=False),
+                np_load(tokens_path.decode()).astype(np.int32, copy=False))
 
     mel, tokens = tf.numpy_function(load, [element["path"], element["tokens_path"]],
                                     [tf.float32, tf.int32], stateful=False)

@@ -206,54 +206,22 @@ class NpyHeader:
         return asdict(self)
 
 
-def read_npy(path) -> np.ndarray:
-    """The array np.load reads from the `.npy` file at path (any plain dtype, either byte order, C or Fortran
-    order), its header matched by HEADER_PATTERN instead of evaluated: np.load's ast.literal_eval is not safe
-    on threads under CPython 3.11, whose AST constructor keeps one recursion count per interpreter, so two
-    parses at once (tf.numpy_function's parallel calls) can fail with "AST constructor recursion depth
-    mismatch". Raises DataError naming the file for anything else, never data np.load would not return."""
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as file:
-            descr, fortran_order, shape = _header_of(path, file)
-            dtype = _plain_dtype(path, descr)
-            count, data_bytes = math.prod(shape), os.fstat(file.fileno()).st_size - file.tell()
-            if data_bytes != count * dtype.itemsize:
-                raise DataError(path, expected=f"{count * dtype.itemsize} data bytes for {descr!r} shape {shape}",
-                                found=f"{data_bytes} bytes")
-            array = np.fromfile(file, dtype=dtype, count=count)
-    except OSError as error:
-        raise DataError(path, expected="a readable .npy file", found=str(error)) from None
-    return array.reshape(shape, order="F" if fortran_order else "C")
+# CPython 3.11's AST constructor keeps one recursion count per interpreter, not per thread: np.load's header
+# parse (ast.literal_eval) on two threads at once can fail though it parsed right. Reads again, at most this
+# many times in all (measured: scripts/measure_npy_thread_race.py).
+SPURIOUS_AST_ERROR = "AST constructor recursion depth mismatch"
+NP_LOAD_ATTEMPTS = 3
 
 
-def _header_of(path: str, file) -> tuple[str, bool, tuple[int, ...]]:
-    """(descr, fortran_order, shape) of the header at the start of file, which is left at the data."""
-    prefix = file.read(8)
-    version = tuple(prefix[6:8])
-    if prefix[:6] != MAGIC or version not in SUPPORTED_VERSIONS:
-        raise DataError(path, expected="the .npy magic and format version 1.0, 2.0 or 3.0", found=repr(prefix))
-    length = int.from_bytes(file.read(2 if version == (1, 0) else 4), "little")
-    raw = file.read(min(length, MAX_HEADER_BYTES + 1))
-    try:
-        header = re.fullmatch(HEADER_PATTERN, raw.decode("utf8" if version == (3, 0) else "latin1"))
-    except UnicodeDecodeError:
-        header = None
-    if header is None or len(raw) != length:
-        raise DataError(path, expected=f"a header of at most {MAX_HEADER_BYTES} bytes written as numpy writes it: "
-                        "{'descr': ..., 'fortran_order': ..., 'shape': (...), }", found=repr(raw[:200]))
-    descr, fortran_order, dims = header.groups()
-    return descr, fortran_order == "True", tuple(int(dim) for dim in re.findall(r"[0-9]+", dims))
-
-
-def _plain_dtype(path: str, descr: str) -> np.dtype:
-    try:
-        dtype = npy_format.descr_to_dtype(descr)
-    except (TypeError, ValueError) as error:
-        raise DataError(path, expected="a numpy dtype", found=f"descr {descr!r} ({error})") from None
-    if dtype.hasobject:  # np.load refuses it too without allow_pickle
-        raise DataError(path, expected="a plain numpy dtype, not Python objects", found=f"descr {descr!r}")
-    return dtype
+def np_load(path) -> np.ndarray:
+    """np.load(path), read again when CPython 3.11 raises its spurious AST SystemError (see
+    SPURIOUS_AST_ERROR): what tf.numpy_function's parallel calls need. Any other error is raised as it is."""
+    for attempt in range(1, NP_LOAD_ATTEMPTS + 1):
+        try:
+            return np.load(path)
+        except SystemError as error:
+            if SPURIOUS_AST_ERROR not in str(error) or attempt == NP_LOAD_ATTEMPTS:
+                raise
 
 
 def inspect_npy(path) -> NpyHeader:
