@@ -332,7 +332,7 @@ def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
     module = Path(__file__).parent / "pipelines" / "tts_recipe.py"
     target = pipeline.Target(pipeline=f"{module}:make_dataset", step=None, args={"python": "0", "text_ms": "0"})
     events = []
-    found = pipeline.diagnose_pipeline(target=target, settings=pipeline.PipelineSettings(budget_s=30),
+    found = pipeline.diagnose_pipeline(target=target, settings=pipeline.PipelineSettings(budget_s=40),
                                        progress=events.append)
     [throughput] = [s for s in found.stages if s.name == "throughput"]
     [first, again] = [e for e in events if e.stage == "throughput" and e.kind == "start"]
