@@ -4,9 +4,9 @@ a time budget, and inspect its graph for what can cost training time.
 targets.py imports the user's factory (and step) and reads the graph; diagnose_pipeline() measures, in
 budgeted stages after the start-up and the step's first calls: steady throughput (throughput.py), the
 input-bound share (given a step), the bottleneck (attribution.py), the fixes (fixes.py, padding.py) and the
-feed rate; the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from measured figures: the
-graph says where to look, the figures whether it matters. A target perfsuite cannot use raises
-TargetError, one line naming what was looked up and what was found.
+feed rate; the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from
+measured figures: the graph says where to look, the figures whether it matters. A target perfsuite cannot
+use raises TargetError, one line naming what was looked up and what was found.
 """
 
 from __future__ import annotations

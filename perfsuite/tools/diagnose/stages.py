@@ -84,13 +84,17 @@ class LoaderRounds:
         self.runs: dict[Pipeline, list] = {pipeline: [] for pipeline in LOADER_PIPELINES}
         self.settings = settings
 
+    def rounds_run(self) -> int:
+        """Rounds run so far, the warm-up round included (each loader has one measurement a round)."""
+        return len(self.runs[LOADER_PIPELINES[0]])
+
     def comparisons(self) -> tuple[LoaderComparison, ...]:
         return tuple(_loader_comparison(a, b, self.runs[a][1:], self.runs[b][1:]) for a, b in LOADER_PAIRS
                      if len(self.runs[a]) > 1)
 
     def figures(self) -> dict:
         """pipelines and comparisons, empty without a measured round."""
-        if len(self.runs[LOADER_PIPELINES[0]]) < 2:
+        if self.rounds_run() < 2:
             return {"pipelines": (), "comparisons": ()}
         return {"pipelines": tuple(_pipeline_figures(p, self.runs[p]) for p in LOADER_PIPELINES),
                 "comparisons": self.comparisons()}
@@ -102,7 +106,7 @@ class LoaderRounds:
     def run(self, stage: Stage) -> dict:
         from perfsuite.measure import timing
 
-        settings, runs, done = self.settings, self.runs, len(self.runs[LOADER_PIPELINES[0]])
+        settings, runs, done = self.settings, self.runs, self.rounds_run()
         stage.plan = (f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per "
                       f"round, interleaved, {'after a short warm-up round' if not done else 'more rounds'}; "
                       "rounds until the same-round ratios are decided")
@@ -118,7 +122,7 @@ class LoaderRounds:
             return all(c.ratio.decided for c in self.comparisons())
 
         stage.rounds_until_decided(one_round, decided=decided, warmup_rounds=0 if done else 1)
-        measured = max(0, len(runs[LOADER_PIPELINES[0]]) - 1)  # both passes, less the warm-up round
+        measured = max(0, self.rounds_run() - 1)  # both passes, less the warm-up round
         stage.status = status_from(measured > 0 and decided(), measured)
         return self.figures()
 
