@@ -133,7 +133,7 @@ def test_map_parallelism_cache_and_shuffle_buffer_are_read():
     dataset = tf.data.Dataset.range(16).shuffle(9).map(lambda x: x, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.map(lambda x: x, num_parallel_calls=3).cache().map(lambda x: x * 2).cache("/tmp/perfsuite-x")
     stages = {s.node: s for s in inspect_graph(dataset).stages}
-    by_op = [(s.op, s.parallelism, s.buffer, s.cache) for s in stages.values() if s.kind == "stage"][1:]
+    by_op = [(s.op, s.parallelism, s.buffer, s.cache) for s in stages.values() if s.kind == "stage"]
     assert by_op == [("ShuffleDatasetV3", None, 9, None), ("ParallelMapDatasetV2", AUTOTUNE, None, None),
                      ("ParallelMapDatasetV2", 3, None, None), ("CacheDatasetV2", None, None, "memory"),
                      ("MapDataset", 1, None, None), ("CacheDatasetV2", None, None, "file /tmp/perfsuite-x")]

@@ -39,6 +39,15 @@ from typing import Any, ClassVar
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError
+from perfsuite.measure.pipeline_model import (
+    BOOKKEEPING_OPS,
+    CALL_OPS,
+    PRINT_OPS,
+    PYTHON_FUNCTION_OPS,
+    Pipeline,
+    PipelineModel,
+    read_pipeline,
+)
 from perfsuite.records import Record
 
 FINGERPRINT_VERSION = 1
@@ -46,20 +55,9 @@ FLOAT_OPS_METHOD = ("TensorFlow's registered 'flops' statistics per op (what tf.
                     "float_operation sums) at shapes resolved on the reference inputs, plus FFT ops at "
                     "2.5*N*log2(N) per real transform (5*N*log2(N) complex)")
 AUTOTUNE = "autotune"
-PYTHON_FUNCTION_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
-PRINT_OPS = ("PrintV2", "Print")
-BOOKKEEPING_OPS = frozenset({"Placeholder", "Const", "Identity", "IdentityN", "NoOp", "_Arg", "_Retval"})
-CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
 FFT_OPS = {"RFFT": (1, 2.5), "RFFT2D": (2, 2.5), "RFFT3D": (3, 2.5), "IRFFT": (1, 2.5), "IRFFT2D": (2, 2.5),
            "IRFFT3D": (3, 2.5), "FFT": (1, 5.0), "FFT2D": (2, 5.0), "FFT3D": (3, 5.0), "IFFT": (1, 5.0),
            "IFFT2D": (2, 5.0), "IFFT3D": (3, 5.0)}  # op: (transformed dimensions, flops per N*log2(N))
-AUTOTUNE_ARGS = ("num_parallel_calls", "buffer_size", "cycle_length")
-STAGE_ARGS = ("num_parallel_calls", "buffer_size", "batch_size", "drop_remainder", "count", "cycle_length",
-              "block_length", "padded_shapes", "window_size", "num_elements")
-STAGE_ATTRS = ("deterministic", "parallel_copy")
-BATCH_OPS = ("BatchDataset", "BatchDatasetV2", "PaddedBatchDataset", "PaddedBatchDatasetV2",
-             "ParallelBatchDataset", "MapAndBatchDataset")
-
 
 class WorkUnavailable(PerfsuiteError, ValueError):
     """The work of a pipeline or step cannot be read: names it, the expectation and what was found."""
@@ -131,14 +129,20 @@ def _fft_float_ops(op) -> int | None:
 
 
 def _count_graph(graph, functions: dict, flops: Counter, histogram: Counter, unresolved: Counter,
-                 depth: int = 0) -> int:
-    """Float ops of one traced graph (nested calls followed), adding to the counters; returns its total."""
+                 depth: int = 0, skip: frozenset | set = frozenset()) -> int:
+    """Float ops of one traced graph (nested calls followed, those in ``skip`` left to the caller),
+    adding to the counters; returns its total. A call whose body cannot be found is unresolved."""
     total = 0
     for op in graph.get_operations():
         if op.type not in BOOKKEEPING_OPS:
             histogram[op.type] += 1
+        if op.name in skip:
+            continue
         bodies = _bodies(op, functions)
-        if bodies and depth < 32:
+        if bodies is None or (bodies and depth >= 32):
+            unresolved[op.type] += 1
+            continue
+        if bodies:
             totals = []
             for body in bodies:
                 body_flops = Counter()
@@ -157,21 +161,31 @@ def _count_graph(graph, functions: dict, flops: Counter, histogram: Counter, unr
     return total
 
 
-def _bodies(op, functions: dict) -> list:
-    """The traced graphs an op runs: a call's function, a conditional's branches, a loop's body."""
+def _bodies(op, functions: dict) -> list | None:
+    """The traced graphs an op runs: a call's function, a conditional's branches, a loop's body, each at
+    the shapes of the op's inputs; None when one of them cannot be found (its float ops cannot be counted).
+    A function imported from a GraphDef has no graph of its own: it is built from its definition."""
     names = []
     for key in ("f", "then_branch", "else_branch", "body"):
         if key in op.node_def.attr and op.node_def.attr[key].func.name:
             names.append(op.node_def.attr[key].func.name)
     if "branches" in op.node_def.attr:
         names += [f.name for f in op.node_def.attr["branches"].list.func]
-    graphs = []
-    for name in names:
-        function = functions.get(name)
-        graph = getattr(function, "graph", None) if function is not None else None
-        if graph is not None:
-            graphs.append(graph)
-    return graphs
+    arguments = list(op.inputs)[1:] if op.type.endswith(("If", "Case")) else list(op.inputs)
+    graphs = [_body(functions.get(name), arguments) for name in names]
+    return None if None in graphs else graphs
+
+
+def _body(function, arguments: list):
+    graph = getattr(function, "graph", None)
+    definition = getattr(function, "definition", None)
+    if graph is not None or definition is None:
+        return graph
+    from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
+
+    with contextlib.suppress(ValueError, TypeError, KeyError):
+        return function_def_to_graph(definition, input_shapes=[t.shape for t in arguments])
+    return None
 
 
 def _function_registry(graph) -> dict:
@@ -204,20 +218,21 @@ def mel_seconds(frame_s: float, key: str = "mel") -> Callable[[Any], float]:
 
 def dataset_work(dataset, *, name: str = "pipeline", reference_elements: int = 8,
                  audio_seconds: Callable[[Any], float] | float | None = None) -> WorkFingerprint:
-    """The work fingerprint of a tf.data pipeline (see the module docstring). ``audio_seconds``: a
-    function of one element as the last map before batching outputs it (numpy values, the element's own
-    structure) giving its seconds of audio, e.g. ``mel_seconds(frame_s)``; or a number, the seconds of
-    audio in one sample. With it the fingerprint has float ops per audio second. A pipeline whose graph
-    cannot be read raises WorkUnavailable naming it and why."""
+    """The work fingerprint of a tf.data pipeline, or of a ``Pipeline`` already read (see the module
+    docstring). ``audio_seconds``: a function of one element as the last map before batching outputs it
+    (numpy values, the element's own structure) giving its seconds of audio, e.g. ``mel_seconds(frame_s)``;
+    or a number, the seconds of audio in one sample. With it the fingerprint has float ops per audio second.
+    A pipeline whose graph cannot be read raises WorkUnavailable naming it and why."""
     if audio_seconds is not None and not callable(audio_seconds) and not audio_seconds > 0:
         raise ValueError(f"audio_seconds: expected a function of an element or seconds > 0, found {audio_seconds!r}")
     tf = tensorflow()
-    if not isinstance(dataset, tf.data.Dataset):
+    if not isinstance(dataset, tf.data.Dataset | Pipeline):
         raise WorkUnavailable(name, "a tf.data.Dataset", type(dataset).__name__)
     if reference_elements < 1:
         raise ValueError(f"reference_elements: expected ≥ 1, found {reference_elements}")
     with _unreadable(name, "a pipeline whose graph can be read and run on its first elements"):
-        return _dataset_work(dataset, name, reference_elements, audio_seconds)
+        pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+        return _dataset_work(pipeline, name, reference_elements, audio_seconds)
 
 
 @contextlib.contextmanager
@@ -233,37 +248,40 @@ def _unreadable(name: str, expected: str):
         raise WorkUnavailable(name, expected, f"{type(error).__name__}: {error}") from error
 
 
-def _dataset_work(dataset, name, reference_elements, audio_seconds) -> WorkFingerprint:
-    stages, library = _stages(dataset, name)
-    python_functions = _python_functions(dataset)
+def _dataset_work(pipeline: Pipeline, name, reference_elements, audio_seconds) -> WorkFingerprint:
+    model = pipeline.model
+    stages, samples_before = model.chain(), model.samples_per_element()
     flops, histogram, unresolved = Counter(), Counter(), Counter()
     per_sample, file_bytes, element_bytes, seconds, samples_seen = 0.0, 0.0, 0.0, None, 0
     maps = []
-    last = max((i for i, s in enumerate(stages) if s["op"] in _PER_ELEMENT_MAPS and s["samples_per_element"] == 1),
-               default=None)  # the map whose outputs are the samples batched (audio seconds and bytes are read there)
-    for index, stage in enumerate(stages):
-        samples_per_element = stage.pop("samples_per_element")
-        function_name = stage.pop("_function", None)
-        if function_name is None:
-            continue
-        _library_histogram(function_name, library, histogram)
-        maps.append({"stage": stage["op"], "parallelism": stage.get("num_parallel_calls", 1),
-                     **_function_facts(function_name, library)})
-        found = python_functions.get(function_name)
-        if found is None or stage["op"] not in _PER_ELEMENT_MAPS or not samples_per_element:
-            continue
-        per_sample_map = index == last
-        measured = _run_map(*found, reference_elements, name,
-                            audio_seconds if per_sample_map and callable(audio_seconds) else None)
-        for op, value in measured.flops.items():  # per sample, as the totals
-            flops[op] += value / measured.elements / samples_per_element
-        unresolved.update(measured.unresolved)
-        per_sample += measured.float_ops / measured.elements / samples_per_element
-        file_bytes += measured.file_bytes / measured.elements / samples_per_element
-        if per_sample_map:
-            element_bytes = measured.output_bytes / measured.elements
-            seconds, samples_seen = measured.audio_seconds, measured.elements
-    batch = _samples_per_batch(stages)
+    sample_maps = [s.node for s in model.sample_maps()]
+    main_line = [s.node for s in stages if s.node in sample_maps]
+    seconds_map = (main_line or sample_maps or [None])[-1]  # where audio_seconds reads the element
+    for stage in model.stages:  # every stage, branches included: each runs its functions on its own input
+        samples_per_element = samples_before[stage.node]
+        for function_name in stage.functions:
+            histogram.update(model.op_counts([function_name]))
+            if stage.family in _COUNTED_FAMILIES:
+                maps.append({"stage": stage.op, "parallelism": _autotune(stage.parallelism, 1),
+                             **_function_facts(model, function_name)})
+            found = pipeline.traced.get(function_name)
+            if found is None or stage.family not in _COUNTED_FAMILIES or not samples_per_element:
+                if found is None or stage.family not in _COUNTED_FAMILIES:
+                    continue
+                unresolved[f"{stage.op} after a batch of varying size"] += 1
+                continue
+            per_sample_map = stage.node in sample_maps
+            measured = _run_function(*found, reference_elements, name, per_sample_map,
+                                     audio_seconds if stage.node == seconds_map and callable(audio_seconds) else None)
+            for op, value in measured.flops.items():  # per sample, as the totals
+                flops[op] += value / measured.elements / samples_per_element
+            unresolved.update(measured.unresolved)
+            per_sample += measured.float_ops / measured.elements / samples_per_element
+            file_bytes += measured.file_bytes / measured.elements / samples_per_element
+            element_bytes += measured.output_bytes / measured.elements
+            if stage.node == seconds_map:
+                seconds, samples_seen = measured.audio_seconds, measured.elements
+    batch = _samples_per_batch(model)
     work = {"float_ops_per_sample": round(per_sample), "file_bytes_per_sample": round(file_bytes),
             "element_bytes_per_sample": round(element_bytes)}
     if batch is not None:
@@ -273,28 +291,33 @@ def _dataset_work(dataset, name, reference_elements, audio_seconds) -> WorkFinge
     elif seconds:
         work["float_ops_per_audio_s"] = round(per_sample * samples_seen / seconds)
     structure = {
-        "stages": stages,
+        "stages": [s.parameters() for s in model.stages],
         "maps": maps,
         "python_function_ops": sum(m["python_function_ops"] for m in maps),
         "prints": sum(m["prints"] for m in maps),
-        "prefetch": [{"buffer": s.get("buffer_size"), "stages_after": len(stages) - 1 - i}
-                     for i, s in enumerate(stages) if s["op"] == "PrefetchDataset"],
-        "inject_prefetch": _inject_prefetch(stages),
-        "cache": [{"to": s.get("to"), "stages_after": len(stages) - 1 - i}
-                  for i, s in enumerate(stages) if s["op"].startswith("CacheDataset")],
-        "padded_shapes_static": _static_after_batch(dataset.element_spec),
-        "element_spec": _spec_text(dataset.element_spec),
+        "prefetch": [{"buffer": _autotune(s.buffer, None), "stages_after": len(stages) - 1 - i}
+                     for i, s in enumerate(stages) if s.family == "prefetch"],
+        "inject_prefetch": model.inject_prefetch,
+        "cache": [{"to": None if s.cache is None else s.cache.split(" ")[0], "stages_after": len(stages) - 1 - i}
+                  for i, s in enumerate(stages) if s.family == "cache"],
+        "padded_shapes_static": _static_after_batch(pipeline.dataset.element_spec),
+        "element_spec": _spec_text(pipeline.dataset.element_spec),
         "unresolved_float_ops": dict(sorted(unresolved.items())),
     }
-    reference = (f"the first {reference_elements} elements of each map's input dataset, in its order; "
-                 "per sample: a map after a batch stage divided by its batch's samples")
+    reference = (f"the first {reference_elements} elements of each map, filter and interleave function's input "
+                 "dataset, in its order, nested functions run on the values they are called with; per sample: "
+                 "a function after a batch stage divided by its batch's samples")
     return _fingerprint(name, "pipeline", reference, work, flops, histogram, structure)
 
 
-_PER_ELEMENT_MAPS = ("MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2")
+_COUNTED_FAMILIES = ("map", "filter", "interleave")  # stages whose functions run once per input element
 
 
-class _MapRun:
+def _autotune(value, default):
+    return default if value is None else AUTOTUNE if value == -1 else value
+
+
+class _Counts:
     def __init__(self):
         self.flops, self.unresolved = Counter(), Counter()
         self.float_ops = self.file_bytes = self.output_bytes = 0
@@ -302,49 +325,90 @@ class _MapRun:
         self.audio_seconds = 0.0
 
 
-def _run_map(wrapper, source, count: int, name: str, audio_seconds) -> _MapRun:
-    """Runs the map's graph on the first ``count`` elements of its input, returning every tensor's shape,
-    and counts the float ops at those shapes."""
+def _run_function(wrapper, source, count: int, name: str, per_sample: bool, audio_seconds) -> _Counts:
+    """Runs a dataset function's graph on the first ``count`` elements of its input, resolving every
+    tensor's shape (nested calls run on the values they are called with), and counts its float ops."""
     tf = tensorflow()
     from tensorflow.python.data.util import structure
 
     concrete = wrapper.function
     graph_def = concrete.graph.as_graph_def()
-    inputs = [t.name for t in concrete.graph.inputs]
-    tensors = [t.name for op in concrete.graph.get_operations() for t in op.outputs
-               if t.dtype not in (tf.resource, tf.variant)]
-    reads = [t.name for op in concrete.graph.get_operations() if op.type == "ReadFile" for t in op.outputs]
-    outputs = [t.name for t in concrete.graph.outputs]
-
-    @tf.function(autograph=False)
-    def resolve(flat):
-        found = tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(inputs, flat)),
-                                               return_elements=tensors + reads + outputs, name="work")
-        shapes = [tf.shape(t, out_type=tf.int64) for t in found[:len(tensors)]]
-        lengths = [tf.strings.length(t) for t in found[len(tensors):len(tensors) + len(reads)]]
-        return shapes, lengths, found[len(tensors) + len(reads):]
-
-    run = _MapRun()
+    runner = _GraphRun(graph_def, [t.name for t in concrete.graph.inputs], [t.name for t in concrete.graph.outputs])
+    run = _Counts()
     spec = source.element_spec
     for element in source.take(count):
-        flat = structure.to_tensor_list(spec, element) + list(concrete.captured_inputs)
-        shapes, lengths, flat_out = resolve(flat)
-        flops, unresolved = _float_ops_at(graph_def, tensors, [s.numpy().tolist() for s in shapes])
-        run.flops.update(flops)
-        run.unresolved.update(unresolved)
-        run.float_ops += sum(flops.values())
-        run.file_bytes += int(sum(int(x.numpy()) for x in lengths))
-        values = structure.from_tensor_list(wrapper.output_structure, list(flat_out))
-        run.output_bytes += _bytes_of(values)
-        if audio_seconds is not None:
-            run.audio_seconds += float(audio_seconds(tf.nest.map_structure(_numpy, values)))
+        flat_out = runner.run(structure.to_tensor_list(spec, element) + list(concrete.captured_inputs), run)
+        if per_sample:
+            values = structure.from_tensor_list(wrapper.output_structure, list(flat_out))
+            run.output_bytes += _bytes_of(values)
+            if audio_seconds is not None:
+                run.audio_seconds += float(audio_seconds(tf.nest.map_structure(_numpy, values)))
         run.elements += 1
     if not run.elements:
-        raise WorkUnavailable(name, "a map whose input dataset yields at least one element", "an empty input")
+        raise WorkUnavailable(name, "a function whose input dataset yields at least one element", "an empty input")
     return run
 
 
-def _float_ops_at(graph_def, tensors: Sequence[str], shapes: Sequence[list]) -> tuple[Counter, Counter]:
+class _GraphRun:
+    """One graph run to resolve its shapes: every tensor's shape, the bytes its ReadFile ops read, and
+    the values each nested function call is called with, which run the called function the same way."""
+
+    def __init__(self, graph_def, inputs: Sequence[str], outputs: Sequence[str], depth: int = 0):
+        tf = tensorflow()
+        self.graph_def, self.depth, self.nested = graph_def, depth, {}
+        self.library = {f.signature.name: f for f in graph_def.library.function}
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+        operations = graph.get_operations()
+        self.tensors = [t.name for op in operations for t in op.outputs if t.dtype not in (tf.resource, tf.variant)]
+        reads = [t.name for op in operations if op.type == "ReadFile" for t in op.outputs]
+        self.calls = [op for op in operations if op.type in CALL_OPS and op.get_attr("f").name in self.library
+                      and all(t.dtype not in (tf.resource, tf.variant) for t in op.inputs)]
+        call_inputs = [t.name for op in self.calls for t in op.inputs]
+        sizes = (len(self.tensors), len(reads), len(call_inputs))
+
+        @tf.function(autograph=False, reduce_retracing=True)
+        def resolve(flat):
+            found = tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(inputs, flat)), name="work",
+                                                   return_elements=self.tensors + reads + call_inputs + list(outputs))
+            shapes = [tf.shape(t, out_type=tf.int64) for t in found[:sizes[0]]]
+            lengths = [tf.strings.length(t) for t in found[sizes[0]:sizes[0] + sizes[1]]]
+            return shapes, lengths, found[sum(sizes[:2]):sum(sizes)], found[sum(sizes):]
+
+        self.resolve = resolve
+
+    def run(self, flat: list, counts: _Counts) -> list:
+        """Runs the graph on ``flat`` (its inputs), adds its float ops, reads and unresolved ops to
+        ``counts`` and returns its outputs."""
+        shapes, lengths, call_values, outputs = self.resolve(flat)
+        flops, unresolved = _float_ops_at(self.graph_def, self.tensors, [s.numpy().tolist() for s in shapes],
+                                          {op.name for op in self.calls})
+        counts.flops.update(flops)
+        counts.unresolved.update(unresolved)
+        counts.float_ops += sum(flops.values())
+        counts.file_bytes += int(sum(int(x.numpy()) for x in lengths))
+        position = 0
+        for op in self.calls:
+            values = list(call_values[position:position + len(op.inputs)])
+            position += len(op.inputs)
+            self._called(op.get_attr("f").name, counts).run(values, counts)
+        return list(outputs)
+
+    def _called(self, function_name: str, counts: _Counts) -> _GraphRun:
+        if function_name not in self.nested:
+            from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
+
+            function = self.library[function_name]
+            body, _ = function_def_to_graph_def(function)
+            body.library.CopyFrom(self.graph_def.library)
+            inputs = [f"{arg.name}:0" for arg in function.signature.input_arg]
+            self.nested[function_name] = _GraphRun(body, inputs, [], self.depth + 1)
+        return self.nested[function_name]
+
+
+def _float_ops_at(graph_def, tensors: Sequence[str], shapes: Sequence[list], run_apart: set) -> tuple[Counter, Counter]:
+    """Float ops of a graph at the given shapes; the calls in ``run_apart`` are counted by running them."""
     tf = tensorflow()
     graph = tf.Graph()
     flops, unresolved = Counter(), Counter()
@@ -352,7 +416,7 @@ def _float_ops_at(graph_def, tensors: Sequence[str], shapes: Sequence[list]) -> 
         tf.graph_util.import_graph_def(graph_def, name="")
         for tensor, shape in zip(tensors, shapes):
             graph.get_tensor_by_name(tensor).set_shape(shape)
-        _count_graph(graph, _function_registry(graph), flops, Counter(), unresolved)
+        _count_graph(graph, _function_registry(graph), flops, Counter(), unresolved, skip=run_apart)
     return flops, unresolved
 
 
@@ -371,159 +435,22 @@ def _bytes_of(values) -> int:
     return total
 
 
-def _stages(dataset, name: str) -> tuple[list[dict], dict]:
-    """The dataset's stages, source first, from its serialized graph, and its function library by name.
-    A map stage carries its function's name under ``_function`` and every stage its
-    ``samples_per_element`` (the batch sizes before it multiplied, 0 where one is not constant)."""
-    tf = tensorflow()
-    from tensorflow.python.data.ops.options import ExternalStatePolicy
-
-    serialized = dataset._as_serialized_graph(strip_device_assignment=True,
-                                              external_state_policy=ExternalStatePolicy.IGNORE)
-    graph_def = tf.compat.v1.GraphDef.FromString(serialized.numpy())
-    nodes = {node.name: node for node in graph_def.node}
-    library = {f.signature.name: f for f in graph_def.library.function}
-    retval = [node for node in graph_def.node if node.op == "_Retval"]
-    if not retval:
-        raise WorkUnavailable(name, "a dataset graph with an output", "none in its serialized graph")
-    chain, current = [], nodes[_node_name(retval[0].input[0])]
-    while current is not None:
-        chain.append(current)
-        upstream = [nodes[_node_name(i)] for i in current.input
-                    if not i.startswith("^") and "Dataset" in nodes[_node_name(i)].op]
-        current = upstream[0] if upstream else None
-    stages, samples = [], 1
-    for node in reversed(chain):
-        stage = _stage(node, nodes)
-        stage["samples_per_element"] = samples
-        if node.op in BATCH_OPS:
-            size = stage.get("batch_size")
-            samples = samples * size if isinstance(size, int) and samples else 0
-        elif node.op == "GroupByWindowDataset":
-            samples = 0
-        stages.append(stage)
-    return stages, library
-
-
-def _node_name(reference: str) -> str:
-    return reference.lstrip("^").split(":")[0]
-
-
-def _stage(node, nodes) -> dict:
-    from tensorflow.python.framework import op_def_registry, tensor_util
-
-    stage: dict[str, Any] = {"op": node.op}
-    op_def = op_def_registry.get(node.op)
-    inputs = [i for i in node.input if not i.startswith("^")]
-    position = 0
-    for arg in op_def.input_arg if op_def is not None else ():
-        if arg.number_attr:
-            width = node.attr[arg.number_attr].i
-        elif arg.type_list_attr:
-            width = len(node.attr[arg.type_list_attr].list.type)
-        else:
-            width = 1
-        taken, position = inputs[position:position + width], position + width
-        if arg.name == "filename" and taken:
-            source = nodes[_node_name(taken[0])]
-            if source.op == "Const":
-                filename = tensor_util.MakeNdarray(source.attr["value"].tensor)
-                stage["to"] = "memory" if filename.size == 1 and not filename.item() else "file"
-        if arg.name not in STAGE_ARGS:
-            continue
-        values = [_constant(nodes[_node_name(t)]) for t in taken]
-        value = values[0] if width == 1 and values else values
-        if arg.name in AUTOTUNE_ARGS and value == -1:
-            value = AUTOTUNE
-        stage[arg.name] = value
-    for attr in STAGE_ATTRS:
-        if attr in node.attr:
-            value = node.attr[attr]
-            stage[attr] = value.s.decode() if value.WhichOneof("value") == "s" else bool(value.b)
-    if node.op == "OptionsDataset":
-        stage["options"] = _options_text(node.attr["serialized_options"].s)
-    if "f" in node.attr and node.attr["f"].func.name:
-        stage["_function"] = node.attr["f"].func.name
-    return stage
-
-
-def _constant(node):
-    """A small constant's value as plain Python (a shape list, an int, a bool); '?' when not a constant."""
-    from tensorflow.python.framework import tensor_util
-
-    if node.op != "Const":
-        return "?"
-    value = tensor_util.MakeNdarray(node.attr["value"].tensor)
-    if value.dtype.kind not in "biu" or value.size > 64:
-        return "?"
-    return value.tolist()
-
-
-def _options_text(serialized: bytes) -> str:
-    from google.protobuf import text_format
-    from tensorflow.core.framework import dataset_options_pb2
-
-    return text_format.MessageToString(dataset_options_pb2.Options.FromString(serialized), as_one_line=True)
-
-
-def _inject_prefetch(stages: list[dict]) -> bool:
-    """Whether tf.data injects a prefetch of its own at the end (its default, unless the options say no)."""
-    return not any("inject_prefetch: false" in s.get("options", "") for s in stages)
-
-
-def _samples_per_batch(stages: list[dict]) -> int | None:
+def _samples_per_batch(model: PipelineModel) -> int | None:
     samples = 1
-    for stage in stages:
-        if stage["op"] in BATCH_OPS:
-            size = stage.get("batch_size")
-            if not isinstance(size, int):
+    for stage in model.chain():
+        if stage.family == "batch" and not stage.op.startswith("Unbatch"):
+            if not isinstance(stage.batch_size, int):
                 return None
-            samples *= size
-        elif stage["op"] == "GroupByWindowDataset":
+            samples *= stage.batch_size
+        elif stage.family == "group":
             return None
     return samples if samples > 1 else None
 
 
-def _python_functions(dataset) -> dict:
-    """Every traced function of the dataset's Python objects, by name: (its wrapper, its input dataset)."""
-    from tensorflow.python.data.ops import structured_function
-
-    found, stack, seen = {}, [dataset], set()
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        inputs = current._inputs()
-        for value in vars(current).values():
-            if isinstance(value, structured_function.StructuredFunctionWrapper):
-                source = getattr(current, "_input_dataset", inputs[0] if inputs else None)
-                name = value.function.name
-                found[name.decode() if isinstance(name, bytes) else name] = (value, source)
-        stack.extend(inputs)
-    return found
-
-
-def _library_histogram(function_name: str, library: dict, histogram: Counter, depth: int = 0) -> None:
-    """The op kinds of a library function, nested functions included (each call site once)."""
-    function = library.get(function_name)
-    if function is None or depth > 32:
-        return
-    for node in function.node_def:
-        if node.op not in BOOKKEEPING_OPS:
-            histogram[node.op] += 1
-        for value in node.attr.values():
-            if value.func.name:
-                _library_histogram(value.func.name, library, histogram, depth + 1)
-            for func in value.list.func:
-                _library_histogram(func.name, library, histogram, depth + 1)
-
-
-def _function_facts(function_name: str, library: dict) -> dict:
-    histogram = Counter()
-    _library_histogram(function_name, library, histogram)
-    return {"python_function_ops": sum(histogram[op] for op in PYTHON_FUNCTION_OPS),
-            "prints": sum(histogram[op] for op in PRINT_OPS)}
+def _function_facts(model: PipelineModel, function_name: str) -> dict:
+    counts = model.op_counts([function_name])
+    return {"python_function_ops": sum(counts[op] for op in PYTHON_FUNCTION_OPS),
+            "prints": sum(counts[op] for op in PRINT_OPS)}
 
 
 def _static_after_batch(spec) -> bool:

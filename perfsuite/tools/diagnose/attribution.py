@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from perfsuite.measure.pipeline_model import one_to_one, op_of_class
 from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
@@ -28,8 +29,6 @@ MIN_READS = 2  # ... and at least this many reads
 INCONSISTENT_SHARE = 0.5
 UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
 LONGEST_PASS = 4  # a round reads on to whole passes of a finite prefix when that ends within this many read_s
-# Python dataset classes that give one element per element: a pass is as long as their input's
-ONE_TO_ONE = {"_MapDataset", "_ParallelMapDataset", "_PrefetchDataset", "_CopyToDeviceDataset", "_OptionsDataset"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def pass_reads(cut) -> int | None:
 
     tf, dataset = tensorflow(), cut.dataset
     while (count := int(dataset.cardinality())) == tf.data.UNKNOWN_CARDINALITY:
-        inputs = dataset._inputs() if type(dataset).__name__ in ONE_TO_ONE else []
+        inputs = dataset._inputs() if one_to_one(op_of_class(dataset)) else []
         if not inputs:
             return None
         dataset = inputs[0]

@@ -19,13 +19,20 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.measure.pipeline_model import (
+    PYTHON_FUNCTION_OPS,
+    RANDOM_WORDS,
+    Pipeline,
+    kind_of,
+    object_functions,
+    op_of_class,
+    python_chain,
+    read_pipeline,
+)
 from perfsuite.tools.diagnose.targets import one_line_error
 
-# Python dataset classes that wrap or feed the pipeline without a stage of its own work to attribute.
-WRAPPERS = ("Options", "Prefetch", "Repeat", "Take", "Skip", "Cache", "Shuffle", "Assert", "Model", "Identity",
-            "Variant", "Snapshot", "Apply", "MaxIntraOpParallelism", "PrivateThreadPool", "Autotune")
-BATCHING = ("Batch", "Bucket", "GroupByWindow", "Window")
-RANDOM_OPS = ("Random", "Shuffle", "Sample")
+# Families of the op table that hold, reorder or hand on elements without work of their own to attribute.
+NO_WORK_FAMILIES = ("wrapper", "prefetch", "cache", "shuffle", "repeat", "take")
 MEMORY_SHARE = 0.25  # a cache is tried only when one pass of its prefix takes at most this share of free memory
 
 
@@ -50,26 +57,24 @@ def stage_words(dataset) -> str:
     return words
 
 
-def python_chain(dataset) -> list:
-    """The Python datasets from the source to dataset, along first inputs."""
-    chain = [dataset]
-    while True:
-        inputs = chain[-1]._inputs() if hasattr(chain[-1], "_inputs") else []
-        if not inputs:
-            return chain[::-1]
-        chain.append(inputs[0])
-
-
 def prefixes(dataset) -> list[Prefix]:
     """dataset cut after each stage that does work (wrappers: options, prefetch, repeat, shuffle, cache ...
     skipped), from the source to the last such stage."""
     out, batched = [], False
-    for node in python_chain(dataset):
-        kind = type(node).__name__
-        batched = _batched_after(kind, batched)
-        if not any(word in kind for word in WRAPPERS):
+    for node in _chain(dataset):
+        batched = _batched_after(op_of_class(node), batched)
+        if _works(node):
             out.append(Prefix(stage=stage_words(node), dataset=node, batched=batched))
     return out
+
+
+def _chain(dataset) -> tuple:
+    return dataset.python_chain if isinstance(dataset, Pipeline) else tuple(python_chain(dataset))
+
+
+def _works(node) -> bool:
+    """Whether a Python dataset object's stage does work of its own (the op table's family)."""
+    return kind_of(op_of_class(node)).family not in NO_WORK_FAMILIES
 
 
 # ------------------------------------------------------------------------------------------ the fixes
@@ -94,9 +99,15 @@ class NotApplied:
 
 
 def _graph(dataset):
+    """A copy of the dataset's serialized graph, to rewrite (the model's own reading of it)."""
     from perfsuite._tensorflow import tensorflow
 
-    return tensorflow().compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    graph = read_pipeline(dataset).graph_def
+    if graph is None:
+        raise ValueError("TensorFlow cannot serialize this dataset's graph")
+    copy = tensorflow().compat.v1.GraphDef()
+    copy.CopyFrom(graph)
+    return copy
 
 
 def _from_graph(graph, element_spec):
@@ -142,7 +153,10 @@ def parallel_maps(dataset):
 
 
 def sequential_maps(dataset) -> int:
-    return sum(1 for node in _graph(dataset).node if node.op == "MapDataset")
+    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    if pipeline.graph_def is None:
+        raise ValueError("TensorFlow cannot serialize this dataset's graph")
+    return sum(1 for stage in pipeline.model.stages if stage.op == "MapDataset")
 
 
 def cache_after(dataset, prefix):
@@ -150,12 +164,13 @@ def cache_after(dataset, prefix):
     the callable that fills the cache by reading prefix.cache() once (the rebuilt graph reads the same
     cache resource)."""
     cached = prefix.cache()
-    cache_graph = _graph(cached)
-    cache_nodes = {node.name: node for node in cache_graph.node}
-    cache_node = cache_nodes[_retval_input(cache_graph)]
+    cache_model = read_pipeline(cached)
+    cache_nodes = {node.name: node for node in cache_model.graph_def.node}
+    cache_node = cache_nodes[cache_model.model.stages[-1].node]
     graph = _graph(dataset)
-    chain = _first_input_chain(graph)
-    cut = len(_first_input_chain(cache_graph)) - 2  # the prefix's own last node, below the cache
+    nodes = {node.name: node for node in graph.node}
+    chain = [nodes[stage.node] for stage in read_pipeline(dataset).model.chain()]
+    cut = len(cache_model.model.chain()) - 2  # the prefix's own last node, below the cache
     if cut < 0 or cut >= len(chain) - 1 or chain[cut].op != cache_nodes[cache_node.input[0].split(":")[0]].op:
         raise ValueError("the prefix was not found in the dataset's graph")
     node, consumer = chain[cut], chain[cut + 1]
@@ -182,42 +197,27 @@ def cache_after(dataset, prefix):
     return fixed, fill
 
 
-def _retval_input(graph) -> str:
-    return next(node.input[0].split(":")[0] for node in graph.node if node.op == "_Retval")
-
-
-def _first_input_chain(graph) -> list:
-    """The graph's dataset nodes from the source to the output, along first (non-Const) inputs."""
-    nodes = {node.name: node for node in graph.node}
-    out, name = [], _retval_input(graph)
-    while name in nodes:
-        node = nodes[name]
-        out.append(node)
-        inputs = [i.split(":")[0].lstrip("^") for i in node.input]
-        name = next((i for i in inputs if i in nodes and nodes[i].op != "Const"), None)
-    return out[::-1]
-
-
 def deterministic_prefix(dataset) -> tuple[Any | None, str]:
     """(the longest prefix of dataset's chain with no shuffle, random op or stateful Python op, ending
     before its first repeat; or None) and why it ends where it does."""
-    chain, last, why = python_chain(dataset), None, "the pipeline ends"
-    for node in chain:
-        kind = type(node).__name__
-        if "Repeat" in kind:
+    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    last, why = None, "the pipeline ends"
+    for node in pipeline.python_chain:
+        op = op_of_class(node)
+        if kind_of(op).family == "repeat":
             why = "a repeat follows"
             break
-        if "Shuffle" in kind or _random_or_stateful(node):
+        if kind_of(op).family == "shuffle" or _random_or_stateful(pipeline, node, op):
             why = f"{stage_words(node)} is not deterministic"
             break
         last = node
     return last, why
 
 
-def _random_or_stateful(node) -> bool:
-    graph = _graph(node)
-    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
-    return any(word in op for op in ops for word in RANDOM_OPS) or any(op in ("PyFunc", "EagerPyFunc") for op in ops)
+def _random_or_stateful(pipeline: Pipeline, node, op: str) -> bool:
+    """A random op, or a Python-function op, in the stage or the functions it runs (nested ones included)."""
+    ops = {op, *pipeline.model.op_counts(object_functions(node))}
+    return any(word in name for name in ops for word in RANDOM_WORDS) or bool(ops & PYTHON_FUNCTION_OPS)
 
 
 def pass_bytes(prefix, sample) -> int | None:
@@ -273,12 +273,16 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float 
 
 
 def _cache_fix(dataset, samples_per_s: float | None, fill_limit_s: float | None) -> tuple[Fix | None, str]:
-    prefix, ends = deterministic_prefix(dataset)
+    pipeline = read_pipeline(dataset)
+    if pipeline.graph_def is None:
+        return None, f"the graph cannot be rewritten: {pipeline.model.read_from}"
+    prefix, ends = deterministic_prefix(pipeline)
     if prefix is None or not _does_work(prefix):
         return None, f"no deterministic stage to cache before the first one that is not ({ends})"
-    if any("Cache" in type(node).__name__ for node in python_chain(dataset)):
+    families = {stage.family for stage in pipeline.model.stages}
+    if "cache" in families:
         return None, "the pipeline already caches"
-    if not any("Repeat" in type(node).__name__ for node in python_chain(dataset)):
+    if "repeat" not in families:
         return None, "the pipeline does not repeat: a cache pays only from the second pass"
     sample = next(iter(prefix.take(1)), None)
     size = None if sample is None else pass_bytes(prefix, sample)
@@ -297,8 +301,8 @@ def _cache_fix(dataset, samples_per_s: float | None, fill_limit_s: float | None)
 
 
 def _does_work(prefix) -> bool:
-    return any(not any(word in type(node).__name__ for word in WRAPPERS) and python_chain(node)[0] is not node
-               for node in python_chain(prefix))
+    """Whether a stage after the source does work of its own."""
+    return any(_works(node) for node in python_chain(prefix)[1:])
 
 
 def tf_cardinality(dataset) -> int:
@@ -310,15 +314,15 @@ def tf_cardinality(dataset) -> int:
 def _batched(prefix) -> bool:
     batched = False
     for node in python_chain(prefix):
-        batched = _batched_after(type(node).__name__, batched)
+        batched = _batched_after(op_of_class(node), batched)
     return batched
 
 
-def _batched_after(kind: str, batched: bool) -> bool:
-    """Whether elements are batches after a stage of this kind, given whether they were before it."""
-    if "Unbatch" in kind:
+def _batched_after(op: str, batched: bool) -> bool:
+    """Whether elements are batches after a stage of this op, given whether they were before it."""
+    if op.startswith("Unbatch"):
         return False
-    return batched or any(word in kind for word in BATCHING)
+    return batched or kind_of(op).family in ("batch", "group") or "Batch" in op
 
 
 def _leading(sample) -> int:

@@ -1,0 +1,673 @@
+"""A tf.data pipeline read once: every stage with its kind and parameters, every input branch, every
+function with the functions it calls, and the Python callables its Python-function ops run.
+
+Every reader of a user's pipeline asks this model (the fingerprint, diagnose's graph findings, buffer
+draining, prefix cutting, fixes and rewrites); none walks the graph itself. ``OP_TABLE`` is the one table
+of dataset op kinds.
+
+The model is read from the dataset's serialized GraphDef. A dataset TensorFlow will not serialize
+(``prefetch_to_device`` copies through a generator) is read from its Python dataset objects down to the
+first input that can be, and from that input's graph below it; ``read_from`` says which.
+
+``PipelineModel`` is the typed, versioned description (a Record); ``Pipeline`` holds it with the live
+Python objects the measuring readers need (each traced function with its input dataset, the first-input
+chain of dataset objects).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from perfsuite._tensorflow import tensorflow
+from perfsuite.records import Record
+
+PIPELINE_MODEL_VERSION = 1
+AUTOTUNE = -1
+AUTOTUNE_BUFFER = 16  # elements counted for a buffer tf.data sizes itself (prefetch(AUTOTUNE), an injected one)
+
+PYTHON_FUNCTION_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+PRINT_OPS = frozenset({"PrintV2", "Print"})
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+BOOKKEEPING_OPS = frozenset({"Placeholder", "Const", "Identity", "IdentityN", "NoOp", "_Arg", "_Retval"})
+RANDOM_WORDS = ("Random", "Shuffle", "Sample")  # an op whose name holds one is not deterministic
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """One row of the op table. method: the tf.data method in words. role: 'source', 'stage' (work per
+    element), 'wrapper' (no work per element) or 'pass-through' (hands elements on untouched). family: what
+    it does ('map', 'filter', 'batch', 'prefetch', 'cache', 'shuffle', 'interleave', 'branches', ...).
+    buffers: it holds elements ready (a prefetch, parallel calls in flight)."""
+
+    method: str
+    role: str
+    family: str
+    buffers: bool = False
+
+
+def _kinds(role: str, family: str, methods: dict[str, str], buffers: bool = False) -> dict[str, OpKind]:
+    return {op: OpKind(method, role, family, buffers) for op, method in methods.items()}
+
+
+OP_TABLE: dict[str, OpKind] = {
+    **_kinds("source", "source", {
+        "RangeDataset": "range", "TensorSliceDataset": "from_tensor_slices", "TensorDataset": "from_tensors",
+        "GeneratorDataset": "from_generator", "TFRecordDataset": "TFRecordDataset",
+        "TFRecordDatasetV2": "TFRecordDataset", "TextLineDataset": "TextLineDataset",
+        "FixedLengthRecordDataset": "FixedLengthRecordDataset", "FixedLengthRecordDatasetV2": "FixedLengthRecordDataset",
+        "SparseTensorSliceDataset": "from_tensor_slices (sparse)", "DatasetFromGraph": "from_graph"}),
+    **_kinds("stage", "map", {"MapDataset": "map", "ExperimentalMapDataset": "map"}),
+    **_kinds("stage", "map", {"ParallelMapDataset": "map (parallel)", "ParallelMapDatasetV2": "map (parallel)"},
+             buffers=True),
+    **_kinds("stage", "map", {"MapAndBatchDataset": "map and batch (fused)",
+                              "ExperimentalMapAndBatchDataset": "map and batch (fused)"}, buffers=True),
+    **_kinds("stage", "filter", {"FilterDataset": "filter"}),
+    **_kinds("stage", "filter", {"ParallelFilterDataset": "filter (parallel)"}, buffers=True),
+    **_kinds("stage", "interleave", {"FlatMapDataset": "flat_map", "InterleaveDataset": "interleave"}),
+    **_kinds("stage", "interleave", {"ParallelInterleaveDatasetV2": "interleave (parallel)",
+                                     "ParallelInterleaveDatasetV3": "interleave (parallel)",
+                                     "ParallelInterleaveDatasetV4": "interleave (parallel)"}, buffers=True),
+    **_kinds("stage", "batch", {"BatchDataset": "batch", "BatchDatasetV2": "batch",
+                                "PaddedBatchDataset": "padded_batch", "PaddedBatchDatasetV2": "padded_batch",
+                                "UnbatchDataset": "unbatch", "RebatchDataset": "rebatch",
+                                "RebatchDatasetV2": "rebatch", "WindowDataset": "window"}),
+    **_kinds("stage", "batch", {"ParallelBatchDataset": "batch (parallel)"}, buffers=True),
+    **_kinds("stage", "group", {"GroupByWindowDataset": "group_by_window", "GroupByReducerDataset": "group_by_reducer",
+                                "ScanDataset": "scan", "ReduceDataset": "reduce"}),
+    **_kinds("stage", "branches", {"ZipDataset": "zip", "ConcatenateDataset": "concatenate",
+                                   "DirectedInterleaveDataset": "sample_from_datasets / choose_from_datasets",
+                                   "ChooseFastestBranchDataset": "choose fastest branch"}),
+    **_kinds("stage", "shuffle", {"ShuffleDataset": "shuffle", "ShuffleDatasetV2": "shuffle",
+                                  "ShuffleDatasetV3": "shuffle", "ShuffleAndRepeatDataset": "shuffle and repeat",
+                                  "ShuffleAndRepeatDatasetV2": "shuffle and repeat"}),
+    **_kinds("stage", "cache", {"CacheDataset": "cache", "CacheDatasetV2": "cache", "SnapshotDatasetV2": "snapshot"}),
+    **_kinds("stage", "prefetch", {"PrefetchDataset": "prefetch", "PrefetchToDevice": "prefetch_to_device"},
+             buffers=True),
+    **_kinds("stage", "copy", {"CopyToDeviceDataset": "prefetch_to_device (copy_to_device)"}, buffers=True),
+    **_kinds("pass-through", "repeat", {"RepeatDataset": "repeat"}),
+    **_kinds("pass-through", "take", {"TakeDataset": "take", "SkipDataset": "skip", "ShardDataset": "shard"}),
+    **_kinds("wrapper", "wrapper", {
+        "OptionsDataset": "with_options", "ModelDataset": "model", "OptimizeDataset": "optimize",
+        "OptimizeDatasetV2": "optimize", "FinalizeDataset": "finalize",
+        "MaxIntraOpParallelismDataset": "max_intra_op_parallelism",
+        "ExperimentalMaxIntraOpParallelismDataset": "max_intra_op_parallelism",
+        "PrivateThreadPoolDataset": "private_threadpool", "ExperimentalPrivateThreadPoolDataset": "private_threadpool",
+        "ThreadPoolDataset": "threadpool", "ExperimentalThreadPoolDataset": "threadpool",
+        "AssertCardinalityDataset": "assert_cardinality", "AssertNextDataset": "assert_next",
+        "ExperimentalAssertNextDataset": "assert_next", "AssertPrevDataset": "assert_prev",
+        "NonSerializableDataset": "non_serializable", "ExperimentalNonSerializableDataset": "non_serializable",
+        "SetStatsAggregatorDataset": "stats", "ExperimentalSetStatsAggregatorDataset": "stats",
+        "LatencyStatsDataset": "stats", "ExperimentalLatencyStatsDataset": "stats",
+        "BytesProducedStatsDataset": "stats", "ExperimentalBytesProducedStatsDataset": "stats",
+        "WrapDatasetVariant": "variant", "UnwrapDatasetVariant": "variant", "IgnoreErrorsDataset": "ignore_errors"}),
+}
+UNKNOWN_KIND = OpKind("", "stage", "other")
+
+# Op arguments read as a stage's parameters: the op_def argument name -> the Stage field.
+_ARGS = {"num_parallel_calls": "parallelism", "buffer_size": "buffer", "batch_size": "batch_size",
+         "drop_remainder": "drop_remainder", "count": "count", "cycle_length": "cycle_length",
+         "block_length": "block_length", "window_size": "window_size"}
+# Python dataset attributes read where the graph cannot be serialized: attribute -> the Stage field.
+_OBJECT_ATTRS = {"_num_parallel_calls": "parallelism", "_buffer_size": "buffer", "_batch_size": "batch_size",
+                 "_count": "count", "_cycle_length": "cycle_length", "_block_length": "block_length"}
+_FUNCTION_ATTRS = ("f", "predicate", "key_func", "reduce_func", "window_size_func", "init_func", "finalize_func",
+                   "then_branch", "else_branch", "body", "cond")
+
+
+@dataclass(frozen=True)
+class PythonOp(Record):
+    """A Python-function op in the pipeline: its op type and node, the graph function it sits in, the
+    transformation that runs it (in tf.data's words, its op type and node), the Python callable it calls
+    ('module.qualname') and where that is defined ('file:line'), when TensorFlow still knows it."""
+
+    op: str
+    node: str
+    function: str
+    transformation: str
+    transformation_op: str
+    transformation_node: str
+    python: str | None
+    defined_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Stage(Record):
+    """One dataset op. kind: its role in OP_TABLE ('source', 'stage', 'wrapper', 'pass-through'); family:
+    what it does. inputs: the nodes of its input datasets (more than one: branches). parallelism: parallel
+    calls (AUTOTUNE: -1; 1 for a sequential map). buffer: prefetch / shuffle elements (AUTOTUNE: -1).
+    cache: 'memory' or 'file <path>'. padded_shapes: per component (-1: the batch's longest). count: a
+    repeat / take / skip count (-1: endless). functions: the graph functions it runs."""
+
+    op: str
+    node: str
+    method: str
+    kind: str
+    family: str = "other"
+    inputs: tuple[str, ...] = ()
+    parallelism: int | None = None
+    buffer: int | None = None
+    batch_size: int | None = None
+    drop_remainder: bool | None = None
+    padded_shapes: tuple[tuple[int, ...], ...] | None = None
+    cycle_length: int | None = None
+    block_length: int | None = None
+    window_size: int | None = None
+    count: int | None = None
+    cache: str | None = None
+    deterministic: str | None = None
+    options: str | None = None
+    functions: tuple[str, ...] = ()
+
+    def words(self) -> str:
+        """'map (AUTOTUNE parallel calls)', 'prefetch (buffer 50)', 'cache (in memory)', 'padded_batch (shapes
+        [1024, 80], [longest])'."""
+        detail, method = [], self.method
+        if self.parallelism is not None:
+            method = method.replace(" (parallel)", "")
+            detail.append("sequential" if self.parallelism == 1 else f"{_count(self.parallelism)} parallel calls")
+        if self.buffer is not None:
+            detail.append(f"buffer {_count(self.buffer)}")
+        if self.cycle_length is not None:
+            detail.append(f"cycle length {_count(self.cycle_length)}")
+        if self.cache is not None:
+            detail.append("in memory" if self.cache == "memory" else self.cache)
+        if self.padded_shapes is not None:
+            detail.append("shapes " + ", ".join(shape_words(s) for s in self.padded_shapes))
+        if self.family == "repeat" and self.count == -1:
+            detail.append("endless")
+        return f"{method} ({'; '.join(detail)})" if detail else method
+
+    def parameters(self) -> dict:
+        """The stage's op and set parameters as plain values (AUTOTUNE as 'autotune'), for fingerprints."""
+        out = {"op": self.op}
+        for name in ("parallelism", "buffer", "batch_size", "drop_remainder", "padded_shapes", "cycle_length",
+                     "block_length", "window_size", "count", "cache", "deterministic", "options"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = "autotune" if value == AUTOTUNE and name in ("parallelism", "buffer", "cycle_length") \
+                    else [list(s) for s in value] if name == "padded_shapes" else value
+        if len(self.inputs) > 1:
+            out["branches"] = len(self.inputs)
+        return out
+
+
+@dataclass(frozen=True)
+class GraphFunction(Record):
+    """A function of the pipeline's graph library: its op kinds (bookkeeping ops left out) and the
+    functions it calls (tf.function calls, If / While bodies, dataset functions)."""
+
+    name: str
+    ops: dict[str, int]
+    calls: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PipelineModel(Record):
+    """A tf.data pipeline read once (see the module docstring). stages: every dataset op, inputs before
+    the stages that read them, the output last; chain(): the main line along first inputs."""
+
+    SCHEMA_VERSION: ClassVar[int] = PIPELINE_MODEL_VERSION
+
+    stages: tuple[Stage, ...]
+    functions: tuple[GraphFunction, ...]
+    python_ops: tuple[PythonOp, ...]
+    element_spec: str
+    inject_prefetch: bool
+    read_from: str = "serialized graph"
+
+    def by_node(self) -> dict[str, Stage]:
+        return {stage.node: stage for stage in self.stages}
+
+    def chain(self) -> tuple[Stage, ...]:
+        """The stages from the source to the output along first inputs."""
+        nodes, out = self.by_node(), []
+        current = self.stages[-1] if self.stages else None
+        while current is not None:
+            out.append(current)
+            current = nodes.get(current.inputs[0]) if current.inputs else None
+        return tuple(reversed(out))
+
+    def branched(self) -> tuple[Stage, ...]:
+        """Stages reading more than one input dataset (zip, concatenate, sample / choose)."""
+        return tuple(stage for stage in self.stages if len(stage.inputs) > 1)
+
+    def last_real_stage(self) -> Stage | None:
+        """The last stage of the main line that does work or holds elements (wrappers and pass-through
+        stages skipped)."""
+        return next((s for s in reversed(self.chain()) if s.kind in ("stage", "source")), None)
+
+    def reachable(self, names) -> tuple[str, ...]:
+        """The named functions and every function they call, nested calls resolved, each once."""
+        library = {f.name: f for f in self.functions}
+        seen, pending = [], list(names)
+        while pending:
+            name = pending.pop(0)
+            if name in seen or name not in library:
+                continue
+            seen.append(name)
+            pending += library[name].calls
+        return tuple(seen)
+
+    def op_counts(self, names) -> Counter:
+        """Op kinds of the named functions with every function they call (each function once)."""
+        library = {f.name: f for f in self.functions}
+        counts = Counter()
+        for name in self.reachable(names):
+            counts.update(library[name].ops)
+        return counts
+
+    def python_ops_of(self, stage: Stage) -> tuple[PythonOp, ...]:
+        return tuple(op for op in self.python_ops if op.transformation_node == stage.node)
+
+    def deterministic(self, stage: Stage) -> bool:
+        """No shuffle, random op or Python-function op in the stage or the functions it runs."""
+        ops = set(self.op_counts(stage.functions)) | {stage.op}
+        return not any(word in op for op in ops for word in RANDOM_WORDS) and not ops & PYTHON_FUNCTION_OPS
+
+    def buffered_elements(self) -> int:
+        """At most how many elements the pipeline's buffers hold ready: every prefetch's buffer
+        (AUTOTUNE_BUFFER for an autotuned or unknown one, and for the prefetch tf.data injects at the end
+        when it does) and every parallel transformation's calls in flight (os.cpu_count() for AUTOTUNE)."""
+        total = 0
+        for stage in self.stages:
+            if stage.family in ("prefetch", "copy"):
+                total += _elements(stage.buffer, AUTOTUNE_BUFFER)
+            elif OP_TABLE.get(stage.op, UNKNOWN_KIND).buffers:
+                total += _elements(stage.parallelism if stage.parallelism is not None else 1, os.cpu_count() or 1)
+        last = self.last_real_stage()
+        if self.inject_prefetch and (last is None or last.family != "prefetch"):
+            total += AUTOTUNE_BUFFER
+        return total
+
+    def samples_per_element(self) -> dict[str, int]:
+        """Per stage, the samples one of its input elements holds: the batch sizes before it on its first
+        input's line multiplied (0 where one is not constant: a group, an unknown batch size)."""
+        out, after = {}, {}
+        for stage in self.stages:  # inputs come first
+            samples = after.get(stage.inputs[0], 1) if stage.inputs else 1
+            out[stage.node] = samples
+            if stage.op.startswith("Unbatch"):
+                samples = 1 if samples else 0
+            elif stage.family == "batch":
+                samples = samples * stage.batch_size if isinstance(stage.batch_size, int) and samples else 0
+            elif stage.family == "group":
+                samples = 0
+            after[stage.node] = samples
+        return out
+
+    def sample_maps(self) -> tuple[Stage, ...]:
+        """The maps whose outputs are the samples batched: on each line into the first batch, the last map
+        that runs per sample (one for a single line; one per branch of a zip before batching)."""
+        samples, consumers = self.samples_per_element(), {}
+        for stage in self.stages:
+            for upstream in stage.inputs:
+                consumers.setdefault(upstream, []).append(stage)
+        out = []
+        for stage in self.stages:
+            if stage.family != "map" or stage.op.endswith("MapAndBatchDataset") or samples[stage.node] != 1:
+                continue
+            later = consumers.get(stage.node, [])
+            while len(later) == 1 and later[0].family not in ("map", "batch", "group"):
+                later = consumers.get(later[0].node, [])
+            if not any(s.family == "map" and samples[s.node] == 1 for s in later):
+                out.append(stage)
+        return tuple(out)
+
+def _elements(value: int | None, autotuned: int) -> int:
+    return autotuned if value is None or value == AUTOTUNE else max(int(value), 0)
+
+
+def _count(value: int) -> str:
+    return "AUTOTUNE" if value == AUTOTUNE else str(value)
+
+
+def shape_words(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join("longest" if d == -1 else str(d) for d in shape) + "]"
+
+
+def kind_of(op: str) -> OpKind:
+    return OP_TABLE.get(op, UNKNOWN_KIND)
+
+
+def one_to_one(op: str) -> bool:
+    """Whether a dataset op gives exactly one element per input element (its pass as long as its input's)."""
+    return kind_of(op).family in ("map", "prefetch", "copy", "wrapper") and "Batch" not in op
+
+
+def object_functions(dataset) -> tuple[str, ...]:
+    """The names of the traced functions a Python dataset object holds."""
+    from tensorflow.python.data.ops import structured_function
+
+    names = [value.function.name for value in vars(dataset).values()
+             if isinstance(value, structured_function.StructuredFunctionWrapper)]
+    return tuple(n.decode() if isinstance(n, bytes) else n for n in names)
+
+
+def op_of_class(dataset) -> str:
+    """The dataset op a Python dataset object makes, by its class name (the op table's spelling)."""
+    name = type(dataset).__name__.lstrip("_")
+    for candidate in (name, f"{name}V2", f"{name}V3", f"{name}V4", name.removesuffix("V2")):
+        if candidate in OP_TABLE:
+            return candidate
+    return name
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The model with the live objects the measuring readers need: the dataset, each traced function of
+    its Python objects by name with the dataset it reads, and the Python dataset objects from the source to
+    the output along first inputs."""
+
+    model: PipelineModel
+    dataset: Any = field(repr=False)
+    traced: dict[str, tuple[Any, Any]] = field(repr=False)
+    python_chain: tuple[Any, ...] = field(repr=False)
+    graph_def: Any = field(default=None, repr=False)  # the serialized graph read (None: Python objects only)
+
+
+def read_pipeline(dataset) -> Pipeline:
+    """Reads a tf.data.Dataset once into its Pipeline (see the module docstring)."""
+    tf = tensorflow()
+    upper: list[Any] = []
+    below, graph = dataset, None
+    while True:
+        try:
+            graph = tf.compat.v1.GraphDef.FromString(below._as_serialized_graph().numpy())
+            break
+        except (tf.errors.FailedPreconditionError, tf.errors.UnimplementedError):
+            upper.insert(0, below)
+            inputs = below._inputs()
+            if not inputs:
+                break
+            below = inputs[0]
+    stages, functions, python_ops = _read_graph(graph) if graph is not None else ((), (), ())
+    object_stages = []
+    for obj in upper:
+        below_node = object_stages[-1].node if object_stages else stages[-1].node if stages else None
+        stage, ops = _stage_of_object(obj, below_node)
+        object_stages.append(stage)
+        python_ops += ops
+    read_from = "serialized graph"
+    if upper:
+        read_from = (f"Python dataset objects for the last {len(upper)} stage(s) (TensorFlow cannot serialize "
+                     f"{object_stages[0].method}), the serialized graph below them" if graph is not None else
+                     "Python dataset objects (TensorFlow cannot serialize this dataset)")
+    options = dataset.options()
+    inject = (options.experimental_optimization.inject_prefetch is not False) and (options.autotune.enabled is not False)
+    model = PipelineModel(stages=tuple(stages) + tuple(object_stages), functions=tuple(functions),
+                          python_ops=tuple(python_ops), element_spec=str(dataset.element_spec),
+                          inject_prefetch=inject, read_from=read_from)
+    return Pipeline(model=model, dataset=dataset, traced=_traced_functions(dataset),
+                    python_chain=tuple(python_chain(dataset)), graph_def=graph if not upper else None)
+
+
+# ------------------------------------------------------------------------------ the serialized graph
+
+
+def _read_graph(graph) -> tuple[list[Stage], list[GraphFunction], list[PythonOp]]:
+    nodes = {node.name: node for node in graph.node}
+    library = {function.signature.name: function for function in graph.library.function}
+    output = next((_name(node.input[0]) for node in graph.node if node.op == "_Retval" and node.input), None)
+    order = _dataset_nodes(nodes, output)
+    stages = [_stage_of_node(nodes[name], nodes) for name in order]
+    functions = [GraphFunction(name=name, ops=dict(sorted(Counter(n.op for n in f.node_def
+                                                                   if n.op not in BOOKKEEPING_OPS).items())),
+                               calls=tuple(dict.fromkeys(c for n in f.node_def for c in function_names(n))))
+                 for name, f in sorted(library.items())]
+    python_ops = [op for name in order for op in _python_ops_of(nodes[name], library)]
+    return stages, functions, python_ops
+
+
+def _dataset_nodes(nodes: dict, output: str | None) -> list[str]:
+    """Dataset nodes reachable from the output through dataset inputs, inputs first (depth first)."""
+    order, seen = [], set()
+
+    def visit(name: str) -> None:
+        if name in seen or name not in nodes:
+            return
+        seen.add(name)
+        for upstream in dataset_inputs(nodes[name], nodes):
+            visit(upstream)
+        order.append(name)
+
+    if output is not None:
+        visit(output)
+    return order
+
+
+def dataset_inputs(node, nodes: dict) -> list[str]:
+    """The names of a node's input datasets, in order (constants and other tensors left out)."""
+    out = []
+    for text in node.input:
+        if text.startswith("^"):
+            continue
+        upstream = nodes.get(_name(text))
+        if upstream is not None and upstream.op != "Const" and ("Dataset" in upstream.op or upstream.op in OP_TABLE):
+            out.append(upstream.name)
+    return out
+
+
+def _name(text: str) -> str:
+    return text.split(":")[0].lstrip("^")
+
+
+def _stage_of_node(node, nodes: dict) -> Stage:
+    from tensorflow.python.framework import op_def_registry
+
+    kind = kind_of(node.op)
+    values: dict[str, Any] = {}
+    op_def = op_def_registry.get(node.op)
+    inputs = [i for i in node.input if not i.startswith("^")]
+    position = 0
+    for arg in op_def.input_arg if op_def is not None else ():
+        width = node.attr[arg.number_attr].i if arg.number_attr else \
+            len(node.attr[arg.type_list_attr].list.type) if arg.type_list_attr else 1
+        taken, position = inputs[position:position + width], position + width
+        if arg.name in _ARGS and taken:
+            value = _constant(nodes.get(_name(taken[0])))
+            values[_ARGS[arg.name]] = bool(value) if arg.name == "drop_remainder" and value is not None else value
+        elif arg.name == "padded_shapes":
+            shapes = [_constant(nodes.get(_name(t)), shape=True) for t in taken]
+            values["padded_shapes"] = None if any(s is None for s in shapes) else tuple(shapes)
+        elif arg.name == "filename" and taken:
+            name = _constant(nodes.get(_name(taken[0])), text=True)
+            values["cache"] = None if name is None else "memory" if not name else f"file {name}"
+    if node.op in ("MapDataset", "ExperimentalMapDataset"):
+        values["parallelism"] = 1
+    if "deterministic" in node.attr and node.attr["deterministic"].s:
+        values["deterministic"] = node.attr["deterministic"].s.decode()
+    if node.op == "OptionsDataset":
+        values["options"] = _options_text(node.attr["serialized_options"].s)
+    return Stage(op=node.op, node=node.name, method=kind.method or node.op, kind=kind.role, family=kind.family,
+                 inputs=tuple(dataset_inputs(node, nodes)), functions=tuple(function_names(node)), **values)
+
+
+def _constant(node, *, shape: bool = False, text: bool = False) -> Any:
+    """A small constant's value as plain Python: an int or bool, a shape tuple, a string; None when the
+    input is not a constant."""
+    from tensorflow.python.framework import tensor_util
+
+    if node is None or node.op != "Const":
+        return None
+    with contextlib.suppress(Exception):
+        value = tensor_util.MakeNdarray(node.attr["value"].tensor)
+        if text:
+            item = value.reshape(-1)[0] if value.size else b""
+            return item.decode() if isinstance(item, bytes) else str(item)
+        if shape:
+            return tuple(int(d) for d in value.reshape(-1))
+        if value.size == 1 and value.dtype.kind in "biu":
+            return value.item()
+    return None
+
+
+def _options_text(serialized: bytes) -> str:
+    from google.protobuf import text_format
+    from tensorflow.core.framework import dataset_options_pb2
+
+    return text_format.MessageToString(dataset_options_pb2.Options.FromString(serialized), as_one_line=True)
+
+
+def function_names(node) -> list[str]:
+    """The graph functions a node calls (func attrs and lists of them)."""
+    names = []
+    for value in node.attr.values():
+        if value.func.name:
+            names.append(value.func.name)
+        names += [func.name for func in value.list.func]
+    return names
+
+
+def _python_ops_of(node, library: dict) -> list[PythonOp]:
+    """Every Python-function op reachable from a dataset node through the functions it calls."""
+    found, seen, generator = [], set(), False
+    pending = function_names(node)
+    while pending:
+        name = pending.pop(0)
+        if name in seen or name not in library:
+            continue
+        seen.add(name)
+        for inner in library[name].node_def:
+            generator |= inner.op == "GeneratorDataset"
+            if inner.op in PYTHON_FUNCTION_OPS:
+                found.append((inner, name))
+            pending += function_names(inner)
+    words = kind_of(node.op).method or node.op
+    if generator:
+        words = f"from_generator (a Python generator under {words})"
+    return [_python_op(inner, function, words, node.op, node.name) for inner, function in found]
+
+
+def _python_op(inner, function: str, words: str, op: str, node_name: str) -> PythonOp:
+    python, defined_at = python_callable(inner)
+    return PythonOp(op=inner.op, node=inner.name, function=function, transformation=words, transformation_op=op,
+                    transformation_node=node_name, python=python, defined_at=defined_at)
+
+
+def python_callable(node) -> tuple[str | None, str | None]:
+    """('module.qualname', 'file:line') of the Python callable a PyFunc op calls, from TensorFlow's
+    registry of them (internal: (None, None) when it cannot be read)."""
+    with contextlib.suppress(Exception):
+        from tensorflow.python.ops import script_ops
+
+        return callable_words(script_ops._py_funcs.get(node.attr["token"].s.decode()))
+    return None, None
+
+
+def callable_words(function: Any) -> tuple[str | None, str | None]:
+    """('module.qualname', 'file:line') of a callable, through TensorFlow's wrappers (EagerFunc, autograph's
+    do_not_convert), functools.partial and bound methods; a callable object by its class's __call__."""
+    function = getattr(function, "_func", function)  # py_function's EagerFunc
+    function = inspect.unwrap(function) if callable(function) else function
+    if getattr(function, "__qualname__", "").endswith("do_not_convert.<locals>.wrapper"):  # around an object
+        function = next((cell.cell_contents for cell in function.__closure__ or ()
+                         if callable(cell.cell_contents)), function)
+    while isinstance(function, functools.partial):
+        function = inspect.unwrap(function.func)
+    if function is None:
+        return None, None
+    called = _called_by_lambda(function)
+    if called is not None:  # a lambda around the user's function, as numpy_function(lambda x: f(x, ...)) is
+        name, where = callable_words(called)
+        return (None if name is None else f"{name} (called by a lambda)"), where
+    target = function if hasattr(function, "__qualname__") else type(function)
+    name = getattr(target, "__qualname__", None)
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    if code is None and not hasattr(function, "__qualname__"):
+        code = getattr(type(function).__call__, "__code__", None)
+    where = None if code is None else f"{code.co_filename}:{code.co_firstlineno}"
+    return (None if name is None else f"{getattr(target, '__module__', '?')}.{name}"), where
+
+
+def _library_module(module: str | None) -> bool:
+    """Whether a module is TensorFlow's or perfsuite's own (a user's module perfsuite imported is named
+    perfsuite_target_*: it is the user's)."""
+    return any(module == name or (module or "").startswith(f"{name}.") for name in ("tensorflow", "perfsuite"))
+
+
+def _called_by_lambda(function: Any) -> Any:
+    """The one Python function a lambda calls (by a global or closure name; autograph's own helpers left
+    out), or None when the callable is not a lambda or calls no single function of its own."""
+    if getattr(function, "__name__", None) != "<lambda>" or not hasattr(function, "__code__"):
+        return None
+    names = [function.__globals__.get(name) for name in function.__code__.co_names]
+    cells = [cell.cell_contents for cell in function.__closure__ or ()]
+    called = {id(c): c for c in names + cells if inspect.isfunction(c) and not _library_module(c.__module__)}
+    return next(iter(called.values())) if len(called) == 1 else None
+
+
+# ------------------------------------------------------------------------------ the Python objects
+
+
+def _stage_of_object(dataset, below: str | None) -> tuple[Stage, list[PythonOp]]:
+    """A stage read from its Python dataset object (where the graph cannot be serialized), with the
+    Python-function ops of the functions it holds."""
+    op = op_of_class(dataset)
+    kind = kind_of(op)
+    values = {}
+    for attribute, name in _OBJECT_ATTRS.items():
+        with contextlib.suppress(Exception):
+            values[name] = int(getattr(dataset, attribute))
+    if kind.family != "prefetch" and kind.family != "shuffle":
+        values.pop("buffer", None)
+    if op == "MapDataset":
+        values["parallelism"] = 1
+    if kind.family == "cache":
+        with contextlib.suppress(Exception):
+            name = dataset._filename.numpy().decode()
+            values["cache"] = "memory" if not name else f"file {name}"
+    node = f"{type(dataset).__name__.lstrip('_')} (Python object)"
+    words = kind.method or op
+    ops = [_python_op(inner, graph_name, words, op, node) for inner, graph_name in _object_python_ops(dataset)]
+    return Stage(op=op, node=node, method=words, kind=kind.role, family=kind.family,
+                 inputs=() if below is None else (below,), **values), ops
+
+
+def _object_python_ops(dataset) -> list:
+    """(PyFunc node, graph name) in the traced functions a dataset object holds."""
+    found = []
+    for value in vars(dataset).values():
+        graph = getattr(getattr(value, "function", None), "graph", None)
+        if graph is None:
+            continue
+        with contextlib.suppress(Exception):
+            definition = graph.as_graph_def()
+            nodes = list(definition.node) + [n for f in definition.library.function for n in f.node_def]
+            found += [(n, graph.name) for n in nodes if n.op in PYTHON_FUNCTION_OPS]
+    return found
+
+
+def _traced_functions(dataset) -> dict[str, tuple[Any, Any]]:
+    """Every traced function of the dataset's Python objects, by name: (its wrapper, the dataset it reads)."""
+    from tensorflow.python.data.ops import structured_function
+
+    found, stack, seen = {}, [dataset], set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        inputs = current._inputs()
+        for value in vars(current).values():
+            if isinstance(value, structured_function.StructuredFunctionWrapper):
+                source = getattr(current, "_input_dataset", inputs[0] if inputs else None)
+                name = value.function.name
+                found[name.decode() if isinstance(name, bytes) else name] = (value, source)
+        stack.extend(inputs)
+    return found
+
+
+def python_chain(dataset) -> list:
+    """The Python datasets from the source to dataset, along first inputs."""
+    chain = [dataset]
+    while True:
+        inputs = chain[-1]._inputs() if hasattr(chain[-1], "_inputs") else []
+        if not inputs:
+            return chain[::-1]
+        chain.append(inputs[0])
