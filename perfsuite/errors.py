@@ -5,11 +5,20 @@ Each message names the thing (file, key, option, device), what was expected and 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
 class PerfsuiteError(Exception):
     """Base of every error perfsuite raises for its user (bad input, an unavailable resource)."""
+
+
+def one_line_error(error: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message (TensorFlow's '{{function_node
+    ...}}' prefix left out, so a Python error inside the pipeline shows its own type and message)."""
+    lines = re.sub(r"^\{\{[^}]*\}\}\s*", "", str(error).strip()).splitlines()
+    message = lines[0][:300] if lines else ""
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 class DataError(PerfsuiteError, ValueError):

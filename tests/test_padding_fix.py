@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from perfsuite.measure.batch_spec import find_layout
 from perfsuite.measure.speech import measure_batch, padding_figures
+from perfsuite.measure.step_model import StepModel
 from perfsuite.tools.diagnose.fixes import FixRounds, NotApplicable, fix_verdicts
 from perfsuite.tools.diagnose.padding import PADDING_BATCHES, PaddingComparison, boundaries, bucketed
 from perfsuite.tools.diagnose.plan import Budget, Stage, no_progress
@@ -118,7 +119,8 @@ def _comparison(data, step, *, padding=None):
     """A PaddingComparison of data (repeated) as diagnose makes it: the layout and padding measured on its
     batches, or the padding given."""
     layout = find_layout(next(iter(data)))
-    return PaddingComparison(step, data.repeat(), "test:make_dataset", layout=layout,
+    model = None if step is None else StepModel(step, name="--step test:make_step")
+    return PaddingComparison(model, data.repeat(), "test:make_dataset", layout=layout,
                              padding=padding or _padding(data))
 
 
@@ -160,7 +162,7 @@ def test_the_rate_is_samples_per_second_over_whole_passes_of_a_side(monkeypatch)
     64 samples in 17 batches (n=36: partly filled buckets), so samples/s are 4 and 64/17, not steps/s."""
     from types import SimpleNamespace
 
-    from perfsuite.tools.diagnose import padding
+    from perfsuite.measure import step_model
 
     now = [0.0]
 
@@ -170,7 +172,7 @@ def test_the_rate_is_samples_per_second_over_whole_passes_of_a_side(monkeypatch)
 
     comparison = _comparison(_pipeline(n=36), step)
     comparison.prepare()
-    monkeypatch.setattr(padding, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(step_model, "time", SimpleNamespace(perf_counter_ns=lambda: int(now[0] * 1e9)))
     assert [len(comparison.sides[side]) for side in ("before", "after")] == [16, 17]
     assert comparison.rate("before", 0.0) == 64 / 16 and comparison.rate("after", 0.0) == 64 / 17
     assert comparison.rate("before", 20.0) == 2 * 64 / 32  # whole passes until read_s: two of 16 s

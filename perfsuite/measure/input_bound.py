@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
 from perfsuite.measure.rounds import alternating, planned
+from perfsuite.measure.step_model import StepModel
 from perfsuite.measure.teardown import iterate
-from perfsuite.measure.timing import step_readback
 
 
 @dataclass(frozen=True)
@@ -97,22 +96,6 @@ class InputBound:
                 "batches": self.batches, "warmup": self.warmup, "settle": self.settle}
 
 
-def step_and_wait_s(step: Callable[[Any], Any], batches: Iterator, *, warmup: int, count: int,
-                    readback: Callable[[Any], Any] = step_readback) -> tuple[float, float]:
-    """Mean seconds per step over ``count`` steps, each with its fetch from ``batches``, after ``warmup``
-    untimed ones; and the mean seconds of it spent in the fetch (``next(batches)``)."""
-    for _ in range(warmup):
-        readback(step(next(batches)))
-    waited = 0
-    start = time.perf_counter_ns()
-    for _ in range(count):
-        fetch = time.perf_counter_ns()
-        batch = next(batches)
-        waited += time.perf_counter_ns() - fetch
-        readback(step(batch))
-    return (time.perf_counter_ns() - start) / 1e9 / count, waited / 1e9 / count
-
-
 class _Endless:
     """An iterator that names the dataset and the batches taken when it runs dry."""
 
@@ -138,8 +121,9 @@ class InputBoundRounds:
     so that it never ends. ``settle``: untimed steps per side after the first round (default: ``warmup``).
     ``round_s``: when above 0, each side times at least ``batches`` steps, more until they last this long,
     sized before the first round by the synthetic twin's ``warmup`` steps, its last one timed (that side
-    then settles instead of warming up in the first round). ``readback(output)`` forces the step's
-    completion (default: one element of its output back to the host)."""
+    then settles instead of warming up in the first round). The steps are timed by a StepModel named
+    ``name``; ``readback(output)`` forces the step's completion (default: the StepModel's, one element of
+    every output tensor back to the host)."""
 
     def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int,
                  settle: int | None = None, round_s: float = 0.0, readback: Callable[[Any], Any] | None = None,
@@ -154,9 +138,9 @@ class InputBoundRounds:
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found "
                             f"{type(dataset).__name__}")
-        self._step, self._warmup, self._settle, self._batches = step, warmup, settle, batches
+        self._step = StepModel(step, name=name, readback=readback)
+        self._warmup, self._settle, self._batches = warmup, settle, batches
         self._round_s = round_s
-        self._readback = readback or step_readback
         self._real = _Endless(dataset, name)
         self._synthetic = _Endless(dataset.take(1).cache().repeat(), f"{name} (synthetic twin)")
         self._real_s: list[float] = []
@@ -166,8 +150,7 @@ class InputBoundRounds:
     def _size(self) -> None:
         """The synthetic twin's warm-up steps (the step's trace and compile), the last one timed; the timed
         steps per side become the fewest that last ``round_s``, ``batches`` at least."""
-        step_s, _ = step_and_wait_s(self._step, self._synthetic, warmup=max(self._warmup - 1, 0), count=1,
-                                    readback=self._readback)
+        step_s = self._step.calls(self._synthetic, warmup=max(self._warmup - 1, 0)).per_call_s
         self._batches = max(self._batches, math.ceil(self._round_s / step_s))
 
     def one_round(self) -> None:
@@ -179,11 +162,11 @@ class InputBoundRounds:
         for real in alternating((True, False), len(self._real_s)):
             warm = not first or (sized and not real)  # _size warmed the synthetic side up
             untimed = self._settle if warm else self._warmup
-            step_s, wait_s = step_and_wait_s(self._step, self._real if real else self._synthetic,
-                                             warmup=untimed, count=self._batches, readback=self._readback)
-            (self._real_s if real else self._synthetic_s).append(step_s)
+            side = self._real if real else self._synthetic
+            calls = self._step.calls(side, warmup=untimed, count=self._batches)
+            (self._real_s if real else self._synthetic_s).append(calls.per_call_s)
             if real:
-                self._wait_s.append(wait_s)
+                self._wait_s.append(calls.fetch_per_call_s)
 
     def result(self) -> InputBound:
         return InputBound.from_rounds(self._real_s, self._synthetic_s, self._wait_s, batches=self._batches,

@@ -5,12 +5,12 @@ in rounds alternating before and after, its gain (after / before per round) deci
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from perfsuite.measure.rounds import alternating
+from perfsuite.measure.step_model import StepModel
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import MIN_READ_S, MIN_READS, counted, read_rate
@@ -65,11 +65,11 @@ class Comparison(Protocol):
 
 class RewriteComparison:
     """A rewrite.Fix: the pipeline alone (drained before each read) or, with a step, the step fed by each side
-    (a fresh iterator per read, warm-up calls untimed)."""
+    (a fresh iterator per read, warm-up calls untimed, then calls for at least read_s, MIN_READS at least)."""
 
     warmup_rounds = 0
 
-    def __init__(self, fix: rewrite.Fix, dataset, spec: str, *, warmup: int, step: Callable | None):
+    def __init__(self, fix: rewrite.Fix, dataset, spec: str, *, warmup: int, step: StepModel | None):
         self.name, self.words = fix.name, fix.words
         self.fix, self.dataset, self.spec, self.warmup, self.step = fix, dataset, spec, warmup, step
         self.unit = "samples/s of the pipeline" if step is None else "steps/s of the step fed by the pipeline"
@@ -92,27 +92,16 @@ class RewriteComparison:
     def rate(self, side: str, read_s: float) -> float:
         if self.step is None:
             return read_rate(self.streams[side], drain=self.drains[side], read_s=read_s, batched=True)
-        return steps_per_s(self.step, self.sides[side], self.spec, warmup=self.warmup, read_s=read_s)
+        stream = Stream(self.sides[side], self.spec)
+        try:
+            return self.step.calls(stream, warmup=self.warmup, count=MIN_READS, at_least_s=read_s).per_s
+        finally:
+            stream.close()
 
     def close(self) -> None:
         for stream in self.streams.values():
             stream.close()
         self.streams = {}
-
-
-def steps_per_s(step: Callable, dataset, spec: str, *, warmup: int, read_s: float) -> float:
-    """Steps per second of step (it reads its output back itself) fed by a fresh iterator of dataset, warmup
-    calls untimed, then calls for at least read_s seconds (at least MIN_READS)."""
-    stream = Stream(dataset, spec)
-    for _ in range(warmup):
-        step(stream.next())
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < read_s or calls < MIN_READS:
-        step(stream.next())
-        calls += 1
-    seconds = time.perf_counter() - start
-    stream.close()
-    return calls / seconds
 
 
 class FixRounds:

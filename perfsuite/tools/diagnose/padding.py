@@ -11,11 +11,9 @@ op to each new batch's longest."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
 
+from perfsuite.measure.step_model import StepModel
 from perfsuite.tools.diagnose.fixes import NotApplicable
 from perfsuite.tools.diagnose.streams import Stream
 from perfsuite.tools.diagnose.targets import one_line_error
@@ -127,7 +125,8 @@ class PaddingComparison:
     name = "padding"
     warmup_rounds = 1
 
-    def __init__(self, step: Callable | None, dataset, spec: str, *, layout, padding, buckets: int = BUCKETS):
+    def __init__(self, step: StepModel | None, dataset, spec: str, *, layout, padding,
+                 buckets: int = BUCKETS):
         self.step, self.dataset, self.spec, self.layout, self.padding = step, dataset, spec, layout, padding
         self.buckets = buckets
         self.words = self._words(buckets)
@@ -176,18 +175,17 @@ class PaddingComparison:
                 continue
             seen.add(_shapes(batch))
             try:
-                self.step(batch)
+                self.step.call_s(batch)
             except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said
                 raise NotApplicable(f"the step refused the bucketed batches: {one_line_error(error)}") from None
 
     def rate(self, side: str, read_s: float) -> float:
         """Samples per second of the step over whole passes of the side's batches, for at least read_s."""
-        passes, start = 0, time.perf_counter()
-        while passes == 0 or time.perf_counter() - start < read_s:
-            for batch in self.sides[side]:
-                self.step(batch)
+        batches, passes, seconds = self.sides[side], 0, 0.0
+        while passes == 0 or seconds < read_s:
+            seconds += self.step.calls(iter(batches), count=len(batches)).seconds
             passes += 1
-        return passes * self.counts[side] / (time.perf_counter() - start)
+        return passes * self.counts[side] / seconds
 
     def close(self) -> None:
         self.sides = {}

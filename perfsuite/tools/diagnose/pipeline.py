@@ -6,7 +6,8 @@ budgeted stages after the start-up and the step's first calls: steady throughput
 input-bound share (given a step), the bottleneck (attribution.py), the fixes (fixes.py, padding.py) and the
 feed rate; the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from
 measured figures: the graph says where to look, the figures whether it matters. A target perfsuite cannot
-use raises TargetError, one line naming what was looked up and what was found.
+use raises TargetError (a step that fails when called: StepError), one line naming what was looked up and what
+was found.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
 from perfsuite.measure.machine import MachineFingerprint
 from perfsuite.measure.rounds import alternating
 from perfsuite.measure.speech import canonical_batch
+from perfsuite.measure.step_model import StepModel
 from perfsuite.records import Record, migrate, migration
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import Bottleneck, BottleneckRounds, bottleneck_verdicts
@@ -47,12 +49,10 @@ from perfsuite.tools.diagnose.streams import Stream, buffered_elements, steady_s
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
     PythonOp,
-    TargetError,
     inspect_graph,
     load_callable,
     load_step,
     make_dataset,
-    one_line_error,
 )
 from perfsuite.tools.diagnose.throughput import Throughput, ThroughputRounds, throughput_verdicts
 from perfsuite.tools.diagnose.work import WorkFigures, read_work, with_rates, work_verdicts
@@ -203,8 +203,9 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
                       clock: Callable[[], float] = time.monotonic) -> PipelineDiagnosis:
     """Import, inspect and measure target within settings.budget_s. checkpoint() is called after the
     start-up and after every stage with what exists (complete=False), and at the end (complete=True).
-    TargetError for a target perfsuite cannot use; a KeyboardInterrupt is passed on after the interrupted
-    stage was checkpointed."""
+    TargetError for a target perfsuite cannot use, StepError (named '--step MODULE:FUNCTION') for a step
+    that raises or returns no tensor; a KeyboardInterrupt is passed on after the interrupted stage was
+    checkpointed."""
     from perfsuite.measure.machine import machine_fingerprint
 
     stages = ("throughput", "input_bound", "bottleneck", "fixes", "feed") if target.step else (
@@ -226,7 +227,8 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s))
     tell(f"batches: {layout.words()}")
     tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
-    first_step = _first_calls(step, first_batch, target.step) if step is not None else None
+    model = StepModel(step, name=f"--step {target.step}") if step is not None else None
+    first_step = _first_calls(model, first_batch) if model is not None else None
     if first_step is not None:
         tell(f"the step's first call {first_step.first_s:.2f} s (trace, compile), then {first_step.first_steady_s:.3g} s: "
              "kept apart, the budget left after it is split across the stages")
@@ -244,7 +246,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     run.tell_plan(after="the start-up" + (" and the step's first calls" if step is not None else ""))
     throughput = ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
                                    drain=settings.warmup + buffered)
-    bound = _InputBoundRounds(step, first_step, first_batch, dataset, settings, target) if step else None
+    bound = _InputBoundRounds(model, first_step, first_batch, dataset, settings, target) if model else None
     with run.stage("throughput") as stage:
         run.parts["throughput"] = throughput.run(stage)
     if bound is not None:
@@ -253,7 +255,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     bottleneck = BottleneckRounds(dataset, target.pipeline, warmup=settings.warmup)
     with run.stage("bottleneck") as stage:
         run.parts["bottleneck"] = bottleneck.run(stage)
-    fixes = FixRounds(lambda stage: _fix_comparisons(stage, dataset, graph, step, settings, target, layout,
+    fixes = FixRounds(lambda stage: _fix_comparisons(stage, dataset, graph, model, settings, target, layout,
                                                      run.parts["throughput"]))
     passes = {"throughput": Resumable(lambda stage: {"throughput": throughput.run(stage)}, throughput.more_rounds),
               "bottleneck": Resumable(lambda stage: {"bottleneck": bottleneck.run(stage)}, bottleneck.more_rounds),
@@ -286,8 +288,9 @@ def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBo
                       step_s=step_s)
 
 
-def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step, settings: PipelineSettings, target: Target,
-                     layout: BatchLayout, measured: Throughput | None) -> tuple[list, list[FixGain]]:
+def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step: StepModel | None,
+                     settings: PipelineSettings, target: Target, layout: BatchLayout,
+                     measured: Throughput | None) -> tuple[list, list[FixGain]]:
     """The fixes perfsuite can apply to this pipeline (padding first: the step's gain), and those it considered
     and cannot apply, with why."""
     try:
@@ -297,11 +300,11 @@ def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step, settings
             else measured.rate.median)
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
-    fed = None if step is None else (lambda batch: _call_step(step, batch, target.step))
-    comparisons = [RewriteComparison(fix, dataset, target.pipeline, warmup=settings.warmup, step=fed) for fix in fixes]
+    comparisons = [RewriteComparison(fix, dataset, target.pipeline, warmup=settings.warmup, step=step)
+                   for fix in fixes]
     padding = None if measured is None else measured.padding
     if padding is not None and padding.beyond_longest > 0:
-        comparisons.insert(0, PaddingComparison(fed, dataset, target.pipeline, layout=layout, padding=padding))
+        comparisons.insert(0, PaddingComparison(step, dataset, target.pipeline, layout=layout, padding=padding))
     return comparisons, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
 
 
@@ -349,30 +352,10 @@ def _start(stream: Stream, warmup: int) -> tuple[Any, float, tuple[float, ...]]:
     return first, first_s, tuple(timed_next(stream)[1] for _ in range(warmup))
 
 
-def _call_step(step, batch, spec: str) -> float:
-    """Seconds of one step(batch) call up to the readback of its output; TargetError when it raises or
-    returns no tensor to wait for."""
-    from perfsuite.measure.timing import host_readback
-
-    start = time.perf_counter()
-    try:
-        output = step(batch)
-    except Exception as error:  # noqa: BLE001 -- the user's step may raise anything: named in one line
-        raise TargetError("--step", spec, "step(batch) to run on the pipeline's batches", one_line_error(error)) from None
-    if host_readback(output) == 0:
-        raise TargetError("--step", spec, "step(batch) to return a tensor (e.g. the loss) to wait for",
-                          type(output).__name__)
-    return time.perf_counter() - start
-
-
-def _first_calls(step, batch, spec: str) -> StepRun:
-    from perfsuite.measure.timing import tracing_count
-
-    first_s = _call_step(step, batch, spec)
-    steady_s = _call_step(step, batch, spec)
-    traces = tracing_count(step)
-    return StepRun(first_s=first_s, first_steady_s=steady_s, calls=1, traces=traces,
-                   retraces=None if traces is None else 0)
+def _first_calls(step: StepModel, batch) -> StepRun:
+    first = step.first_calls(batch)
+    return StepRun(first_s=first.first_s, first_steady_s=first.steady_s, calls=1, traces=first.traces,
+                   retraces=None if first.traces is None else 0)
 
 
 class _InputBoundRounds:
@@ -381,9 +364,9 @@ class _InputBoundRounds:
     (twin first, then real first, ...) until the share is decided or the share of the budget is spent; the
     step's traces counted over the rounds. A second pass adds rounds to the first."""
 
-    def __init__(self, step, first: StepRun, batch, dataset, settings: PipelineSettings, target: Target):
+    def __init__(self, step: StepModel, first: StepRun, batch, dataset, settings: PipelineSettings,
+                 target: Target):
         from perfsuite._tensorflow import tensorflow
-        from perfsuite.measure.timing import tracing_count
 
         self.step, self.first, self.dataset, self.settings, self.target = step, first, dataset, settings, target
         self.twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
@@ -391,7 +374,7 @@ class _InputBoundRounds:
         self.synthetic_s: list[float] = []
         self.wait_s: list[float] = []
         self.calls = 0
-        self.traces_before = tracing_count(step)
+        self.retraces_before = step.retraces  # traces since the first calls (the work fingerprint's) left out
         self.batches: int | None = None
 
     def figure(self) -> RoundsEstimate:
@@ -404,8 +387,6 @@ class _InputBoundRounds:
         return more_rounds_for(self.figure() if self.real_s else None)
 
     def run(self, stage: Stage) -> tuple[InputBoundFigures | None, StepRun]:
-        from perfsuite.measure.input_bound import step_and_wait_s
-
         warmup, call_s, target = self.settings.warmup, self.first.first_steady_s, self.target
         if self.real_s:  # a second pass: its rounds sized by the time left, up to MAX_STEP_CALLS_AGAIN calls a side
             call_s = statistics.median(self.real_s + self.synthetic_s)  # seconds per step, measured
@@ -419,11 +400,10 @@ class _InputBoundRounds:
 
         def side(source) -> tuple[float, float]:
             stream = Stream(source, target.pipeline)
-            seconds = step_and_wait_s(lambda item: _call_step(self.step, item, target.step), stream, warmup=warmup,
-                                      count=batches, readback=lambda _: None)  # _call_step reads back itself
+            calls = self.step.calls(stream, warmup=warmup, count=batches)
             self.calls += warmup + batches
             stream.close()
-            return seconds
+            return calls.per_call_s, calls.fetch_per_call_s
 
         def one_round(index: int) -> None:
             for name in alternating(("twin", "real"), len(self.real_s)):
@@ -440,10 +420,9 @@ class _InputBoundRounds:
 
     def figures(self) -> tuple[InputBoundFigures | None, StepRun]:
         from perfsuite.measure import stats
-        from perfsuite.measure.timing import tracing_count
 
         first = self.first
-        retraces = None if self.traces_before is None else tracing_count(self.step) - self.traces_before
+        retraces = None if self.retraces_before is None else self.step.retraces - self.retraces_before
         used = replace(first, calls=first.calls + self.calls,
                        traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
         if not self.real_s:

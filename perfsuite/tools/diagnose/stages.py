@@ -4,7 +4,6 @@ each a function of its Stage, returning its figures as records."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     run_emulated,
 )
 from perfsuite.measure.rounds import alternating
+from perfsuite.measure.step_model import Calls, FirstCalls, StepModel
 from perfsuite.tools.diagnose.plan import (
     FEED_ROUND_SAMPLES,
     FEED_SEARCH_SHARE,
@@ -155,48 +155,37 @@ def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple
     XLA graph eager, ...) until both STEP_RATIOS are decided or the share is spent. The first calls
     happen whatever the share: without them there is no step to measure.
     Returns ({mode: the step}, its figures)."""
-    from perfsuite.measure import timing
     from perfsuite.workload.model import MODEL_PRESETS, make_train_step
 
     stage.tell("note", f"first calls of the {settings.model} step in eager, graph and XLA mode (trace, compile)")
-    steps, first = {}, {}
+    models, first = {}, {}
     for mode in STEP_MODES:
-        steps[mode] = make_train_step(model_config=MODEL_PRESETS[settings.model], mode=mode, input_shapes=shapes)
-        first[mode] = timing.measure_step(step=steps[mode], batch=batch, warmup_calls=1, measure_calls=1,
-                                          name=f"step-{mode}")
-        stage.tell("note", f"{mode}: first call {first[mode].first_ns / 1e9:.2f} s, then "
-                           f"{first[mode].batch_ns[0] / 1e9:.3f} s per call")
-    round_call_s = sum(first[mode].batch_ns[0] / 1e9 for mode in STEP_MODES)
+        step = make_train_step(model_config=MODEL_PRESETS[settings.model], mode=mode, input_shapes=shapes)
+        models[mode] = StepModel(step, name=f"step-{mode}")
+        first[mode] = models[mode].first_calls(batch)
+        stage.tell("note", f"{mode}: first call {first[mode].first_s:.2f} s, then "
+                           f"{first[mode].steady_s:.3f} s per call")
+    round_call_s = sum(first[mode].steady_s for mode in STEP_MODES)
     calls = calls_that_fit(stage.left_s(), round_call_s, most=MAX_STEP_CALLS)
     stage.plan = (f"interleaved rounds of {calls} call(s) per mode, about {calls * round_call_s:.1f} s each, until "
                   f"graph/eager and XLA/graph are decided; {max(stage.left_s(), 0):.0f} s of the share left after the "
                   "first calls")
     stage.tell("note", stage.plan)
-    traces_before = {mode: timing.tracing_count(step) for mode, step in steps.items()}
     per_round = {mode: [] for mode in STEP_MODES}
 
     def one_round(index: int) -> None:
         for mode in alternating(STEP_MODES, index):
-            per_round[mode].append(tuple(_timed_call(steps[mode], batch) for _ in range(calls)))
+            per_round[mode].append(tuple(models[mode].call_s(batch) for _ in range(calls)))
 
     outcome = stage.rounds_until_decided(
         one_round, decided=lambda: all(r.ratio.decided for r in _step_ratios(per_round).values()),
         first_estimate_s=calls * round_call_s)
     stage.status = status_of(outcome)
-    modes = {mode: _step_mode(first[mode], per_round[mode], traces_before[mode], timing.tracing_count(steps[mode]))
-             for mode in STEP_MODES}
+    modes = {mode: _step_mode(first[mode], per_round[mode], models[mode].retraces) for mode in STEP_MODES}
     ratios = _step_ratios(per_round)
+    steps = {mode: model.step for mode, model in models.items()}
     return steps, StepFigures(modes=modes, ratios=ratios, calls_per_round=calls,
                               input_bound_mode=_input_bound_mode(modes, ratios))
-
-
-def _timed_call(step, batch) -> float:
-    """Seconds of one step(batch) call, up to the readback of its output (so device work is finished)."""
-    from perfsuite.measure.timing import host_readback
-
-    start = time.perf_counter()
-    host_readback(step(batch))
-    return time.perf_counter() - start
 
 
 def _step_ratios(per_round: dict[str, list]) -> dict[str, StepRatio]:
@@ -211,9 +200,8 @@ def _step_ratios(per_round: dict[str, list]) -> dict[str, StepRatio]:
     return out
 
 
-def _step_mode(first, rounds: list[tuple[float, ...]], traces_before: int | None, traces_after: int | None) -> StepMode:
-    retraces = None if traces_before is None else traces_after - traces_before
-    return StepMode(first_s=first.first_ns / 1e9, first_steady_s=first.batch_ns[0] / 1e9,
+def _step_mode(first: FirstCalls, rounds: list[tuple[float, ...]], retraces: int | None) -> StepMode:
+    return StepMode(first_s=first.first_s, first_steady_s=first.steady_s,
                     call_s=tuple(s for calls in rounds for s in calls),
                     step_s=estimate([statistics.fmean(calls) for calls in rounds]) if rounds else None,
                     traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
@@ -250,6 +238,7 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
                   "round; a pipeline leaves the rounds once its share is decided")
     stage.tell("note", stage.plan)
     twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
+    model = StepModel(step, name="step")
     synthetic_s, real_s = [], {pipeline: [] for pipeline in pipelines}
     wait_s = {pipeline: [] for pipeline in pipelines}
 
@@ -263,28 +252,26 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
 
     def one_round(index: int) -> None:
         active = undecided()
-        before, _ = _step_and_wait_s(step, twin, warmup=warmup, batches=batches)
+        before = _fed_calls(model, twin, warmup=warmup, batches=batches)
         for pipeline in alternating(active, index):
-            seconds, waited = _step_and_wait_s(step, loader(pipeline), warmup=warmup, batches=batches)
-            real_s[pipeline].append(seconds)
-            wait_s[pipeline].append(waited)
-        synthetic_s.append((before + _step_and_wait_s(step, twin, warmup=warmup, batches=batches)[0]) / 2)
+            calls = _fed_calls(model, loader(pipeline), warmup=warmup, batches=batches)
+            real_s[pipeline].append(calls.per_call_s)
+            wait_s[pipeline].append(calls.fetch_per_call_s)
+        after = _fed_calls(model, twin, warmup=warmup, batches=batches)
+        synthetic_s.append((before.per_call_s + after.per_call_s) / 2)
 
     outcome = stage.rounds_until_decided(one_round, decided=lambda: not undecided(), first_estimate_s=round_s)
     stage.status = status_of(outcome)
     return tuple(figures(p) for p in pipelines if real_s[p])
 
 
-def _step_and_wait_s(step, dataset, *, warmup: int, batches: int) -> tuple[float, float]:
-    """input_bound.step_and_wait_s (the fixture's measurement: mean seconds per step with its fetch, and
-    of it in the fetch, after `warmup` untimed steps) on a fresh iterator over dataset, closed inside the
-    round."""
-    from perfsuite.measure.input_bound import step_and_wait_s
-
+def _fed_calls(model: StepModel, dataset, *, warmup: int, batches: int) -> Calls:
+    """The step's calls fed by a fresh iterator over dataset (`warmup` untimed, then `batches` timed, each
+    with its fetch), the iterator closed inside the round."""
     batches_of = iter(dataset)
-    seconds = step_and_wait_s(step, batches_of, warmup=warmup, count=batches)
+    calls = model.calls(batches_of, warmup=warmup, count=batches)
     del batches_of  # closed here, inside the round, not later in someone else's
-    return seconds
+    return calls
 
 
 def _input_bound_figures(pipeline: Pipeline, real_s, synthetic_s, wait_s, *, batches: int,

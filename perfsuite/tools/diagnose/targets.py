@@ -8,13 +8,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.errors import PerfsuiteError
+from perfsuite.errors import PerfsuiteError, one_line_error
 from perfsuite.tools.diagnose.graph import DynamicShape, GraphFindings, PythonOp, dynamic_shapes, inspect_graph
 
 __all__ = ["DynamicShape", "GraphFindings", "PythonOp", "TargetError", "dynamic_shapes", "inspect_graph",
@@ -31,14 +30,6 @@ class TargetError(PerfsuiteError, ValueError):
         self.expected = expected
         self.found = found
         super().__init__(f"{option} {target}: expected {expected}, found {found}")
-
-
-def one_line_error(error: BaseException) -> str:
-    """An exception in one line: its type and the first line of its message (TensorFlow's '{{function_node
-    ...}}' prefix left out, so a Python error inside the pipeline shows its own type and message)."""
-    lines = re.sub(r"^\{\{[^}]*\}\}\s*", "", str(error).strip()).splitlines()
-    message = lines[0][:300] if lines else ""
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 # ------------------------------------------------------------------------------------ the targets
