@@ -167,10 +167,29 @@ def test_content_lengths_find_the_padding_whatever_its_value(lengths, extra, pad
     np.testing.assert_array_equal(content_lengths(mel), lengths)
 
 
-def test_a_last_frame_that_is_not_constant_is_no_padding():
-    mel = RNG.normal(size=(2, 9, 4)).astype(np.float32)
-    mel[:, -3:] = mel[:, -1:]  # repeated, but not one value throughout: speech, not padding
+def test_a_last_frame_that_is_not_repeated_is_no_padding():
+    mel = RNG.normal(size=(2, 9, 4)).astype(np.float32)  # no frame repeats: every frame is speech
     np.testing.assert_array_equal(content_lengths(mel), [9, 9])
+
+
+@given(st.lists(st.integers(min_value=1, max_value=30), min_size=1, max_size=6), st.integers(2, 20))
+def test_pad_frames_constant_in_time_are_padding_whatever_the_per_bin_values(lengths, extra):
+    """A mel normalised per bin after padding: each pad frame holds the same per-bin values, not one value."""
+    per_bin = RNG.normal(size=4).astype(np.float32)
+    mel = RNG.normal(size=(len(lengths), max(lengths) + extra, 4)).astype(np.float32)
+    for row, length in enumerate(lengths):
+        mel[row, length:] = per_bin
+    np.testing.assert_array_equal(content_lengths(mel), lengths)
+
+
+def test_the_time_axis_is_the_one_that_varies_or_that_a_length_tensor_names():
+    bins_first = (np.zeros((2, 80, 300), np.float32), np.array([300, 120], np.int32))
+    layout = find_layout(bins_first)
+    assert layout.axis == 2 and layout.time_axis == 300 and "length tensor" in layout.axis_rule
+    varying = find_layout(np.zeros((2, 80, 300), np.float32), more=(np.zeros((2, 80, 250), np.float32),))
+    assert varying.axis == 2 and "differs between" in varying.axis_rule
+    assumed = find_layout(np.zeros((2, 300, 80), np.float32))
+    assert assumed.axis == 1 and assumed.axis_rule.startswith("assumed")
 
 
 def test_a_length_tensor_at_the_padded_length_is_checked_against_the_content():
@@ -184,7 +203,7 @@ def test_a_length_tensor_at_the_padded_length_is_checked_against_the_content():
     assert padding.sources == {CONTENT: 1} and padding.lengths_at_padded == 1
     assert padding.beyond_longest == pytest.approx(1 - 900 / 1024)
     words = speech_finding(None, padding).finding
-    assert "content: trailing constant frames" in words and "said the padded length" in words
+    assert "content: trailing frames equal to the clip's last" in words and "said the padded length" in words
 
 
 def test_a_length_tensor_at_the_padded_length_is_kept_when_the_content_agrees():
@@ -219,7 +238,7 @@ def test_padding_to_a_fixed_length_is_named_with_its_measured_waste():
     batches = [tts_tuple(RNG.integers(100, 600, 8).tolist(), time_axis=1024, mel_len=[1024] * 8) for _ in range(3)]
     finding = fixed_padding_finding(counted(batches), ("padded_batch PaddedBatchDatasetV2/_1 ([1024, 80])",))
     assert finding is not None and finding.topic == "fixed-padding"
-    assert "fixed 1024 frames" in finding.finding and "content: trailing constant frames" in finding.finding
+    assert "fixed 1024 frames" in finding.finding and "content: trailing frames equal to the clip's last" in finding.finding
     assert finding.evidence["beyond_longest"] >= 1 - 600 / 1024 and finding.recommendation
 
 

@@ -7,6 +7,11 @@ where given, otherwise by the rules below, and says which rule chose what (``Bat
 * **The audio:** the largest floating-point tensor with a time axis: rank >= 2 (batch, time, ...), the
   most elements; ties go to the first in tf.nest order (dict keys sorted, tuples by index). A ragged
   float tensor qualifies; its row lengths are its lengths.
+* **Its time axis:** the one axis (after the batch's) whose size differs between the batches read; else the
+  one whose size equals the largest value of a length tensor that fits it (a batch padded to its longest,
+  or a length tensor that says the padded length); else the only axis long enough for the largest length
+  tensor's values; else axis 1, said to be assumed. A bins-first
+  ``[batch, 80, time]`` mel reads its frames on axis 2.
 * **Its lengths:** a rank-1 integer tensor with one value per sample, every value in [0, time axis].
   Where several qualify: a dict key beside the audio named after it (``mel`` -> ``mel_len``,
   ``mel_lens``, ``mel_length``, ``mel_lengths``), else the one whose largest value equals the time axis
@@ -91,6 +96,13 @@ class BatchLayout(Record):
     time_axis: int | None
     frame_s: float
     frame_source: str
+    axis: int = 1  # which axis of the audio is time (1: [batch, time, ...])
+    axis_rule: str = "assumed: axis 1, [batch, time, ...]"
+
+    def time_first(self, audio: Any) -> np.ndarray:
+        """The audio as a numpy array [batch, time, ...] (its time axis moved to 1)."""
+        audio = np.asarray(audio)
+        return audio if self.axis == 1 else np.moveaxis(audio, self.axis, 1)
 
     def words(self) -> str:
         """One line: what was chosen and why (printed by diagnose, recorded in its JSON)."""
@@ -99,7 +111,8 @@ class BatchLayout(Record):
         mel = f"audio {_shown(self.mel)} ({self.mel_rule})"
         lengths = (f"lengths {_shown(self.mel_len)} ({self.length_rule})" if self.mel_len is not None
                    else f"lengths {self.length_rule}")
-        return f"{mel}; {lengths}; {self.frame_s:.4g} s per frame ({self.frame_source})"
+        return (f"{mel}; time on axis {self.axis} ({self.axis_rule}); {lengths}; {self.frame_s:.4g} s per frame "
+                f"({self.frame_source})")
 
 
 def _shown(path: str) -> str:
@@ -181,15 +194,17 @@ def default_frame(rank: int | None) -> tuple[float, str]:
     rate) for a rank >= 3 component; one sample at perfsuite's sample rate for a rank-2 one (a waveform)."""
     config = MelConfig()
     if rank == 2:
-        return 1 / config.sample_rate, (f"default: perfsuite's sample rate, {config.sample_rate} Hz; the audio is "
-                                        "rank 2, read as a waveform")
-    return config.hop_length / config.sample_rate, (f"default: perfsuite's mel definition, hop {config.hop_length} "
-                                                   f"at {config.sample_rate} Hz")
+        return 1 / config.sample_rate, (f"assumed, not given: perfsuite's sample rate, {config.sample_rate} Hz; the "
+                                        "audio is rank 2, read as a waveform (--frame-hop-s gives yours)")
+    return config.hop_length / config.sample_rate, (f"assumed, not given: perfsuite's mel definition, hop "
+                                                   f"{config.hop_length} at {config.sample_rate} Hz (--frame-hop-s "
+                                                   "gives yours)")
 
 
-def find_layout(batch: Any, spec: BatchSpec | None = None) -> BatchLayout:
+def find_layout(batch: Any, spec: BatchSpec | None = None, more: tuple = ()) -> BatchLayout:
     """The BatchLayout of a batch: by spec where it names a component (BatchSpecError when that
-    component is missing or does not fit), otherwise by the module's rules."""
+    component is missing or does not fit), otherwise by the module's rules. ``more``: other batches of the
+    same pipeline, whose shapes show which axis varies (the time axis)."""
     spec = spec or BatchSpec()
     structure = describe_structure(batch)
     parts = dict(leaves(batch))
@@ -202,17 +217,43 @@ def find_layout(batch: Any, spec: BatchSpec | None = None) -> BatchLayout:
     value = parts[mel]
     shape = _shape(value)
     ragged = _is_ragged(value)
-    time_axis = None if ragged else shape[1]
+    axis, axis_rule = (1, "a ragged tensor's ragged axis") if ragged else _time_axis(parts, mel, more)
+    time_axis = None if ragged else shape[axis]
     if ragged:
         mel_len, length_rule = None, "from the ragged tensor's row lengths (a ragged batch holds no padding)"
         if spec.mel_len is not None:
-            _check_length(parts, spec.mel_len, value, structure)
+            _check_length(parts, spec.mel_len, value, structure, axis)
             mel_len, length_rule = spec.mel_len, "named by the batch spec (the row lengths are not read)"
     else:
-        mel_len, length_rule = _choose_length(parts, mel, spec, structure)
+        mel_len, length_rule = _choose_length(parts, mel, spec, structure, axis)
     frame_s, source = (spec.frame_s, "given") if spec.frame_s else default_frame(len(shape))
     return BatchLayout(structure=structure, mel=mel, mel_len=mel_len, mel_rule=mel_rule, length_rule=length_rule,
-                       ragged=ragged, time_axis=time_axis, frame_s=frame_s, frame_source=source)
+                       ragged=ragged, time_axis=time_axis, frame_s=frame_s, frame_source=source, axis=axis,
+                       axis_rule=axis_rule)
+
+
+def _time_axis(parts: dict, mel: str, more: tuple) -> tuple[int, str]:
+    """(the audio's time axis, the rule that chose it): see the module docstring."""
+    shape = _shape(parts[mel])
+    axes = range(1, len(shape))
+    others = [dict(leaves(batch)).get(mel) for batch in more]
+    shapes = [_shape(other) for other in others if other is not None and not _is_ragged(other)]
+    varying = [a for a in axes if any(s is not None and len(s) == len(shape) and s[a] != shape[a] for s in shapes)]
+    if len(varying) == 1:
+        return varying[0], f"the only axis whose size differs between {1 + len(shapes)} batches"
+    fitting = {a for a in axes for path, other in parts.items() if path != mel and _length_fits(other, shape[0], shape[a])
+               and np.asarray(other).size and int(np.asarray(other).max()) == shape[a]}
+    if len(fitting) == 1:
+        axis = fitting.pop()
+        return axis, f"the only axis whose size ({shape[axis]}) equals a length tensor's largest value"
+    fits = {path: [a for a in axes if _length_fits(other, shape[0], shape[a])] for path, other in parts.items()
+            if path != mel and any(_length_fits(other, shape[0], shape[a]) for a in axes)}
+    if fits:
+        longest = max(fits, key=lambda path: int(np.asarray(parts[path]).sum()))
+        if len(fits[longest]) == 1:
+            return fits[longest][0], (f"the only axis that holds the values of the largest length tensor "
+                                      f"({_shown(longest)})")
+    return 1, "assumed: axis 1, [batch, time, ...] (no axis varies between the batches read, no length tensor says)"
 
 
 def _audio_like(value: Any) -> bool:
@@ -251,26 +292,27 @@ def _length_fits(value: Any, batch: int, time_axis: int) -> bool:
     return bool(values.size == 0 or (values.min() >= 0 and values.max() <= time_axis))
 
 
-def _check_length(parts: dict, path: str, mel: Any, structure: str) -> None:
+def _check_length(parts: dict, path: str, mel: Any, structure: str, axis: int = 1) -> None:
     shape = _shape(mel)
     if path not in parts:
         raise BatchSpecError(f"mel_len={path}", "a component at that path", structure)
-    limit = shape[1] if shape[1] is not None else np.iinfo(np.int64).max
+    limit = shape[axis] if shape[axis] is not None else np.iinfo(np.int64).max
     if not _length_fits(parts[path], shape[0], limit):
-        raise BatchSpecError(f"mel_len={path}", f"a rank-1 integer tensor of {shape[0]} values in [0, {shape[1]}], "
+        raise BatchSpecError(f"mel_len={path}", f"a rank-1 integer tensor of {shape[0]} values in [0, {shape[axis]}], "
                              f"found {describe(parts[path])}", structure)
 
 
-def _choose_length(parts: dict, mel: str, spec: BatchSpec, structure: str) -> tuple[str | None, str]:
+def _choose_length(parts: dict, mel: str, spec: BatchSpec, structure: str, axis: int = 1
+                   ) -> tuple[str | None, str]:
     value = parts[mel]
-    batch, time_axis = _shape(value)[:2]
+    batch, time_axis = _shape(value)[0], _shape(value)[axis]
     if spec.mel_len is not None:
-        _check_length(parts, spec.mel_len, value, structure)
+        _check_length(parts, spec.mel_len, value, structure, axis)
         return spec.mel_len, "named by the batch spec"
     candidates = [path for path, other in parts.items() if path != mel and _length_fits(other, batch, time_axis)]
     if not candidates:
-        return None, (f"from the content, trailing constant frames (no rank-1 integer tensor of {batch} values in "
-                      f"[0, {time_axis}])")
+        return None, (f"from the content, trailing frames equal to the clip's last (no rank-1 integer tensor of "
+                      f"{batch} values in [0, {time_axis}])")
     if len(candidates) == 1:
         return candidates[0], f"the only rank-1 integer tensor of {batch} values in [0, {time_axis}]"
     parent, _, name = mel.rpartition("/")

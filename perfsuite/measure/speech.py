@@ -8,8 +8,8 @@ and ``mel_len`` keys (perfsuite's own loaders).
 
 Where the lengths come from (``BatchFrames.source``): the length tensor; except where it says the padded
 length for every sample of a batch (the lengths were lost, e.g. every clip padded to a fixed length before
-its features were computed): then the content, trailing constant frames (``content_lengths``), whenever
-it finds any; the row lengths of a ragged batch (no padding); the content where no length tensor fits.
+its features were computed): then the content, trailing frames equal to the clip's last frame bin by bin
+(``content_lengths``), whenever it finds any; the row lengths of a ragged batch (no padding); the content where no length tensor fits.
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from perfsuite.measure.timing import leading_dim
 from perfsuite.records import Record
 
 LENGTH_TENSOR = "length tensor"
-CONTENT = "content: trailing constant frames"
+CONTENT = "content: trailing frames equal to the clip's last"
 RAGGED = "ragged row lengths"
 
 
 def content_lengths(audio: np.ndarray) -> np.ndarray:
-    """Per sample of a [batch, time, ...] array: the frames before its trailing pad frames. A pad frame
-    holds one value throughout (zeros, a log floor, any padding value) and equals the sample's last frame;
-    a sample whose last frame is not constant has no padding; trailing silence at a constant floor counts
-    as padding, which the step computes on all the same."""
+    """Per sample of a [batch, time, ...] array: the frames before its trailing pad frames. Pad frames are
+    constant in time: each equals the sample's last frame bin by bin, whatever the values across bins (zeros,
+    a log floor, a mel normalised per bin). The run counts when it is at least two frames, or one frame
+    constant across bins (a single frame equal to itself says nothing); trailing silence at a constant floor
+    counts as padding, which the step computes on all the same."""
     audio = np.asarray(audio)
     if audio.ndim < 2:
         raise ValueError(f"audio: expected an array [batch, time, ...], found shape {audio.shape}")
@@ -45,7 +46,8 @@ def content_lengths(audio: np.ndarray) -> np.ndarray:
     pad = np.all(frames == last, axis=2)  # [batch, time]: the frame equals the sample's last frame
     trailing = np.argmin(pad[:, ::-1], axis=1)  # the run of pad frames at the end ...
     trailing = np.where(pad.all(axis=1), frames.shape[1], trailing)  # ... or every frame
-    return np.where(constant, frames.shape[1] - trailing, frames.shape[1]).astype(np.int64)
+    padded = constant | (trailing >= 2)
+    return np.where(padded, frames.shape[1] - trailing, frames.shape[1]).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def measure_batch(batch: Any, layout: BatchLayout) -> BatchFrames | None:
     if layout.ragged:
         lengths = np.asarray(audio.row_lengths())
         return _frames(lengths, int(lengths.max(initial=0)), RAGGED, at_padded=False, padded=int(lengths.sum()))
-    audio = np.asarray(audio)
+    audio = layout.time_first(audio)
     time_axis = audio.shape[1]
     if layout.mel_len is None:
         return _frames(content_lengths(audio), time_axis, CONTENT, at_padded=False)
@@ -112,7 +114,7 @@ class PaddingFigures(Record):
     lengths_at_padded: int
 
     def source_words(self) -> str:
-        """'length tensor' or 'content: trailing constant frames (12 of 16 batches), length tensor (4)'."""
+        """'length tensor' or 'content: trailing frames equal to the clip's last (12 of 16 batches), length tensor (4)'."""
         if len(self.sources) == 1:
             return next(iter(self.sources))
         ranked = sorted(self.sources.items(), key=lambda item: -item[1])
@@ -202,7 +204,8 @@ def canonical_batch(batch: Any, layout: BatchLayout) -> Any:
     if layout.ragged:
         lengths, audio = np.asarray(audio.row_lengths()), audio.to_tensor()
     else:
-        lengths = _true_lengths(batch, layout, np.asarray(audio))
+        audio = layout.time_first(audio)
+        lengths = _true_lengths(batch, layout, audio)
     return {"mel": audio, "mel_len": lengths}
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from perfsuite._tensorflow import LOGS_VARIABLE
@@ -282,9 +283,8 @@ def _diagnose_pipeline(args, parser) -> int:
         diagnosis = diagnose_pipeline(target=target, settings=settings,
                                       progress=lambda event: print(progress_line(event), file=terminal, flush=True),
                                       checkpoint=_json_checkpoint(args.json))
-    print(f"pipeline {target.pipeline}: {' -> '.join(diagnosis.graph.transformations)}")
-    print(f"log: {log} (the pipeline's and the step's own output, TensorFlow's warnings)")
-    _print_outcome(diagnosis)
+    _print_pipeline_outcome(diagnosis, f"pipeline {target.pipeline}: {' -> '.join(diagnosis.graph.transformations)}",
+                            f"log: {log} (the pipeline's and the step's own output, TensorFlow's warnings)")
     if args.json is not None:
         print(f"json: {args.json}")
     if args.report is not None:
@@ -312,6 +312,21 @@ def _print_outcome(diagnosis) -> None:
     stages = ", ".join(f"{s.name} {s.status} ({s.rounds} rounds, {s.spent_s:.0f} of {s.share_s:.0f} s)"
                        for s in diagnosis.stages)
     print(f"stages: {stages}; {diagnosis.elapsed_s:.0f} s of the {diagnosis.settings.budget_s:.0f} s budget")
+
+
+def _print_pipeline_outcome(diagnosis, *head: str) -> None:
+    """A --pipeline run's outcome, opening with what to change first (the changes measured on the pipeline,
+    ranked by gain), then the head lines, the other findings, the stages and the time spent."""
+    from perfsuite.verdict.diagnosis import CHANGE_FIRST, change_first_words, ranked_changes
+
+    changes, rest = ranked_changes(list(diagnosis.verdicts))
+    print(f"{CHANGE_FIRST}: {change_first_words(changes)}")
+    for rank, change in enumerate(changes, 1):
+        first, *more = change.lines()
+        print("\n".join([f"{rank}. {first}", *more]))
+    print("\n".join(head))
+    print("the other findings:")
+    _print_outcome(replace(diagnosis, verdicts=tuple(rest)))
 
 
 def _json_checkpoint(path: Path | None):

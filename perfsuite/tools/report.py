@@ -13,7 +13,14 @@ from pathlib import Path
 from perfsuite.measure.utilisation import GpuTimeline
 from perfsuite.plotting import draw_timeline, pyplot, save
 from perfsuite.tables import RIGHT, Table
-from perfsuite.verdict.diagnosis import feed_words, point_label
+from perfsuite.verdict.diagnosis import (
+    CHANGE_FIRST,
+    change_first_words,
+    feed_words,
+    point_label,
+    ranked_changes,
+    stand_in_step,
+)
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
     Diagnosis,
@@ -159,7 +166,8 @@ def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
         stats = figures.stats
         period = stats.oscillation_period_s
         keeps = {True: "yes", False: "no", None: "undecided"}[figures.keeps_busy]
-        rows.append((figures.pipeline, fed, f"{figures.step_s * 1e3:.3g} ms ({figures.step_time})",
+        step = f"{figures.step_s * 1e3:.3g} ms ({figures.step_time})"
+        rows.append((figures.pipeline, fed, f"assumed: {step}, a stand-in" if stand_in_step(figures) else step,
                      f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
                      f"every {period:.3g} s" if stats.oscillation.significant else "none", keeps))
     return lines + [_markdown(("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle",
@@ -260,18 +268,32 @@ def _data_lines(diagnosis: Diagnosis) -> list[str]:
     return lines
 
 
-def _findings_lines(diagnosis: Diagnosis) -> list[str]:
-    lines = ["## Findings", ""]
-    for verdict in diagnosis.verdicts:
-        figures = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                            for k, v in verdict.evidence.items())
-        lines.append(f"- **{verdict.topic}**: {verdict.finding} ({figures})")
-        if verdict.interval is not None:
-            lines.append(f"  - interval: {interval_cell(verdict.interval, lambda v: f'{v:.4g}')}, "
-                         f"{verdict.interval.coverage:.0%} coverage")
-        if verdict.recommendation:
-            lines.append(f"  - recommendation: {verdict.recommendation}")
+def _findings_lines(diagnosis: Diagnosis, heading: str = "## Findings", verdicts=None) -> list[str]:
+    """A heading and each finding of verdicts (default: all the diagnosis') as a bullet."""
+    lines = [heading, ""]
+    for verdict in diagnosis.verdicts if verdicts is None else verdicts:
+        lines += _finding_lines(verdict, "- ")
     return lines
+
+
+def _finding_lines(verdict, marker: str) -> list[str]:
+    """One finding after marker ('- ', '1. '): its topic, words and figures, then its interval and recommendation."""
+    figures = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in verdict.evidence.items())
+    lines, indent = [f"{marker}**{verdict.topic}**: {verdict.finding} ({figures})"], " " * len(marker)
+    if verdict.interval is not None:
+        lines.append(f"{indent}- interval: {interval_cell(verdict.interval, lambda v: f'{v:.4g}')}, "
+                     f"{verdict.interval.coverage:.0%} coverage")
+    if verdict.recommendation:
+        lines.append(f"{indent}- recommendation: {verdict.recommendation}")
+    return lines
+
+
+def _change_first_lines(changes: list) -> list[str]:
+    """What to change first: the changes measured on a --pipeline run, numbered in their rank."""
+    lines = [f"## {CHANGE_FIRST.capitalize()}", "", f"{change_first_words(changes).capitalize()}.", ""]
+    for rank, change in enumerate(changes, 1):
+        lines += _finding_lines(change, f"{rank}. ")
+    return lines + [""]
 
 
 def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
@@ -361,13 +383,16 @@ def write_pipeline_report(diagnosis, directory: Path) -> Path:
 
 
 def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
-    """summary.md of a --pipeline run: completeness, stages, findings, the graph, the figures, the plots."""
+    """summary.md of a --pipeline run: what to change first (the changes measured on the pipeline, ranked by
+    gain), completeness, stages, the other findings, the graph, the figures, the plots."""
     target, graph = diagnosis.target, diagnosis.graph
     lines = [f"# perfsuite diagnose --pipeline {target.pipeline}", ""]
     if target.step or target.args:
         lines += [f"Step: {target.step or '(none: throughput only)'}; arguments: {target.args or '(none)'}.", ""]
+    changes, rest = ranked_changes(list(diagnosis.verdicts))
+    lines += _change_first_lines(changes)
     lines += _stage_lines(diagnosis)
-    lines += _findings_lines(diagnosis)
+    lines += _findings_lines(diagnosis, "## The other findings", rest)
     lines += ["", "## Dataset graph", "", f"Transformations: {' -> '.join(graph.transformations)}", "",
               f"Element: `{graph.element_spec}`", ""]
     if graph.python_ops:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 from perfsuite.measure.batch_spec import BatchLayout
+from perfsuite.measure.emulated import STEP_PRESETS
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.measure.stats import MODERATELY_INPUT_BOUND
 from perfsuite.verdict.diagnosis_figures import (
     GPU_IDLE_MEDIAN_PCT,
     INTERRUPTED,
+    MATERIAL_GAIN,
     MATERIAL_SPEEDUP,
     MATERIAL_STEP_SPEEDUP,
     MAX_ROUNDS,
@@ -368,7 +371,8 @@ def feed_verdicts(feed: tuple[FeedFigures, ...]) -> list[DiagnosisFinding]:
 
 def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
     """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval;
-    the round at the step is the evidence (its busy fraction, idle share, oscillation)."""
+    the round at the step is the evidence (its busy fraction, idle share, oscillation). A stand-in step (a
+    STEP_PRESETS name, not seconds the user gave) is said first: 'assuming a stand-in step, ...'."""
     label, feed = figures.pipeline, figures.feed
     evidence = {"feed_step_s": feed.step_s, "feed_step_low_s": feed.step_low_s, "feed_step_high_s": feed.step_high_s,
                 "feed_steps_per_s": feed.steps_per_s, "feed_audio_s_per_s": feed.audio_s_per_s}
@@ -379,18 +383,22 @@ def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
     evidence.update({"step_s": figures.step_s, "busy_fraction": figures.round.busy_fraction,
                      "util_median_pct": stats.util_median, "idle_fraction": stats.idle_fraction,
                      "oscillation_period_s": stats.oscillation_period_s})
-    step = f"a {figures.step_s * 1e3:.3g} ms step ({figures.step_time})"
+    step, assumed = f"a {figures.step_s * 1e3:.3g} ms step ({figures.step_time})", ""
+    if stand_in_step(figures):  # a published model's step on a published GPU: said first
+        step, assumed = "it", (f"assuming a stand-in step, the published {figures.step_time} GPU step "
+                               f"({figures.step_s * 1e3:.3g} ms on this data; not your model's): ")
     measured = f"busy {figures.round.busy_fraction:.0%} in a round at that step"
     if stats.oscillation.significant:
         measured += f", utilisation oscillating every {stats.oscillation_period_s:.3g} s"
     if figures.keeps_busy:
-        return DiagnosisFinding(topic, f"{label} keeps {step} >= 90 % busy: it {fed}; {measured}", evidence, None)
+        return DiagnosisFinding(topic, f"{assumed}{label} keeps {step} >= 90 % busy: it {fed}; {measured}", evidence,
+                                None)
     if figures.keeps_busy is False:
-        return DiagnosisFinding(topic, f"{label} would starve {step}: it {fed}; {measured}", evidence,
+        return DiagnosisFinding(topic, f"{assumed}{label} would starve {step}: it {fed}; {measured}", evidence,
                        "the GPU would wait for input: a faster loader (see the loader findings), more parallel "
                        "calls, prefetch, or the .npy cache")
-    return DiagnosisFinding(topic, f"{label} vs {step}: undecided, the step lies inside the feed rate's interval: it {fed}; "
-                   f"{measured}", evidence, None)
+    return DiagnosisFinding(topic, f"{assumed}{label} vs {step}: undecided, the step lies inside the feed rate's "
+                            f"interval: it {fed}; {measured}", evidence, None)
 
 
 def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
@@ -415,6 +423,205 @@ def feed_words(figures: FeedFigures) -> str:
     audio = feed.audio_s_per_s
     return (f"feeds steps down to {feed.step_s * 1e3:.3g} ms ({feed.steps_per_s:.4g} steps/s, "
             f"interval {low:.4g}-{upper}" + (f"; {audio:,.0f} audio-s/s)" if audio is not None else ")"))
+
+
+# ------------------------------------------------------------------- what to change first (--pipeline)
+
+FIX_TOPIC = "fix-"  # the topic prefix of a change perfsuite applied to the pipeline and measured (fix_finding)
+FRAME_GIVEN = "given"  # batch_spec.BatchLayout.frame_source when the user gave --frame-hop-s
+PER_AUDIO_SECOND = ("audio_s_per_s", "float_ops_per_audio_s", "feed_audio_s_per_s")  # evidence resting on frame_s
+
+# What each recommendation pushes, by its finding's topic (a key ending in '-' covers every topic it begins). A
+# finding that recommends must have its topic here: contradictions() refuses one that does not.
+PUSHES: dict[str, tuple[str, ...]] = {
+    "batch": ("perfsuite-options",),
+    "stage-": ("longer-budget",),
+    "input-bound": ("faster-input",),
+    "bottleneck": ("longer-budget", "quiet-machine"),
+    "fix-prefetch": ("more-prefetch",),
+    "fix-map-parallelism": ("more-parallelism",),
+    "fix-cache": ("cache", "more-memory"),
+    "fix-padding": ("less-padding",),
+    "python-op": ("graph-ops",),
+    "prefetch": ("more-prefetch",),
+    "prefetch-to-device": ("prefetch-to-device-last",),
+    "parallelism": ("more-parallelism",),
+    "read-parallelism": ("parallel-reads",),
+    "fix-read-parallelism": ("parallel-reads",),
+    "cache-order": ("cache-before-repeat",),
+    "fixed-padding": ("less-padding",),
+    "retracing": ("fewer-traces",),
+    "cycle": ("more-prefetch", "more-parallelism"),
+    "feed-": ("faster-input", "more-parallelism", "more-prefetch"),
+}
+# The step retraced (diagnose/pipeline.py): one trace for every length, never padding back to a fixed shape, which
+# [fixed-padding] and the padding fix push against.
+RETRACE_RECOMMENDATION = (
+    "give the step an input_signature with None on the axes that vary (tf.function(input_signature=[tf.TensorSpec("
+    "[None, None, ...])])) or tf.function(reduce_retracing=True), so one trace serves every length; where shapes "
+    "must stay static (jit_compile), bucket by length to a few fixed boundaries (bucket_by_sequence_length with "
+    "pad_to_bucket_boundary=True): one trace per bucket")
+RETRACE_RECOMMENDATION_BUCKETED = (
+    "give the step an input_signature with None on the axes that vary (tf.function(input_signature=[tf.TensorSpec("
+    "[None, None, ...])])) or tf.function(reduce_retracing=True), so one trace serves every length; where shapes "
+    "must stay static (jit_compile), pad each of the pipeline's buckets to its boundary "
+    "(pad_to_bucket_boundary=True): one trace per bucket")
+
+
+def retrace_recommendation(buckets: bool) -> str:
+    """The retracing advice; a pipeline that already buckets is never told to bucket."""
+    return RETRACE_RECOMMENDATION_BUCKETED if buckets else RETRACE_RECOMMENDATION
+
+
+# Directions no two recommendations of one diagnosis may push together.
+OPPOSED: tuple[tuple[str, str], ...] = (("fixed-shapes", "less-padding"), ("more-prefetch", "less-prefetch"),
+                                        ("more-parallelism", "less-parallelism"), ("more-memory", "less-memory"))
+
+
+def material(gain: RoundsEstimate | None) -> bool:
+    """Whether a measured gain calls for its change: at least MIN_ROUNDS rounds and its whole interval at or
+    above MATERIAL_GAIN."""
+    return gain is not None and gain.rounds >= MIN_ROUNDS and gain.low >= MATERIAL_GAIN
+
+
+def gain_words(gain: RoundsEstimate) -> str:
+    """'1.80x [1.70, 1.90]': a gain's median and interval."""
+    return f"{gain.median:.2f}x [{gain.low:.2f}, {gain.high:.2f}]"
+
+
+def fix_finding(name: str, words: str, unit: str | None, gain: RoundsEstimate | None) -> DiagnosisFinding:
+    """A change perfsuite applied to the pipeline and measured, before and after (gain: after / before per
+    round; None: no round fit). 'apply it' only for a material gain; otherwise the finding says that it was
+    measured and why no change is called for: too few rounds, within noise, slower, or too small."""
+    topic = f"{FIX_TOPIC}{name}"
+    if gain is None:
+        return DiagnosisFinding(topic, f"{words}: applied, but no measured round fit the time left",
+                                {"applied": True}, "a longer --budget measures it")
+    figure = f"measured {gain_words(gain)} {unit} over {gain.rounds} rounds"
+    evidence = {**estimate_evidence("gain", gain), "applied": True, "unit": unit}
+    if material(gain):
+        return DiagnosisFinding(topic, f"{words}: {figure}", evidence, f"apply it: {words}", gain)
+    return DiagnosisFinding(topic, f"{words}: {figure}; {_not_material(gain)}", evidence, None, gain)
+
+
+def _not_material(gain: RoundsEstimate) -> str:
+    if gain.rounds < MIN_ROUNDS:
+        return f"{why_undecided(gain, _times)}; no change yet"
+    if gain.high < 1.0:
+        return "slower with it: no change"
+    if gain.low < 1.0:
+        return "within noise: its interval holds 1.00x, so whether it helps is undecided; no change"
+    if gain.median >= MATERIAL_GAIN:
+        return (f"faster, but its interval reaches down to {gain.low:.2f}x, not above {MATERIAL_GAIN:.2f}x: not shown "
+                "to be worth a change (a longer --budget narrows it)")
+    return f"too small to call for a change: its interval does not lie above {MATERIAL_GAIN:.2f}x"
+
+
+def fix_refused_finding(name: str, why: str | None) -> DiagnosisFinding:
+    """A change perfsuite considered and could not apply to this pipeline, with why."""
+    return DiagnosisFinding(f"{FIX_TOPIC}{name}", f"{name}: not applied ({why})", {"applied": False}, None)
+
+
+def declined(gain: RoundsEstimate | None) -> bool:
+    """Whether a measured gain was found not worth its change: enough rounds to decide, and not material."""
+    return gain is not None and gain.rounds >= MIN_ROUNDS and not material(gain)
+
+
+def measured_change(finding: DiagnosisFinding) -> bool:
+    """Whether finding is a change measured on this pipeline (a fix_finding with its gain)."""
+    return finding.topic.startswith(FIX_TOPIC) and finding.interval is not None
+
+
+def ranked_changes(findings: list[DiagnosisFinding]) -> tuple[list[DiagnosisFinding], list[DiagnosisFinding]]:
+    """(the changes measured on this pipeline: those to apply first, each group by median gain, highest first;
+    every other finding, in its order)."""
+    changes = sorted((f for f in findings if measured_change(f)),
+                     key=lambda f: (not material(f.interval), -f.interval.median))
+    return changes, [f for f in findings if not measured_change(f)]
+
+
+CHANGE_FIRST = "what to change first"  # the heading that opens a --pipeline diagnosis' findings
+
+
+def change_first_words(changes: list[DiagnosisFinding]) -> str:
+    """What the changes measured on this pipeline (ranked_changes' first part) come to, under CHANGE_FIRST."""
+    if not changes:
+        return "no change was measured on this pipeline (the findings below say why)"
+    apply = sum(material(c.interval) for c in changes)
+    return (f"{len(changes)} change(s) measured on this pipeline, ranked by gain; {apply} to apply (a gain whose "
+            f"interval lies above {MATERIAL_GAIN:.2f}x)")
+
+
+def pushes(finding: DiagnosisFinding) -> tuple[str, ...] | None:
+    """The directions finding's recommendation pushes (PUSHES, by its topic); () when it recommends nothing,
+    None when its topic declares none."""
+    if not finding.recommendation:
+        return ()
+    if finding.topic in PUSHES:
+        return PUSHES[finding.topic]
+    prefixes = [key for key in PUSHES if key.endswith("-") and finding.topic.startswith(key)]
+    return PUSHES[max(prefixes, key=len)] if prefixes else None
+
+
+def deferred_to_measured(findings: list[DiagnosisFinding]) -> list[DiagnosisFinding]:
+    """Each finding whose recommendation pushes where a change measured on this pipeline went: the measurement
+    decides. Left without a recommendation, the finding saying what was measured, when every such change was
+    found not worth making (declined); otherwise kept, naming the measurement (and that it is undecided where
+    no such change is material)."""
+    changes = [f for f in findings if measured_change(f)]
+    return [_deferred(f, changes) if not measured_change(f) else f for f in findings]
+
+
+def _deferred(finding: DiagnosisFinding, changes: list[DiagnosisFinding]) -> DiagnosisFinding:
+    directions = set(pushes(finding) or ())
+    same = [c for c in changes if directions & set(PUSHES.get(c.topic, ()))]
+    if not same:
+        return finding
+    measured = ", ".join(f"[{c.topic}] {gain_words(c.interval)}" for c in same)
+    if all(declined(c.interval) for c in same):
+        return replace(finding, finding=f"{finding.finding}; that change was measured here ({measured}): not worth "
+                       "making on these figures", recommendation=None)
+    pending = "" if any(material(c.interval) for c in same) else ", not yet decided"
+    return replace(finding, recommendation=f"{finding.recommendation} (measured here{pending}: {measured})")
+
+
+def contradictions(findings: list[DiagnosisFinding]) -> list[str]:
+    """In words, each pair of recommendations that push OPPOSED directions, and each recommendation that pushes
+    where a change measured on this pipeline was found not worth making; [] when they agree. ValueError naming
+    the topic of a recommendation whose directions PUSHES does not declare."""
+    undeclared = sorted({f.topic for f in findings if pushes(f) is None})
+    if undeclared:
+        raise ValueError(f"recommendations without declared directions (verdict.diagnosis.PUSHES): "
+                         f"{', '.join(undeclared)}")
+    found = []
+    for i, a in enumerate(findings):
+        for b in findings[i + 1:]:
+            found += [f"[{a.topic}] pushes {x}, [{b.topic}] pushes {y}" for x in pushes(a) for y in pushes(b)
+                      if (x, y) in OPPOSED or (y, x) in OPPOSED]
+    for change in (c for c in findings if measured_change(c) and declined(c.interval)):
+        found += [f"[{f.topic}] recommends {d}, measured not worth it in [{change.topic}]" for f in findings
+                  if not measured_change(f) for d in pushes(f) if d in PUSHES.get(change.topic, ())]
+    return found
+
+
+def stand_in_step(figures: FeedFigures) -> bool:
+    """Whether the feed verdict's step is a stand-in: a published model's GPU step (a STEP_PRESETS name), not
+    seconds the user gave."""
+    return figures.step_time in STEP_PRESETS
+
+
+def frame_assumed(finding: DiagnosisFinding, layout: BatchLayout | None) -> DiagnosisFinding:
+    """finding, its words opened with the seconds per frame assumed, where one of its figures rests on them
+    (PER_AUDIO_SECOND in its evidence) and the user gave none (--frame-hop-s)."""
+    if (layout is None or layout.frame_source == FRAME_GIVEN
+            or all(finding.evidence.get(key) is None for key in PER_AUDIO_SECOND)):
+        return finding
+    hint = "" if "--frame-hop-s" in layout.frame_source else "; --frame-hop-s gives yours"
+    assumed = f"assuming {layout.frame_s:.4g} s of audio per frame ({layout.frame_source}{hint})"
+    words = finding.finding
+    words = (f"{assumed}, and {words.removeprefix('assuming ')}" if words.startswith("assuming ")
+             else f"{assumed}: {words}")
+    return replace(finding, finding=words)
 
 
 # ------------------------------------------------------------------- a user's batches and graph (--pipeline)
@@ -458,11 +665,12 @@ def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures,
 
 
 def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[str, ...],
-                          not_measured: str | None = None) -> DiagnosisFinding | None:
+                          not_measured: str | None = None, *, buckets: bool = False) -> DiagnosisFinding | None:
     """Padding to a fixed length rather than to each batch's longest, named with its measured waste: at least
     FIXED_PADDING_WASTE of the padded frames lie past each batch's longest sample. graph_shapes: the
     padded_batch stages that pad to a fixed length, in words (the graph's side of it). Without measured
-    batches (not_measured says why), the graph's padding is named with no figure; None: no such padding."""
+    batches (not_measured says why), the graph's padding is named with no figure; None: no such padding.
+    buckets: the pipeline already batches by length, so it is never told to bucket."""
     evidence = {"padded_batch": "; ".join(graph_shapes) or None}
     if padding is None:
         if not graph_shapes:
@@ -481,8 +689,16 @@ def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[st
         f"{padding.beyond_longest:.0%} of the padded frames lie past each batch's longest clip; batches are "
         f"{padding.efficiency:.0%} real frames, and would be {padding.to_longest:.0%} padded to their longest "
         f"({padding_source_words(padding)})", evidence,
-        "pad each batch to its longest (padded_batch with None on the time axis) or bucket by length "
-        "(tf.data.Dataset.bucket_by_sequence_length), and keep the true lengths in the length tensor")
+        _less_padding(buckets))
+
+
+def _less_padding(buckets: bool) -> str:
+    if buckets:
+        return ("the pipeline already buckets by length: pad each bucket's batch to its longest "
+                "(bucket_by_sequence_length's pad_to_bucket_boundary=False, no fixed padded_shapes), and keep the true "
+                "lengths in the length tensor")
+    return ("pad each batch to its longest (padded_batch with None on the time axis) or bucket by length "
+            "(tf.data.Dataset.bucket_by_sequence_length), and keep the true lengths in the length tensor")
 
 
 def prefetch_to_device_finding(after: tuple[str, ...]) -> DiagnosisFinding | None:
@@ -513,3 +729,29 @@ def graph_finding(chain: str, last_stage: str | None, read_from: str) -> Diagnos
     """The graph as it runs, in words: its stages with their parallelism, buffers, cache and padding."""
     return DiagnosisFinding("graph", f"as it runs: {chain}", {"last_stage": last_stage, "read_from": read_from},
                             None)
+
+
+def sequential_read_finding(reads: tuple[str, ...], waits: bool | None, why_not: str,
+                            share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
+    """Files read one at a time (an interleave or flat_map without parallel calls over file readers, as
+    TFRecordDataset over several files is); recommended against only when the step is measured to wait."""
+    if not reads:
+        return None
+    finding = f"files read one at a time: {'; '.join(reads)}"
+    evidence = {"reads": list(reads)}
+    if waits:
+        return DiagnosisFinding("read-parallelism", f"{finding}; the step waits for input", evidence,
+                                "read files in parallel: interleave(..., num_parallel_calls=tf.data.AUTOTUNE) or "
+                                "TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)", share)
+    return DiagnosisFinding("read-parallelism", f"{finding}; {why_not}", evidence, None, share)
+
+
+def cache_after_repeat_finding(caches: tuple[str, ...]) -> DiagnosisFinding | None:
+    """A cache after an endless repeat: it never completes a pass, so it never serves from memory, and it
+    keeps every element it reads until memory runs out."""
+    if not caches:
+        return None
+    return DiagnosisFinding("cache-order", f"{'; '.join(caches)} comes after an endless repeat: it never completes "
+                            "a pass, so it never serves an element from the cache, and it holds every element it "
+                            "reads until memory runs out", {"caches": list(caches)},
+                            "move .cache() before .repeat()")

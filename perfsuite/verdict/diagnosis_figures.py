@@ -33,6 +33,8 @@ SWEEP_MIN_GAIN = 0.10  # a sweep point must be faster by a median >= 10 % ...
 SWEEP_MIN_WIN_SHARE = 0.8  # ... in >= 80 % of the rounds ...
 SWEEP_ALPHA = 0.05  # ... with a one-sided paired t-test p < 0.05 (stats.paired_gain)
 GPU_IDLE_MEDIAN_PCT = 50.0
+MATERIAL_GAIN = 1.05  # a change measured on the pipeline is 'apply it' only when its gain's interval lies
+# at or above this: a smaller gain is within what a run drifts by, not worth a change to the user's code
 
 # Class boundaries: a figure is decided when its interval holds none of its verdict's boundaries.
 LOADER_BOUNDARIES = (1 / MATERIAL_SPEEDUP, MATERIAL_SPEEDUP)

@@ -29,10 +29,10 @@ from pathlib import Path
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import ServiceError
 from perfsuite.files import write_atomic
+from perfsuite.workload.pipeline_model import read_pipeline
 
 PROCESSING_MODES = ("parallel_epochs", "distributed_epoch")
 # Ops that call back into the Python interpreter that built the graph.
-PY_FUNCTION_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 MODULE = "perfsuite.workload.service"
 ROLES = ("dispatcher", "worker")
 # The dispatcher drops a worker whose heartbeat is this late (TF's default is much longer), and
@@ -398,14 +398,8 @@ class ServiceCluster:
 
 
 def py_function_ops(dataset) -> tuple[str, ...]:
-    """Names of the Python-callback ops (PyFunc, EagerPyFunc, ...) in a dataset's graph and functions."""
-    tf = tensorflow()
-    # IGNORE: a stateful PyFunc must not stop the serialization we need in order to look inside.
-    policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    serialized = dataset._as_serialized_graph(external_state_policy=policy)
-    graph = tf.compat.v1.GraphDef.FromString(serialized.numpy())
-    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
-    return tuple(sorted({node.op for node in nodes if node.op in PY_FUNCTION_OPS}))
+    """The kinds of the Python-callback ops (PyFunc, EagerPyFunc, ...) the dataset runs, from its pipeline model."""
+    return tuple(sorted({op.op for op in read_pipeline(dataset).model.python_ops}))
 
 
 def distribute(source, *, cluster: ServiceCluster | None = None, address: str | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from perfsuite.measure.pipeline_model import one_to_one, op_of_class
+from perfsuite.workload.pipeline_model import one_to_one, op_of_class
 from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite

@@ -17,7 +17,7 @@ from perfsuite.tools.diagnose.attribution import MIN_READ_S, MIN_READS, counted,
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from, worst_status
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements
 from perfsuite.tools.diagnose.targets import one_line_error
-from perfsuite.verdict.diagnosis import estimate_evidence, why_undecided
+from perfsuite.verdict.diagnosis import fix_finding, fix_refused_finding
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
     TOO_SHORT,
@@ -192,27 +192,7 @@ class FixRounds:
 
 
 def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
-    """Each fix measured (its gain and interval, or why it stays undecided), and each fix not applied, why."""
-    out = []
-    for fix in fixes:
-        if not fix.applied:
-            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.name}: not applied ({fix.why})", {"applied": False},
-                                        None))
-            continue
-        if fix.gain is None:
-            out.append(DiagnosisFinding(f"fix-{fix.name}", f"{fix.words}: applied, but no measured round fit the time "
-                                        "left", {"applied": True}, "a longer --budget measures it"))
-            continue
-        gain = fix.gain
-        figure = f"{gain.median:.2f}x [{gain.low:.2f}, {gain.high:.2f}] {fix.unit} over {gain.rounds} rounds"
-        evidence = {**estimate_evidence("gain", gain), "applied": True, "unit": fix.unit}
-        why = why_undecided(gain, lambda v: f"{v:.2f}x")
-        if why:
-            words = f"{fix.words}: {figure}; whether it helps is {why}"
-            recommendation = None
-        elif gain.low > 1.0:
-            words, recommendation = f"{fix.words}: {figure}", f"apply it: {fix.words}"
-        else:
-            words, recommendation = f"{fix.words}: {figure}; it does not help here", None
-        out.append(DiagnosisFinding(f"fix-{fix.name}", words, evidence, recommendation, gain))
-    return out
+    """Each fix measured (its gain and interval: 'apply it' only above verdict.diagnosis_figures.MATERIAL_GAIN;
+    otherwise why no change is called for), and each fix not applied, why; worded by verdict.diagnosis."""
+    return [fix_finding(fix.name, fix.words, fix.unit, fix.gain) if fix.applied else
+            fix_refused_finding(fix.name, fix.why) for fix in fixes]

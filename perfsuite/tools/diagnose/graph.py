@@ -1,5 +1,5 @@
 """The user's tf.data graph as diagnose reports it, asked of the pipeline model
-(perfsuite.measure.pipeline_model, which reads the graph once): its stages from the source to the output,
+(perfsuite.workload.pipeline_model, which reads the graph once): its stages from the source to the output,
 each with what it does (parallelism, buffer, cache, padding), the Python functions it calls, and the
 element's dynamic shapes.
 
@@ -15,15 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfsuite.measure.batch_spec import leaves
-from perfsuite.measure.pipeline_model import AUTOTUNE, Pipeline, PythonOp, read_pipeline, shape_words
-from perfsuite.measure.pipeline_model import Stage as GraphStage
+from perfsuite.workload.pipeline_model import AUTOTUNE, Pipeline, PythonOp, read_pipeline, shape_words
+from perfsuite.workload.pipeline_model import Stage as GraphStage
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.records import Record
 from perfsuite.verdict.diagnosis import (
+    cache_after_repeat_finding,
     fixed_padding_finding,
     graph_finding,
     prefetch_to_device_finding,
     sequential_map_finding,
+    sequential_read_finding,
 )
 from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate
 
@@ -63,6 +65,9 @@ class GraphFindings(Record):
     last_stage: str | None = None
     after_prefetch_to_device: tuple[str, ...] = ()
     read_from: str = "serialized graph"
+    sequential_reads: tuple[str, ...] = ()  # interleaves / flat_maps reading files one at a time, in words
+    caches_after_endless_repeat: tuple[str, ...] = ()  # cache stages after an endless repeat, in words
+    buckets: bool = False  # the pipeline already batches by length (group_by_window)
 
     def chain_words(self) -> str:
         """The stages as they run, wrappers named apart: 'range -> map (AUTOTUNE parallel) -> ...'."""
@@ -91,7 +96,12 @@ def inspect_graph(dataset) -> GraphFindings:
                          dynamic_shapes=dynamic_shapes(pipeline.dataset.element_spec),
                          element_spec=model.element_spec, stages=stages,
                          last_stage=None if last is None else last.op,
-                         after_prefetch_to_device=_after_copy_to_device(stages), read_from=model.read_from)
+                         after_prefetch_to_device=_after_copy_to_device(stages), read_from=model.read_from,
+                         sequential_reads=tuple(f"{stage.words()} {stage.node} (reads with {', '.join(reads)})"
+                                                for stage, reads in model.sequential_reads()),
+                         caches_after_endless_repeat=tuple(f"{s.words()} {s.node}"
+                                                           for s in model.caches_after_endless_repeat()),
+                         buckets=model.buckets())
 
 
 def _after_copy_to_device(stages: tuple[GraphStage, ...]) -> tuple[str, ...]:
@@ -140,5 +150,7 @@ def graph_findings(graph: GraphFindings, *, padding: PaddingFigures | None, not_
     found = [graph_finding(graph.chain_words(), graph.last_stage, graph.read_from),
              prefetch_to_device_finding(graph.after_prefetch_to_device),
              sequential_map_finding(tuple(s.node for s in graph.sequential_maps()), waits, why_not, share),
-             fixed_padding_finding(padding, fixed, not_measured)]
+             sequential_read_finding(graph.sequential_reads, waits, why_not, share),
+             cache_after_repeat_finding(graph.caches_after_endless_repeat),
+             fixed_padding_finding(padding, fixed, not_measured, buckets=graph.buckets)]
     return [finding for finding in found if finding is not None]

@@ -71,7 +71,8 @@ def samples(batches: list, layout, lengths: list[np.ndarray]):
 
     def cut(sample, length):
         parts = dict(_leaves(sample))
-        values = {layout.mel: parts[layout.mel][:length]}
+        audio = parts[layout.mel]  # one sample: its time axis is the batch's less one
+        values = {layout.mel: tf.gather(audio, tf.range(length), axis=layout.axis - 1)}
         if layout.mel_len is not None:
             values[layout.mel_len] = tf.cast(length, parts[layout.mel_len].dtype)
         return replaced(sample, values), length

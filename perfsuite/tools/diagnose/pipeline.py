@@ -57,14 +57,19 @@ from perfsuite.tools.diagnose.targets import (
 from perfsuite.tools.diagnose.throughput import Throughput, ThroughputRounds, throughput_verdicts
 from perfsuite.tools.diagnose.work import WorkFigures, read_work, with_rates, work_verdicts
 from perfsuite.verdict.diagnosis import (
+    deferred_to_measured,
     estimate_evidence,
     feed_verdict,
     feed_words,
+    frame_assumed,
     layout_finding,
     lost_words,
     percent,
+    ranked_changes,
+    retrace_recommendation,
     span_words,
     stage_verdicts,
+    stand_in_step,
     wait_words,
     why_undecided,
 )
@@ -83,6 +88,7 @@ from perfsuite.verdict.diagnosis_figures import (
     gpu_stats_6_to_7,
     without_kind,
 )
+from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
 PIPELINE_SCHEMA_VERSION = 6
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "fixes": 4.0, "feed": 2.0}
@@ -218,13 +224,14 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     tell(f"importing {target.pipeline}" + (f" and {target.step}" if target.step else ""))
     dataset = make_dataset(load_callable(target.pipeline, "--pipeline"), target.args, target.pipeline)
     step = load_step(target.step, tell) if target.step else None
-    graph = inspect_graph(dataset)
+    pipeline = read_pipeline(dataset)  # the one reading of the pipeline, handed to every stage that asks it
+    graph = inspect_graph(pipeline)
     tell(f"graph as it runs: {graph.chain_words()}; {len(graph.python_ops)} Python-function op(s)")
     stream = Stream(dataset, target.pipeline)
-    first_batch, first_s, warmup_s = _start(stream, settings.warmup)
+    first_batch, first_s, warmup, warmup_s = _start(stream, settings.warmup)
     stream.close()  # its buffers would fill during the step's first calls: every stage reads a fresh one
     startup_s = budget.elapsed_s()
-    layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s))
+    layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s), more=warmup)
     tell(f"batches: {layout.words()}")
     tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
     model = StepModel(step, name=f"--step {target.step}") if step is not None else None
@@ -233,9 +240,9 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
         tell(f"the step's first call {first_step.first_s:.2f} s (trace, compile), then {first_step.first_steady_s:.3g} s: "
              "kept apart, the budget left after it is split across the stages")
     read_from = budget.elapsed_s()
-    work = read_work(dataset, step, first_batch, pipeline_name=target.pipeline, step_name=target.step)
+    work = read_work(pipeline, step, first_batch, pipeline_name=target.pipeline, step_name=target.step)
     tell(f"work read from the graphs in {budget.elapsed_s() - read_from:.1f} s (kept apart, as the start-up)")
-    buffered = buffered_elements(dataset)
+    buffered = buffered_elements(pipeline)
     head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint(), "graph": graph,
             "layout": layout, "startup_s": startup_s}
     run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
@@ -252,10 +259,10 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     if bound is not None:
         with run.stage("input_bound") as stage:
             run.parts.update(zip(("input_bound", "step"), bound.run(stage)))
-    bottleneck = BottleneckRounds(dataset, target.pipeline, warmup=settings.warmup)
+    bottleneck = BottleneckRounds(pipeline, target.pipeline, warmup=settings.warmup)
     with run.stage("bottleneck") as stage:
         run.parts["bottleneck"] = bottleneck.run(stage)
-    fixes = FixRounds(lambda stage: _fix_comparisons(stage, dataset, graph, model, settings, target, layout,
+    fixes = FixRounds(lambda stage: _fix_comparisons(stage, pipeline, graph, model, settings, target, layout,
                                                      run.parts["throughput"]))
     passes = {"throughput": Resumable(lambda stage: {"throughput": throughput.run(stage)}, throughput.more_rounds),
               "bottleneck": Resumable(lambda stage: {"bottleneck": bottleneck.run(stage)}, bottleneck.more_rounds),
@@ -288,14 +295,15 @@ def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBo
                       step_s=step_s)
 
 
-def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step: StepModel | None,
+def _fix_comparisons(stage: Stage, pipeline: Pipeline, graph: GraphFindings, step: StepModel | None,
                      settings: PipelineSettings, target: Target, layout: BatchLayout,
                      measured: Throughput | None) -> tuple[list, list[FixGain]]:
     """The fixes perfsuite can apply to this pipeline (padding first: the step's gain), and those it considered
     and cannot apply, with why."""
+    dataset = pipeline.dataset
     try:
         fixes, skipped = rewrite.applicable_fixes(
-            dataset, ends_with_prefetch=graph.ends_with_prefetch, fill_limit_s=stage.left_s() / 4,
+            pipeline, ends_with_prefetch=graph.ends_with_prefetch, fill_limit_s=stage.left_s() / 4,
             samples_per_s=None if measured is None or measured.rate is None or measured.unit != "samples"
             else measured.rate.median)
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
@@ -303,8 +311,10 @@ def _fix_comparisons(stage: Stage, dataset, graph: GraphFindings, step: StepMode
     comparisons = [RewriteComparison(fix, dataset, target.pipeline, warmup=settings.warmup, step=step)
                    for fix in fixes]
     padding = None if measured is None else measured.padding
-    if padding is not None and padding.beyond_longest > 0:
+    if padding is not None and padding.beyond_longest > 0 and not graph.buckets:
         comparisons.insert(0, PaddingComparison(step, dataset, target.pipeline, layout=layout, padding=padding))
+    elif graph.buckets:
+        skipped.append(rewrite.NotApplied("bucketing", "the pipeline already buckets by length (group_by_window)"))
     return comparisons, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
 
 
@@ -346,10 +356,11 @@ def _with_verdicts(diagnosis: PipelineDiagnosis) -> PipelineDiagnosis:
     return replace(diagnosis, verdicts=tuple(pipeline_verdicts(diagnosis)))
 
 
-def _start(stream: Stream, warmup: int) -> tuple[Any, float, tuple[float, ...]]:
-    """(the first batch, its seconds (start-up), the seconds of `warmup` more batches)."""
+def _start(stream: Stream, warmup: int) -> tuple[Any, float, tuple, tuple[float, ...]]:
+    """(the first batch, its seconds (start-up), `warmup` more batches, their seconds)."""
     first, first_s = timed_next(stream)
-    return first, first_s, tuple(timed_next(stream)[1] for _ in range(warmup))
+    more = [timed_next(stream) for _ in range(warmup)]
+    return first, first_s, tuple(b for b, _ in more), tuple(s for _, s in more)
 
 
 def _first_calls(step: StepModel, batch) -> StepRun:
@@ -441,7 +452,10 @@ class _InputBoundRounds:
 
 def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     """Findings from the measured figures; the graph findings are judged by them (a Python op or a
-    missing prefetch is worth changing only when the step is measured to wait for input)."""
+    missing prefetch is worth changing only when the step is measured to wait for input), and by the changes
+    measured here where one went their way. The changes measured on this pipeline come first, ranked by gain
+    (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed seconds per frame says
+    so first; the feed verdict at a stand-in step is left out where the user gave --step (the real one)."""
     bound, graph = diagnosis.input_bound, diagnosis.graph
     out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
     if diagnosis.layout is not None:
@@ -459,9 +473,11 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
                           waits=_waits(bound), why_not=_no_change_because(bound, diagnosis.target),
                           share=None if bound is None else bound.share)
     out += _shape_verdicts(graph, diagnosis.step, diagnosis.target)
-    if diagnosis.feed is not None:
+    if diagnosis.feed is not None and not (diagnosis.target.step and stand_in_step(diagnosis.feed)):
         out.append(feed_verdict(diagnosis.feed))
-    return out + work_verdicts(diagnosis.work)
+    out += work_verdicts(diagnosis.work)
+    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, diagnosis.layout) for f in out]))
+    return changes + rest
 
 
 def _waits(bound: InputBoundFigures | None) -> bool | None:
@@ -576,8 +592,6 @@ def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) 
                         "be counted", evidence, None)]
     if retraces:
         return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this run; "
-                        f"dynamic shapes: {where}", evidence,
-                        "pad batches to fixed shapes (padded_batch with padded_shapes, drop_remainder=True) or give "
-                        "the step an input_signature with None dimensions")]
+                        f"dynamic shapes: {where}", evidence, retrace_recommendation(graph.buckets))]
     return [DiagnosisFinding("shapes", f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in "
                     "this run", evidence, None)]

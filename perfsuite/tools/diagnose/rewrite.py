@@ -6,6 +6,8 @@ What each fix does, exactly (docs/diagnose.md, "Fixes measured"):
 - prefetch: `.prefetch(tf.data.AUTOTUNE)` added at the end.
 - map parallelism: every sequential map (MapDataset) becomes a parallel map with AUTOTUNE calls
   (ParallelMapDatasetV2, deterministic order kept). A map running Python still holds the GIL.
+- read parallelism: every interleave or flat_map reading files one at a time becomes a parallel interleave
+  of AUTOTUNE calls (a flat_map's order then alternates between files).
 - cache: a memory cache after the longest deterministic prefix (no shuffle, no random op, no stateful
   Python op), filled once before it is measured; only when the prefix is finite and fits in memory.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.measure.pipeline_model import (
+from perfsuite.workload.pipeline_model import (
     PYTHON_FUNCTION_OPS,
     RANDOM_WORDS,
     Pipeline,
@@ -152,6 +154,38 @@ def parallel_maps(dataset):
     return _from_graph(graph, dataset.element_spec), _nothing
 
 
+def parallel_reads(dataset):
+    """dataset rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
+    (ParallelInterleaveDatasetV4) of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a
+    time, one element each in turn, so its order differs; an interleave keeps its cycle and order)."""
+    from perfsuite._tensorflow import tensorflow
+
+    tf = tensorflow()
+    graph = _graph(dataset)
+    sequential = {stage.node for stage, _ in read_pipeline(dataset).model.sequential_reads()}
+    added = []
+
+    def const(node, name: str, value: int) -> str:
+        made = type(node)()
+        made.name, made.op = f"{node.name}/perfsuite_{name}", "Const"
+        made.attr["dtype"].type = tf.int64.as_datatype_enum
+        made.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
+        added.append(made)
+        return made.name
+
+    for node in graph.node:
+        if node.name not in sequential:
+            continue
+        if node.op == "FlatMapDataset":
+            node.input.extend([const(node, "cycle_length", -1), const(node, "block_length", 1)])
+        node.input.extend([const(node, name, -1) for name in ("buffer_output_elements", "prefetch_input_elements",
+                                                               "num_parallel_calls")])
+        node.op = "ParallelInterleaveDatasetV4"
+        node.attr["deterministic"].s = b"true"
+    graph.node.extend(added)
+    return _from_graph(graph, dataset.element_spec), _nothing
+
+
 def sequential_maps(dataset) -> int:
     pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
     if pipeline.graph_def is None:
@@ -243,9 +277,11 @@ def free_memory_bytes() -> int | None:
 
 def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float | None = None,
                      fill_limit_s: float | None = None) -> tuple[list[Fix], list[NotApplied]]:
-    """The fixes that apply to dataset and, for the rest considered, why not. samples_per_s (the pipeline's
+    """The fixes that apply to dataset (a tf.data.Dataset or a Pipeline already read) and, for the rest
+    considered, why not. samples_per_s (the pipeline's
     measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
     fixes, skipped = [], []
+    dataset = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
     if ends_with_prefetch:
         skipped.append(NotApplied("prefetch", "the pipeline already ends with a prefetch"))
     else:
@@ -261,6 +297,14 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float 
                          parallel_maps))
     else:
         skipped.append(NotApplied("map-parallelism", why_not))
+    reads = dataset.model.sequential_reads() if dataset.graph_def is not None else ()
+    if reads:
+        fixes.append(Fix("read-parallelism", f"reading files in parallel: {len(reads)} sequential interleave or "
+                         "flat_map stage(s) made parallel interleaves (num_parallel_calls=AUTOTUNE)", parallel_reads))
+    else:
+        skipped.append(NotApplied("read-parallelism", "no interleave or flat_map reads files one at a time"
+                                  if dataset.graph_def is not None else "the graph cannot be rewritten: "
+                                  + dataset.model.read_from))
     try:
         fix, why = _cache_fix(dataset, samples_per_s, fill_limit_s)
     except Exception as error:  # noqa: BLE001 -- a graph TensorFlow will not serialize: said, not raised
@@ -272,8 +316,8 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float 
     return fixes, skipped
 
 
-def _cache_fix(dataset, samples_per_s: float | None, fill_limit_s: float | None) -> tuple[Fix | None, str]:
-    pipeline = read_pipeline(dataset)
+def _cache_fix(pipeline: Pipeline, samples_per_s: float | None, fill_limit_s: float | None
+               ) -> tuple[Fix | None, str]:
     if pipeline.graph_def is None:
         return None, f"the graph cannot be rewritten: {pipeline.model.read_from}"
     prefix, ends = deterministic_prefix(pipeline)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from perfsuite.measure.pipeline_model import Pipeline, read_pipeline
+from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 from perfsuite.tools.diagnose.targets import TargetError, one_line_error
 
 

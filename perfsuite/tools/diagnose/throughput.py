@@ -1,9 +1,16 @@
 """The pipeline alone, as diagnose --pipeline measures it: steady throughput in rounds of a fresh, drained
-iterator (the start-up and the step's first calls kept apart), its record and its verdicts."""
+iterator (the start-up and the step's first calls kept apart), its record and its verdicts.
+
+A round reads its batches back to back and its rate is samples per wall-clock second over the round. The
+batches' content (padding, audio) is read after the round, from every batch (evenly spaced ones where they
+would hold more than ANALYSED_BYTES); the buffers refill meanwhile, so before the next round the iterator is drained of what they can have
+refilled (the analysis's seconds at the round's batch rate, at most what they hold)."""
 
 from __future__ import annotations
 
+import math
 import statistics
+import time
 from dataclasses import dataclass
 
 from perfsuite.measure.batch_spec import BatchLayout
@@ -25,6 +32,7 @@ from perfsuite.verdict.diagnosis_figures import (
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
 MAX_THROUGHPUT_BATCHES = 256  # ... and at most
+ANALYSED_BYTES = 256 * 2**20  # a round's batches kept for their content read after it: every one up to this
 
 
 @dataclass(frozen=True)
@@ -89,25 +97,41 @@ class ThroughputRounds:
                       f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
         stage.tell("note", stage.plan)
         stream = steady_stream(self.dataset, self.spec, warmup=0, buffered=self.drain)
-        frames, frame_s = self.frames, self.layout.frame_s
+        refilled = [0]  # batches the buffers may have refilled while the last round's batches were analysed
 
         def one_round(index: int) -> None:
-            times, samples, noted = [], 0, len(frames.real)
-            for _ in range(batches):
+            stream.drain(refilled[0])
+            times, kept, samples, stride = [], [], 0, 1
+            start = time.perf_counter()
+            for position in range(batches):
                 batch, seconds = timed_next(stream)
                 count, self.unit = samples_in(batch)
                 times.append(seconds)
                 samples += count
-                frames(batch)
-            self.rounds.append([samples / sum(times), *times])
-            if len(frames.real) == noted + batches:  # every batch had the layout's audio
-                self.audio.append(sum(frames.real[noted:]) * frame_s / sum(times))
+                if not position:
+                    stride = max(1, math.ceil(batches * _bytes(batch) / ANALYSED_BYTES))
+                if position % stride == 0:
+                    kept.append(batch)
+            spent = time.perf_counter() - start
+            rate = samples / spent
+            self.rounds.append([rate, *times])
+            analysed = time.perf_counter()
+            self._analyse(kept, rate)
+            refilled[0] = min(self.drain, math.ceil((time.perf_counter() - analysed) * batches / spent) + 1)
 
         stage.rounds_until_decided(one_round, decided=self.precise, first_estimate_s=batches * batch_s_estimate)
         stream.close()
         self.restarts += stream.restarts
         stage.status = status_from(self.precise(), len(self.rounds))
         return self.figures()
+
+    def _analyse(self, kept: list, rate: float) -> None:
+        """The kept batches' frames; the round's audio seconds per second: its rate x their audio per sample."""
+        noted, seen = len(self.frames.real), 0
+        for batch in kept:
+            seen += self.frames(batch)
+        if len(self.frames.real) == noted + len(kept) and seen:  # every kept batch had the layout's audio
+            self.audio.append(rate * sum(self.frames.real[noted:]) * self.layout.frame_s / seen)
 
     def figures(self) -> Throughput:
         from perfsuite.measure import stats
@@ -126,14 +150,27 @@ class ThroughputRounds:
                           padding=frames.figures())
 
 
+def _bytes(batch) -> int:
+    """A batch's bytes from its components' shapes and dtypes (one whose shape is not known counts 0)."""
+    from perfsuite.measure.batch_spec import leaves
+
+    total = 0
+    for _, value in leaves(batch):
+        shape, dtype = tuple(getattr(value, "shape", ()) or ()), getattr(value, "dtype", None)
+        size = getattr(dtype, "size", None) or getattr(dtype, "itemsize", 0)
+        if None not in shape:
+            total += math.prod(int(d) for d in shape) * int(size or 0)
+    return total
+
+
 def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
     rate, unit = figures.rate, figures.unit
     if rate is None:
         return []
     evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
                 "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
-    out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit}/s "
-                   f"({span_words(rate, fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
+    out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit} per wall-clock "
+                   f"second over a round ({span_words(rate, fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
                    "kept apart)", evidence, None, rate)]
     if figures.padding is not None:
         out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate))

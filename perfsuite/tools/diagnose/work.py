@@ -30,7 +30,8 @@ class WorkFigures(Record):
 
 
 def read_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None) -> WorkFigures:
-    """Fingerprint the pipeline, and the step at `batch` (traced, not run); nothing timed."""
+    """Fingerprint the pipeline (a tf.data.Dataset or a Pipeline already read), and the step at `batch`
+    (traced, not run); nothing timed."""
     unavailable = []
     pipeline = _read(lambda: dataset_work(dataset, name=pipeline_name), unavailable)
     fingerprint = None if step is None else _read(lambda: step_work(step, batch, name=step_name or "step"),
@@ -84,6 +85,11 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
             evidence["float_ops_per_audio_s"] = figures.pipeline_float_ops_per_audio_s
             words += f", {format_figure(figures.pipeline_float_ops_per_audio_s)} float ops per audio s (measured audio)"
         finding = f"the {label}'s work: {words} (float ops: {fingerprint.method.split('(')[0].strip()})"
+        unresolved = fingerprint.structure.get("unresolved_float_ops") or {}
+        if unresolved:
+            evidence["unresolved_float_ops"] = sum(unresolved.values())
+            finding += ("; not counted, so the figure is a lower bound: "
+                        + ", ".join(f"{count} {op}" for op, count in sorted(unresolved.items())))
         if rate is not None and figures.peak is not None:
             share = figures.peak.share(rate)
             evidence.update(achieved_float_ops_per_s=rate, peak_float_ops_per_s=figures.peak.float_ops_per_s)

@@ -36,6 +36,8 @@ PRINT_OPS = frozenset({"PrintV2", "Print"})
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 BOOKKEEPING_OPS = frozenset({"Placeholder", "Const", "Identity", "IdentityN", "NoOp", "_Arg", "_Retval"})
 RANDOM_WORDS = ("Random", "Shuffle", "Sample")  # an op whose name holds one is not deterministic
+FILE_READ_OPS = frozenset({"TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
+                           "FixedLengthRecordDatasetV2", "ReadFile"})
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,9 @@ class Stage(Record):
     what it does. inputs: the nodes of its input datasets (more than one: branches). parallelism: parallel
     calls (AUTOTUNE: -1; 1 for a sequential map). buffer: prefetch / shuffle elements (AUTOTUNE: -1).
     cache: 'memory' or 'file <path>'. padded_shapes: per component (-1: the batch's longest). count: a
-    repeat / take / skip count (-1: endless). functions: the graph functions it runs."""
+    repeat / take / skip count (-1: endless). functions: the graph functions it runs. bucket_boundaries,
+    bucket_batch_sizes: a bucket_by_sequence_length's (a group_by_window whose key function buckets by
+    length), read from the constants of its key and window size functions."""
 
     op: str
     node: str
@@ -163,6 +167,8 @@ class Stage(Record):
     deterministic: str | None = None
     options: str | None = None
     functions: tuple[str, ...] = ()
+    bucket_boundaries: tuple[int, ...] | None = None
+    bucket_batch_sizes: tuple[int, ...] | None = None
 
     def words(self) -> str:
         """'map (AUTOTUNE parallel calls)', 'prefetch (buffer 50)', 'cache (in memory)', 'padded_batch (shapes
@@ -187,11 +193,13 @@ class Stage(Record):
         """The stage's op and set parameters as plain values (AUTOTUNE as 'autotune'), for fingerprints."""
         out = {"op": self.op}
         for name in ("parallelism", "buffer", "batch_size", "drop_remainder", "padded_shapes", "cycle_length",
-                     "block_length", "window_size", "count", "cache", "deterministic", "options"):
+                     "block_length", "window_size", "count", "cache", "deterministic", "options",
+                     "bucket_boundaries", "bucket_batch_sizes"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = "autotune" if value == AUTOTUNE and name in ("parallelism", "buffer", "cycle_length") \
-                    else [list(s) for s in value] if name == "padded_shapes" else value
+                    else [list(s) for s in value] if name == "padded_shapes" else \
+                    list(value) if name.startswith("bucket_") else value
         if len(self.inputs) > 1:
             out["branches"] = len(self.inputs)
         return out
@@ -269,6 +277,36 @@ class PipelineModel(Record):
         """No shuffle, random op or Python-function op in the stage or the functions it runs."""
         ops = set(self.op_counts(stage.functions)) | {stage.op}
         return not any(word in op for op in ops for word in RANDOM_WORDS) and not ops & PYTHON_FUNCTION_OPS
+
+    def sequential_reads(self) -> tuple[tuple[Stage, tuple[str, ...]], ...]:
+        """(stage, the file reads it runs) for every interleave or flat_map without parallel calls whose
+        functions read files (a TFRecordDataset over several files is a flat_map of one reader per file)."""
+        out = []
+        for stage in self.stages:
+            if stage.family == "interleave" and stage.parallelism is None:
+                reads = sorted(set(self.op_counts(stage.functions)) & FILE_READ_OPS)
+                if reads:
+                    out.append((stage, tuple(reads)))
+        return tuple(out)
+
+    def caches_after_endless_repeat(self) -> tuple[Stage, ...]:
+        """Cache stages with an endless repeat before them: the cache never completes a pass, so it never
+        serves from memory, and it holds every element it has seen."""
+        nodes, out = self.by_node(), []
+        for stage in self.stages:
+            if stage.family != "cache":
+                continue
+            upstream = nodes.get(stage.inputs[0]) if stage.inputs else None
+            while upstream is not None:
+                if upstream.family == "repeat" and upstream.count == -1:
+                    out.append(stage)
+                    break
+                upstream = nodes.get(upstream.inputs[0]) if upstream.inputs else None
+        return tuple(out)
+
+    def buckets(self) -> bool:
+        """Whether the pipeline groups elements into batches by a key (bucket_by_sequence_length, group_by_window)."""
+        return any(stage.op == "GroupByWindowDataset" for stage in self.stages)
 
     def buffered_elements(self) -> int:
         """At most how many elements the pipeline's buffers hold ready: every prefetch's buffer
@@ -373,12 +411,15 @@ class Pipeline:
 
 def read_pipeline(dataset) -> Pipeline:
     """Reads a tf.data.Dataset once into its Pipeline (see the module docstring)."""
+    from tensorflow.python.data.ops.options import ExternalStatePolicy
+
     tf = tensorflow()
     upper: list[Any] = []
     below, graph = dataset, None
     while True:
         try:
-            graph = tf.compat.v1.GraphDef.FromString(below._as_serialized_graph().numpy())
+            serialized = below._as_serialized_graph(external_state_policy=ExternalStatePolicy.IGNORE)
+            graph = tf.compat.v1.GraphDef.FromString(serialized.numpy())
             break
         except (tf.errors.FailedPreconditionError, tf.errors.UnimplementedError):
             upper.insert(0, below)
@@ -415,7 +456,7 @@ def _read_graph(graph) -> tuple[list[Stage], list[GraphFunction], list[PythonOp]
     library = {function.signature.name: function for function in graph.library.function}
     output = next((_name(node.input[0]) for node in graph.node if node.op == "_Retval" and node.input), None)
     order = _dataset_nodes(nodes, output)
-    stages = [_stage_of_node(nodes[name], nodes) for name in order]
+    stages = [_stage_of_node(nodes[name], nodes, library) for name in order]
     functions = [GraphFunction(name=name, ops=dict(sorted(Counter(n.op for n in f.node_def
                                                                    if n.op not in BOOKKEEPING_OPS).items())),
                                calls=tuple(dict.fromkeys(c for n in f.node_def for c in function_names(n))))
@@ -457,7 +498,7 @@ def _name(text: str) -> str:
     return text.split(":")[0].lstrip("^")
 
 
-def _stage_of_node(node, nodes: dict) -> Stage:
+def _stage_of_node(node, nodes: dict, library: dict | None = None) -> Stage:
     from tensorflow.python.framework import op_def_registry
 
     kind = kind_of(node.op)
@@ -475,6 +516,9 @@ def _stage_of_node(node, nodes: dict) -> Stage:
         elif arg.name == "padded_shapes":
             shapes = [_constant(nodes.get(_name(t)), shape=True) for t in taken]
             values["padded_shapes"] = None if any(s is None for s in shapes) else tuple(shapes)
+        elif arg.name == "window_size_func_other_arguments" and taken:
+            sizes = _constant(nodes.get(_name(taken[0])), shape=True)
+            values["bucket_batch_sizes"] = sizes or None
         elif arg.name == "filename" and taken:
             name = _constant(nodes.get(_name(taken[0])), text=True)
             values["cache"] = None if name is None else "memory" if not name else f"file {name}"
@@ -484,8 +528,23 @@ def _stage_of_node(node, nodes: dict) -> Stage:
         values["deterministic"] = node.attr["deterministic"].s.decode()
     if node.op == "OptionsDataset":
         values["options"] = _options_text(node.attr["serialized_options"].s)
+    if node.op == "GroupByWindowDataset":
+        values["bucket_boundaries"] = _bucket_boundaries(library or {}, node.attr["key_func"].func.name)
+        if values["bucket_boundaries"] is None:
+            values.pop("bucket_batch_sizes", None)
     return Stage(op=node.op, node=node.name, method=kind.method or node.op, kind=kind.role, family=kind.family,
                  inputs=tuple(dataset_inputs(node, nodes)), functions=tuple(function_names(node)), **values)
+
+
+def _bucket_boundaries(library: dict, key_func: str) -> tuple[int, ...] | None:
+    """bucket_by_sequence_length's boundaries: its key function's constant of the buckets' upper ends, the
+    last of them int32's maximum; None for a key function with no such constant."""
+    function = library.get(key_func)
+    for node in function.node_def if function is not None else ():
+        values = _constant(node, shape=True) if node.op == "Const" else None
+        if values and len(values) > 1 and values[-1] == 2**31 - 1:
+            return values[:-1]
+    return None
 
 
 def _constant(node, *, shape: bool = False, text: bool = False) -> Any:
