@@ -73,7 +73,7 @@ def _run(clone: Path, selection: str, out: Path, *, save: bool, data_dir: Path |
     out.unlink(missing_ok=True)  # a file left by an earlier sweep must not pass for this run's
     start = time.monotonic()
     done = subprocess.run(command, cwd=clone, env={**os.environ, "PYTHONPATH": str(clone)},
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     (out.with_suffix(".log")).write_text(done.stdout + done.stderr)
     if not out.exists():
         sys.exit(f"pytest wrote no {out} (exit {done.returncode}); its output: {out.with_suffix('.log')}")
@@ -84,14 +84,14 @@ def _read(path: Path) -> dict:
     from perfsuite.verdict.comparison import HistoryComparison, decide_history
 
     benchmarks = json.loads(path.read_text())["benchmarks"]
-    gates = [dict(name=b["name"], metric=v["metric"], threshold=v["threshold"], kind=v["kind"],
-                  role=v["role"], measured=v["measured"], decision=v["decision"],
-                  interval=[v["interval"]["low"], v["interval"]["high"]] if v.get("interval") else None)
+    gates = [{"name": b["name"], "metric": v["metric"], "threshold": v["threshold"], "kind": v["kind"],
+                  "role": v["role"], "measured": v["measured"], "decision": v["decision"],
+                  "interval": [v["interval"]["low"], v["interval"]["high"]] if v.get("interval") else None}
              for b in benchmarks for v in b["extra_info"].get("perfsuite_verdicts", {}).get("verdicts", [])]
     compared = [(b["name"], HistoryComparison(**b["extra_info"]["vs_history"]))
                 for b in benchmarks if "vs_history" in b["extra_info"]]
     decisions = decide_history([c for _, c in compared], alpha=compared[0][1].alpha) if compared else ()
-    history = [dict(name=name, change=c.change, runs=c.runs, verdict=d.verdict, slower=d.significant_slowdown)
+    history = [{"name": name, "change": c.change, "runs": c.runs, "verdict": d.verdict, "slower": d.significant_slowdown}
                for (name, c), d in zip(compared, decisions, strict=True)]
     return {"gates": gates, "history": history}
 

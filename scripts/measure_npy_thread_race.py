@@ -43,7 +43,7 @@ def race(read, path: Path, *, seconds: float, threads: int) -> tuple[int, list[s
             try:
                 read(path)
                 reads[0] += 1
-            except Exception as error:  # counted, whatever it is: the point is whether any occur
+            except Exception as error:  # noqa: BLE001 -- counted, whatever it is: the point is whether any occur
                 errors.append(f"{type(error).__name__}: {error}")
 
     workers = [threading.Thread(target=work) for _ in range(threads)]
@@ -69,7 +69,7 @@ def main() -> None:
         print(f"Python {sys.version.split()[0]}, numpy {np.__version__}, {args.threads} threads, {args.seconds:g} s each")
         for name, read in (("np.load", np.load), ("np_load", np_load)):
             reads, errors = race(read, path, seconds=args.seconds, threads=args.threads)
-            print(f"{name:9s} {reads:8d} reads, {len(errors):5d} errors {sorted(set(e[:70] for e in errors))[:2]}")
+            print(f"{name:9s} {reads:8d} reads, {len(errors):5d} errors {sorted({e[:70] for e in errors})[:2]}")
 
 
 if __name__ == "__main__":

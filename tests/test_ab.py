@@ -295,7 +295,7 @@ def _ratio_run(rng, *, by_sides, numerator_change=0.0):
     a_parts, b_parts, pass_rounds = (), (), ()
     while True:
         a, b = _ratio_pass(rng, numerator_change=numerator_change)
-        a_parts, b_parts, pass_rounds = a_parts + a, b_parts + b, pass_rounds + (len(a),)
+        a_parts, b_parts, pass_rounds = a_parts + a, b_parts + b, (*pass_rounds, len(a))
         whole = results.Measured("r", "benchmarks/r", "x_ratio", True, tuple(n / d for n, d in a_parts),
                                  tuple(n / d for n, d in b_parts), ("AB",) * len(a_parts), (), (), 0.0, pass_rounds,
                                  a_parts=a_parts, b_parts=b_parts)

@@ -53,8 +53,8 @@ def test_real_world_wav_variants_are_named_with_reasons_and_readable_ones_are_no
         assert ": expected " in line and ", found " in line  # each with its reason
     for name in READABLE:
         assert f"{name}.wav" not in out
-    assert out.splitlines()[-1] == f"checked {len(UNREADABLE) + len(READABLE) + 1} utterance(s) from wav: " \
-                                   f"{len(UNREADABLE) + 1} unreadable file(s)"
+    assert out.splitlines()[-1] == (f"checked {len(UNREADABLE) + len(READABLE) + 1} utterance(s) from wav: "
+                                    f"{len(UNREADABLE) + 1} unreadable file(s)")
     reasons = dict(line.split(": expected ", 1) for line in out.splitlines()[:-1])
     assert "24-bit PCM" in reasons[str(dataset / "wavs" / "pcm24.wav")]
     assert "16000 Hz" in reasons[str(dataset / "wavs" / "rate_16000.wav")]

@@ -89,7 +89,7 @@ def test_concurrent_builders_publish_one_complete_copy(tmp_path):
     def build():
         try:
             results.append(build_corpus(SMALL, root=tmp_path))
-        except Exception as error:  # collected and asserted on below
+        except Exception as error:  # noqa: BLE001 -- collected and asserted on below
             errors.append(error)
 
     threads = [threading.Thread(target=build) for _ in range(3)]

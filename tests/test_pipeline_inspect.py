@@ -11,14 +11,6 @@ from pathlib import Path
 import pytest
 
 from perfsuite.tools import cli
-from perfsuite.tools.diagnose.plan import Event
-from perfsuite.tools.diagnose.targets import (
-    GraphFindings,
-    TargetError,
-    inspect_graph,
-    load_callable,
-    load_step,
-)
 from perfsuite.tools.diagnose.pipeline import (
     PIPELINE_SCHEMA_VERSION,
     PipelineDiagnosis,
@@ -27,6 +19,14 @@ from perfsuite.tools.diagnose.pipeline import (
     diagnose_pipeline,
     migrate_3_to_4,
     pipeline_verdicts,
+)
+from perfsuite.tools.diagnose.plan import Event
+from perfsuite.tools.diagnose.targets import (
+    GraphFindings,
+    TargetError,
+    inspect_graph,
+    load_callable,
+    load_step,
 )
 from perfsuite.verdict.diagnosis_figures import INPUT_BOUND_BOUNDARIES, TOO_SHORT, InputBoundFigures, estimate
 
@@ -283,7 +283,7 @@ def test_from_generator_and_py_function_are_named_with_their_transformations(mod
 def test_speech_batches_get_audio_seconds_per_second_and_padding_efficiency(module_file, tmp_path, capfd):
     code = cli.main(["diagnose", "--pipeline", f"{module_file}:speech", "--budget", "12",
                      "--json", str(tmp_path / "s.json")])
-    out, err = capfd.readouterr()
+    out, _err = capfd.readouterr()
     throughput = json.loads((tmp_path / "s.json").read_text())["throughput"]
     assert code == 0 and "seconds of audio per second" in out
     audio, rate = throughput["audio_s_per_s"], throughput["rate"]

@@ -114,8 +114,8 @@ def test_a_gate_left_undecided_says_why_and_a_context_gate_is_shown_as_context(p
                                            "--perfsuite-baselines=baselines")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*x_input_bound*inconclusive*", "*y_input_bound*context: holds*",
-                                 "note: *x_input_bound: max_rounds reached with a gate still inconclusive after 2 "
-                                 "rounds (0 added*"])
+                                 ("note: *x_input_bound: max_rounds reached with a gate still inconclusive after 2 "
+                                 "rounds (0 added*")])
 
 
 def test_report_mode_prints_the_failed_gate_without_failing(pytester):
@@ -310,5 +310,5 @@ def test_a_ratio_gate_whose_rounds_run_out_undecided_leaves_the_budget_note_in_t
     result = pytester.runpytest_subprocess(*INNER, "--perfsuite-profile=smoke", "--perfsuite-baselines=baselines")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*fast_over_slow_ratio*inconclusive*",
-                                 "note: *fast_over_slow_ratio: max_rounds reached with a gate still inconclusive "
-                                 "after 2 rounds (0 added*"])
+                                 ("note: *fast_over_slow_ratio: max_rounds reached with a gate still inconclusive "
+                                 "after 2 rounds (0 added*")])

@@ -92,7 +92,7 @@ def test_the_diagnosis_summary_s_tables_go_through_perfsuite_tables_and_escape_p
 def _tables(text: str) -> list[list[str]]:
     """The Markdown tables of a text: runs of lines starting with '|'."""
     tables, current = [], []
-    for line in text.splitlines() + [""]:
+    for line in [*text.splitlines(), ""]:
         if line.startswith("|"):
             current.append(line)
         elif current:

@@ -133,7 +133,7 @@ def synthesize_utterance(rng: np.random.Generator, *, seconds: float, sample_rat
     every clip (short clips would otherwise be mostly silence, and their text length would no
     longer follow their duration).
     """
-    total = int(round(seconds * sample_rate))
+    total = round(seconds * sample_rate)
     lead, trail = (rng.uniform(0.05, 0.25, 2) * min(1.0, seconds / 1.5) * sample_rate).astype(int)
     n = total - lead - trail
     t = np.arange(n) / sample_rate

@@ -84,8 +84,8 @@ def decode_with_layouts(files, columns, *, what: str):
         quoted = tf.where(unchanged, "", readable(tf.strings.substr(raw, start, _QUOTED_BYTES)))  # changed only
         found += [path, unchanged, columns[f"{prefix}_size"], size_now, quoted]
     checked = tf.debugging.Assert(ok, [
-        f"cannot read {what} file: expected the header and size it had when the loader was built; found "
-        "(file, unchanged, size then, size now, start of a changed file)", *found], summarize=_QUOTED_BYTES)
+        (f"cannot read {what} file: expected the header and size it had when the loader was built; found "
+        "(file, unchanged, size then, size now, start of a changed file)"), *found], summarize=_QUOTED_BYTES)
     with tf.control_dependencies([checked]):
         return [_decode(raw, columns, prefix, tf.as_dtype(dtype)) for raw, prefix, dtype, _ in files]
 

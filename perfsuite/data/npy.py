@@ -148,9 +148,9 @@ def decode_npy(raw, *, dtype, path, ndim: int | None = None):
     checks = [  # (holds, what was expected), in the order a reader meets them
         (version_ok, "the .npy magic (byte 0x93, then NUMPY) and format version 1.0, 2.0 or 3.0"),
         ((tf.size(words) > 0) & (header_len <= MAX_HEADER_BYTES),
-         f"a header {{descr: {' or '.join(descrs)} ({np_dtype.name}), fortran_order: False, shape: (ints,)}} "
+         (f"a header {{descr: {' or '.join(descrs)} ({np_dtype.name}), fortran_order: False, shape: (ints,)}} "
          f"as numpy writes it, at most {MAX_HEADER_BYTES} bytes (a Fortran-order array: re-save it with "
-         "np.ascontiguousarray)"),
+         "np.ascontiguousarray)")),
         (_size_matches(dims, np_dtype.itemsize, data_bytes),
          f"prod(shape) * {np_dtype.itemsize} data bytes after the header"),
     ]

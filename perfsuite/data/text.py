@@ -11,7 +11,7 @@ import numpy as np
 PAD_ID = 0
 UNKNOWN_ID = 1
 SYMBOLS = " !'(),-.:;?\"" + "abcdefghijklmnopqrstuvwxyz"
-VOCAB = ("<pad>", "<unk>") + tuple(SYMBOLS)
+VOCAB = ("<pad>", "<unk>", *tuple(SYMBOLS))
 VOCAB_SIZE = len(VOCAB)
 
 _ID_OF = {symbol: index for index, symbol in enumerate(VOCAB) if index > UNKNOWN_ID}

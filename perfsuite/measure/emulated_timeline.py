@@ -8,6 +8,7 @@ MAX_UNACCOUNTED_SHARE of it)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def window_coverage(timeline: GpuTimeline) -> Coverage:
     """The coverage of the timeline's window by its first device's utilisation samples (see Coverage)."""
     stamps = sorted(t for t in timeline.devices[0].util_timestamps if timeline.start < t <= timeline.end)
     edges = [timeline.start, *stamps, timeline.end]
-    gaps = [b - a for a, b in zip(edges, edges[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(edges)]
     covered = sum(min(gap, timeline.interval_s) for gap in gaps[:-1])  # each stamp's interval, overlaps once
     window = timeline.duration_s
     return Coverage(samples=len(stamps), interval_s=timeline.interval_s, window_s=window,

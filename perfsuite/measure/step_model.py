@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.errors import PerfsuiteError, one_line_error
-from perfsuite.measure.timing import host_readback, tracing_count
+from perfsuite.measure.timing import host_readback, timed_call_ns, tracing_count
 
 
 class StepError(PerfsuiteError, ValueError):
@@ -115,11 +115,12 @@ class StepModel:
 
     def _call(self, batch) -> None:
         try:
-            output = self.step(batch)
+            timed_call_ns(self.step, batch, self._readback)
+        except StepError:
+            raise
         except Exception as error:  # a step may raise anything: named in one line
             raise StepError(self.name, "step(batch) to run on the pipeline's batches",
                             one_line_error(error)) from error
-        self._readback(output)
 
     def _read_back(self, output) -> None:
         if host_readback(output, force_host=True) == 0:

@@ -36,7 +36,7 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _hand_over(iterator: Iterator) -> None:
-    global _reaper
+    global _reaper  # noqa: PLW0603 -- one reaper thread per process, started on first use
     with _lock:
         if _reaper is None:
             _reaper = threading.Thread(target=_drop_forever, name="perfsuite-teardown", daemon=True)

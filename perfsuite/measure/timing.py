@@ -343,14 +343,20 @@ def harness_overhead(batch_structure: Any, *, warmup_batches: int = 8, measure_b
     return measurement.summary.median
 
 
+def timed_call_ns(step: Callable, batch: Any, readback: Callable) -> int:
+    """The one step timer: nanoseconds of step(batch) with its output read back (its work finished).
+    StepModel and measure_step time every call with it."""
+    start = time.perf_counter_ns()
+    readback(step(batch))
+    return time.perf_counter_ns() - start
+
+
 def _time_calls(step: Callable, source: _Source, count: int, readback: Callable, samples_in: Callable):
     """Per-call times of step(batch) + readback; fetching the batch is outside the timed window."""
     times, samples = [], []
     for _ in range(count):
         batch = source.next()
-        start = time.perf_counter_ns()
-        readback(step(batch))
-        times.append(time.perf_counter_ns() - start)
+        times.append(timed_call_ns(step, batch, readback))
         samples.append(samples_in(batch))
     return times, samples
 

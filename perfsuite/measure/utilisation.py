@@ -6,6 +6,7 @@ Utilisation is in percent (0-100), NVML's unit; the idle fraction is a fraction 
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -110,7 +111,7 @@ def sample_coverage(stamps: Sequence[float], *, start: float, end: float, interv
     """The coverage of [start, end] by the sample times in it (see SampleCoverage); no sample leaves the
     whole window as one gap."""
     inside = sorted(t for t in stamps if start <= t <= end)
-    between = [b - a for a, b in zip(inside, inside[1:])]
+    between = [b - a for a, b in itertools.pairwise(inside)]
     if not inside:
         return SampleCoverage(0, interval_s, end - start, end - start, 0.0, end - start)
     return SampleCoverage(samples=len(inside), interval_s=interval_s, window_s=end - start,
@@ -259,7 +260,7 @@ def _runs(flags) -> list[int]:
         elif length:
             runs.append(length)
             length = 0
-    return runs + [length] if length else runs
+    return [*runs, length] if length else runs
 
 
 def _device(timeline: GpuTimeline, index: int | None) -> DeviceTimeline:

@@ -20,6 +20,7 @@ points and figures.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -183,7 +184,7 @@ def plot_series(series: Series, path: Path) -> Path:
         ax.vlines([x for x, _, _ in spans], [lo for _, lo, _ in spans], [hi for _, _, hi in spans], color="grey")
     ax.plot(xs, values, "o", markersize=4, color="tab:blue")
     bounds = [0, *(c.index for c in series.changes), len(points)]
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in itertools.pairwise(bounds):
         ax.hlines(float(np.median(values[start:end])), start - 0.3, end - 0.7, color="tab:orange", linewidth=1.2)
     for change in series.changes:
         ax.axvline(change.index - 0.5, color="red", linestyle="--", linewidth=0.9)
@@ -221,9 +222,9 @@ def write_history(history: list[Series], directory: Path, *, storage: Path) -> P
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     lines = ["# Benchmark history", "",
-             f"{len(history)} benchmark(s) from the runs saved in {storage} on this hardware. Change points: "
+             (f"{len(history)} benchmark(s) from the runs saved in {storage} on this hardware. Change points: "
              f"PELT (ruptures) on log samples/s, kept where the intervals of the medians before and after do "
-             f"not overlap.", "", summary_table(history).markdown()]
+             f"not overlap."), "", summary_table(history).markdown()]
     for index, series in enumerate(history):
         name = plot_series(series, directory / f"history-{index:02d}-{file_stem(series.benchmark_id)}.png").name
         lines += ["", f"## {series.benchmark_id}", ""]

@@ -170,8 +170,7 @@ def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
         rows.append((figures.pipeline, fed, f"assumed: {step}, a stand-in" if stand_in_step(figures) else step,
                      f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
                      f"every {period:.3g} s" if stats.oscillation.significant else "none", keeps))
-    return lines + [_markdown(("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle",
-                               "oscillation", "keeps it busy"), rows)]
+    return [*lines, _markdown(("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle", "oscillation", "keeps it busy"), rows)]
 
 
 def _markdown(headers, rows, alignments=()) -> str:
@@ -254,7 +253,7 @@ def _stage_lines(diagnosis: Diagnosis) -> list[str]:
             for stage in diagnosis.stages]
     lines.append(_markdown(("stage", "status", "share s", "spent s", "rounds", "plan"), rows,
                            ("left", "left", RIGHT, RIGHT, RIGHT, "left")))
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _data_lines(diagnosis: Diagnosis) -> list[str]:
@@ -293,7 +292,7 @@ def _change_first_lines(changes: list) -> list[str]:
     lines = [f"## {CHANGE_FIRST.capitalize()}", "", f"{change_first_words(changes).capitalize()}.", ""]
     for rank, change in enumerate(changes, 1):
         lines += _finding_lines(change, f"{rank}. ")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
@@ -354,8 +353,7 @@ def _sweep_lines(sweep: SweepAxis) -> list[str]:
         p_value = "-" if gain.p_value is None else f"{gain.p_value:.2g}"
         rows.append((name, f"{point.samples_per_s:.1f}", spread, interval_cell(point.ratio, _times),
                      f"{gain.wins}/{gain.rounds}", p_value, "yes" if gain.significant else "no"))
-    return lines + [_markdown((label, "samples/s (median)", "per-round range", "ratio to current (median, interval)",
-                               "rounds faster", "p", "clear gain"), rows)]
+    return [*lines, _markdown((label, "samples/s (median)", "per-round range", "ratio to current (median, interval)", "rounds faster", "p", "clear gain"), rows)]
 
 
 # ----------------------------------------------------------------------------- --pipeline reports

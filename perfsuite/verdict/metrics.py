@@ -77,7 +77,7 @@ def format_number(value, *, percent: bool = False) -> str:
     """How figures are shown in the summary and the reports: 4 significant digits, '-' for none."""
     if value is None:
         return "-"
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, (bool, int)):
         return str(int(value))
     if not math.isfinite(value):
         return str(value)

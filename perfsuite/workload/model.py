@@ -551,12 +551,12 @@ def make_synthetic_batch(
 
 __all__ = [
     "MODEL_PRESETS",
+    "AdamW",
+    "DynamicLossScale",
     "ModelConfig",
     "StepConfig",
     "TTSModel",
     "TrainStep",
-    "AdamW",
-    "DynamicLossScale",
-    "make_train_step",
     "make_synthetic_batch",
+    "make_train_step",
 ]

@@ -33,6 +33,7 @@ AUTOTUNE_BUFFER = 16  # elements counted for a buffer tf.data sizes itself (pref
 
 PYTHON_FUNCTION_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 PRINT_OPS = frozenset({"PrintV2", "Print"})
+TFRECORD_OPS = frozenset({"TFRecordDataset", "TFRecordDatasetV2"})  # readers whose bytes the fingerprint counts
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 BOOKKEEPING_OPS = frozenset({"Placeholder", "Const", "Identity", "IdentityN", "NoOp", "_Arg", "_Retval"})
 RANDOM_WORDS = ("Random", "Shuffle", "Sample")  # an op whose name holds one is not deterministic

@@ -12,6 +12,7 @@ behaviour, measured per processing mode, and multi-host deployment notes are in 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -140,7 +141,7 @@ class _Child:
         self.ready_path.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:  # a restarted server appends to its log
             # start_new_session: its own process group, so stopping it reaches anything it spawned.
-            self.popen = subprocess.Popen(argv + ["--ready-file", str(self.ready_path)], stdout=log,
+            self.popen = subprocess.Popen([*argv, "--ready-file", str(self.ready_path)], stdout=log,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                           start_new_session=True)
 
@@ -169,10 +170,8 @@ class _Child:
     def signal_group(self, signum: int) -> None:
         if self.popen.returncode is not None:
             return  # reaped: the number may belong to someone else now
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def reap(self) -> int:
         """SIGKILL whatever is left of its group, then collect its exit status."""

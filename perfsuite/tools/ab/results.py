@@ -81,7 +81,7 @@ def joined(per_pass: list[list[Measured]]) -> list[Measured]:
         for m in measured:
             groups.setdefault(m.name, []).append(m)
     out = []
-    for name, group in groups.items():
+    for group in groups.values():
         out.append(replace(group[0], **{key: tuple(v for m in group for v in getattr(m, key)) for key in ROUND_KEYS},
                            elapsed_s=sum(m.elapsed_s for m in group), pass_rounds=tuple(len(m.a) for m in group)))
     return out

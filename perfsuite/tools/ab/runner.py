@@ -151,8 +151,8 @@ class Controller:
     def benchmark(self, nodeid: str, *, remaining: int, count: int) -> None:
         """Every measurement of one benchmark: driven when both sides wait with the same one, skipped on
         the side that waits alone; the outcomes of both sides noted."""
-        pending: dict[str, dict | None] = {s: None for s in SIDES}
-        done: dict[str, dict | None] = {s: None for s in SIDES}
+        pending: dict[str, dict | None] = dict.fromkeys(SIDES)
+        done: dict[str, dict | None] = dict.fromkeys(SIDES)
         compared = failed = False
         name = display_name(nodeid)
         while not all(done.values()):
@@ -178,7 +178,7 @@ class Controller:
                 else:
                     for side in SIDES:
                         self.pool[side].send("skip", reason="the sides' measurements of this benchmark differ")
-                pending = {s: None for s in SIDES}
+                pending = dict.fromkeys(SIDES)
             for side, other in (("A", "B"), ("B", "A")):
                 if pending[side] is not None and done[other] is not None:
                     self.pool[side].send("skip", reason=f"side {other} finished this benchmark without it")
@@ -377,8 +377,8 @@ def _fork_server(options: Options, scratch: Path, progress: Callable[[str], None
     if server is None:
         return None, ["workers: a fresh interpreter each (forking workers needs Linux's child subreaper)"]
     loaded = server.preloaded
-    notes = [f"workers: forked from a fork server that imported {len(loaded['seconds']) - len(loaded['failed'])} "
-             f"module(s) once in {sum(loaded['seconds'].values()):.1f} s"]
+    notes = [(f"workers: forked from a fork server that imported {len(loaded['seconds']) - len(loaded['failed'])} "
+             f"module(s) once in {sum(loaded['seconds'].values()):.1f} s")]
     notes += [f"fork server: not preloaded {name}: {why}" for name, why in loaded["failed"].items()]
     return server, notes
 

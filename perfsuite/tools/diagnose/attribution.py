@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from perfsuite.workload.pipeline_model import one_to_one, op_of_class
 from perfsuite.measure.rounds import alternating
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
@@ -21,6 +20,7 @@ from perfsuite.verdict.diagnosis_figures import (
     RoundsEstimate,
     estimate,
 )
+from perfsuite.workload.pipeline_model import one_to_one, op_of_class
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads

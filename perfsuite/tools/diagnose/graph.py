@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfsuite.measure.batch_spec import leaves
-from perfsuite.workload.pipeline_model import AUTOTUNE, Pipeline, PythonOp, read_pipeline, shape_words
-from perfsuite.workload.pipeline_model import Stage as GraphStage
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.records import Record
 from perfsuite.verdict.diagnosis import (
@@ -28,6 +26,8 @@ from perfsuite.verdict.diagnosis import (
     sequential_read_finding,
 )
 from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate
+from perfsuite.workload.pipeline_model import AUTOTUNE, Pipeline, PythonOp, read_pipeline, shape_words
+from perfsuite.workload.pipeline_model import Stage as GraphStage
 
 __all__ = ["AUTOTUNE", "DynamicShape", "GraphFindings", "GraphStage", "PythonOp", "dynamic_shapes",
            "graph_findings", "inspect_graph"]

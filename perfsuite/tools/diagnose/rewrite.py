@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.tools.diagnose.targets import one_line_error
 from perfsuite.workload.pipeline_model import (
     PYTHON_FUNCTION_OPS,
     RANDOM_WORDS,
@@ -31,7 +32,6 @@ from perfsuite.workload.pipeline_model import (
     python_chain,
     read_pipeline,
 )
-from perfsuite.tools.diagnose.targets import one_line_error
 
 # Families of the op table that hold, reorder or hand on elements without work of their own to attribute.
 NO_WORK_FAMILIES = ("wrapper", "prefetch", "cache", "shuffle", "repeat", "take")

@@ -445,8 +445,8 @@ def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: d
     if current not in values:
         raise ValueError(f"current: expected one of the measured points {sorted(values)}, found {current!r}")
     points = []
-    for point, per_round in values.items():
-        per_round = tuple(float(v) for v in per_round)
+    for point, measured in values.items():
+        per_round = tuple(float(v) for v in measured)
         median = float(statistics.median(per_round))
         gain = ratio = None
         if point != current:

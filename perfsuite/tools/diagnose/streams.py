@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 from perfsuite.tools.diagnose.targets import TargetError, one_line_error
+from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
 
 def buffered_elements(dataset) -> int:

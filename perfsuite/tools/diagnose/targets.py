@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.errors import PerfsuiteError, one_line_error
-from perfsuite.tools.diagnose.graph import DynamicShape, GraphFindings, PythonOp, dynamic_shapes, inspect_graph
+from perfsuite.tools.diagnose.graph import (
+    DynamicShape,
+    GraphFindings,
+    PythonOp,
+    dynamic_shapes,
+    inspect_graph,
+)
 
 __all__ = ["DynamicShape", "GraphFindings", "PythonOp", "TargetError", "dynamic_shapes", "inspect_graph",
            "load_callable", "load_step", "make_dataset", "one_line_error"]
