@@ -17,9 +17,21 @@ from perfsuite.measure.batch_spec import (
     find_layout,
     parse_batch_spec,
 )
-from perfsuite.measure.speech import CONTENT, LENGTH_TENSOR, RAGGED, FrameCounter, content_lengths, measure_batch
+from perfsuite.measure.speech import (
+    CONTENT,
+    LENGTH_TENSOR,
+    RAGGED,
+    FrameCounter,
+    content_lengths,
+    measure_batch,
+)
 from perfsuite.options import batch_spec, frame_hop
-from perfsuite.verdict.diagnosis import FIXED_PADDING_WASTE, fixed_padding_finding, layout_finding, speech_finding
+from perfsuite.verdict.diagnosis import (
+    FIXED_PADDING_WASTE,
+    fixed_padding_finding,
+    layout_finding,
+    speech_finding,
+)
 
 PAD = -11.5  # a log floor: the padding value of a log-mel
 RNG = np.random.default_rng(7)

@@ -16,10 +16,10 @@ DOCS = ROOT / "docs"
 RESULTS = DOCS / "results"
 MAX_GUIDE_LINES = 300
 
-_FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
-_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.M)
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.MULTILINE)
 _HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 _ISSUE = re.compile(r"\b[Ii]ssues? #?\d+|(?<![\w&])#\d+\b")
 

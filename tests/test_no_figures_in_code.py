@@ -37,10 +37,10 @@ _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?"
 
 RULES = {
     "CPU model": re.compile(
-        r"\b(?:EPYC|Xeon|Ryzen|Threadripper|Opteron|Graviton|Neoverse|Core i[3579])\b", re.I
+        r"\b(?:EPYC|Xeon|Ryzen|Threadripper|Opteron|Graviton|Neoverse|Core i[3579])\b", re.IGNORECASE
     ),
     "machine description": re.compile(
-        r"\b\d+-(?:core|vcpu|cpu)\b|\b\d+ (?:cores|vcpus)\b|\bfamily \d+,? model \d+\b", re.I
+        r"\b\d+-(?:core|vcpu|cpu)\b|\b\d+ (?:cores|vcpus)\b|\bfamily \d+,? model \d+\b", re.IGNORECASE
     ),
     "date": re.compile(rf"\b(?:19|20)\d\d-(?:0[1-9]|1[0-2])\b|\b{_MONTH} (?:19|20)\d\d\b"),
     "signed percentage": re.compile(rf"(?<![\w.+±−-])[+−-]{_NUM}\s*%"),
@@ -48,8 +48,8 @@ RULES = {
     "count of runs": re.compile(r"\b\d+ of \d+ (?:[\w/]+ )?(?:runs|trials|comparisons)\b"),
 }
 _RANGE = re.compile(rf"(?<![\w.])({_NUM})\s*[–-]\s*({_NUM})\s*{_UNIT}(?!\w)")
-_MEASURED_VERB = re.compile(r"\b(?:measured|took|moved|differed|drifted|observed)\b", re.I)
-_MEASURED_WHERE = re.compile(r"\bon (?:a|an|the|this|one) (?:[\w-]+ ){0,3}(?:box|VM|machine|runner)\b", re.I)
+_MEASURED_VERB = re.compile(r"\b(?:measured|took|moved|differed|drifted|observed)\b", re.IGNORECASE)
+_MEASURED_WHERE = re.compile(r"\bon (?:a|an|the|this|one) (?:[\w-]+ ){0,3}(?:box|VM|machine|runner)\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.;!?])\s+")
 
 

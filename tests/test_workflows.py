@@ -21,7 +21,7 @@ def triggers(workflow: dict) -> dict:
     # YAML 1.1 (PyYAML) reads the bare key `on` as the boolean True.
     on = workflow.get("on", workflow.get(True))
     assert on is not None, "expected an `on:` key with the triggers"
-    return {name: None for name in on} if isinstance(on, list) else on
+    return dict.fromkeys(on) if isinstance(on, list) else on
 
 
 def only_job(workflow: dict) -> dict:
@@ -131,7 +131,7 @@ def test_ci_runs_tests_in_parallel_and_the_quick_profile_serially(ci):
     assert len(quick) == 1
     args = quick[0].split()
     assert "--perfsuite-profile=quick" in args
-    assert ["-p", "no:randomly"] == args[args.index("-p"):args.index("-p") + 2]
+    assert args[args.index("-p"):args.index("-p") + 2] == ["-p", "no:randomly"]
     assert "-n" not in args  # pytest-benchmark disables itself under xdist
 
 
