@@ -5,14 +5,21 @@ here on any machine, in seconds, where a timing would need the change to outgrow
 live in benchmarks/baselines/work/, one reviewable YAML file per fingerprint (pytest-regressions).
 How it decides: perfsuite.verdict.work (figures within ±0.5 %, structure and op histogram exactly).
 
-Accept an intended change (rewrites the snapshots, which then show in the pull request's diff):
+Accept an intended change (rewrites the snapshots, which then show in the pull request's diff), in the
+profile that failed (the step snapshots are per profile's model):
 
-    python -m pytest benchmarks/test_work.py --force-regen
+    python -m pytest benchmarks/test_work.py --perfsuite-profile=<profile> --force-regen
+
+Snapshots are keyed by TensorFlow's and numpy's major.minor: against another version the structure decides,
+the figures are reported, and one note names that command.
 
 Reference shapes, the same in every profile: the loaders of test_loaders.py at its ratio configuration
-(batch 16, 2 workers) over the seeded 'tiny' corpus (their maps run on its first 8 utterances, per
-audio second from their mel frames); the steps of test_step.py (eager, graph, XLA) at batch 8, 80
-tokens, 400 mel frames, fp32, of the profile's model (smoke: 'tiny'; quick and full: 'default').
+(batch 16, 2 workers) over the seeded 'tiny' corpus (their maps and Python bodies run on its first 8
+utterances, per audio second from their mel frames); the steps of test_step.py (eager, graph, XLA at fp32,
+XLA at mixed_float16) at batch 8, 80 tokens, 400 mel frames, of the profile's model (smoke: 'tiny'; quick and
+full: 'default'), traced on test_step's synthetic batch and on the first batches of the TF-native cache
+loader over the same corpus padded to those shapes (test_pipeline's loader for a step): a step that
+retraces on them shows as more than one trace.
 """
 
 from __future__ import annotations
@@ -23,22 +30,21 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from perfsuite.data.audio import MelConfig
 from perfsuite.data.corpus import PRESETS, build_cache, build_corpus, read_metadata, wav_path
+from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.data.wav import inspect_wav
 from perfsuite.files import write_atomic
 from perfsuite.measure.work import WorkFingerprint, dataset_work, mel_seconds, step_work
 from perfsuite.pytest_plugin.summary import record_work_verdict
-from perfsuite.verdict.work import compare_work
-from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
+from perfsuite.verdict.work import SnapshotUnreadable, compare_work, read_snapshot
 
 pytest.importorskip("pytest_regressions", reason="the work snapshots need pytest-regressions (the 'test' extra)")
 
 SNAPSHOTS = Path(__file__).parent / "baselines" / "work"
 REFERENCE_CORPUS = "tiny"
-ACCEPT = "python -m pytest benchmarks/test_work.py --force-regen"
+REFERENCE_BATCHES = 3  # loader batches each step is traced on, beside test_step's synthetic batch
 WORK_OUT = "PERFSUITE_WORK_OUT"  # perfsuite.tools.ab.work.OUT_VARIABLE (benchmarks import no tools)
 
 
@@ -89,25 +95,31 @@ def loader_dataset(tf, corpus: Path, cache: Path, loader: str):
     return dataset, name + ("-bucketed" if variant == ["bucketed"] else "")
 
 
+def accept_command(config) -> str:
+    """The command that re-records the snapshots of this run's profile."""
+    profile = config.getoption("perfsuite_profile")
+    return f"python -m pytest benchmarks/test_work.py --perfsuite-profile={profile} --force-regen"
+
+
 def check_snapshot(request, data_regression, fingerprint: WorkFingerprint, path: Path) -> None:
-    """Compare with the snapshot (tolerance: perfsuite.verdict.work), or write it where there is none
-    or --force-regen / --regen-all asks (pytest-regressions)."""
+    """Compare with the snapshot (tolerance and versions: perfsuite.verdict.work), or write it where there
+    is none or --force-regen / --regen-all asks (pytest-regressions)."""
     config = request.config
+    accept = accept_command(config)
     out = os.environ.get(WORK_OUT)  # perfsuite ab: this revision's fingerprints, diffed with the other's
     if out:
         write_atomic(Path(out) / f"{path.stem}.json", json.dumps(fingerprint.snapshot(), sort_keys=True))
     regen = config.getoption("force_regen") or config.getoption("regen_all")
     if path.exists() and not regen:
-        snapshot = yaml.safe_load(path.read_text(encoding="utf-8"))
-        if not isinstance(snapshot, dict) or snapshot.get("schema_version") != fingerprint.SCHEMA_VERSION:
-            pytest.fail(f"{path}: expected a work snapshot of schema_version {fingerprint.SCHEMA_VERSION}, found "
-                        f"{snapshot.get('schema_version') if isinstance(snapshot, dict) else type(snapshot).__name__}"
-                        f"; rewrite it with: {ACCEPT}", pytrace=False)
-        verdict = compare_work(fingerprint.snapshot(), snapshot)
+        try:
+            snapshot = read_snapshot(path, fingerprint.SCHEMA_VERSION, accept)
+        except SnapshotUnreadable as error:
+            pytest.fail(str(error), pytrace=False)
+        verdict = compare_work(fingerprint.snapshot(), snapshot, rerecord=accept)
         record_work_verdict(config, verdict)
         if verdict.failed:
             pytest.fail(f"work changed (snapshot {path}):\n{verdict.message()}\n"
-                        f"An intended change is accepted with: {ACCEPT}", pytrace=False)
+                        f"An intended change is accepted with: {accept}", pytrace=False)
         return
     data_regression.check(fingerprint.snapshot(), fullpath=path)
 
@@ -115,20 +127,32 @@ def check_snapshot(request, data_regression, fingerprint: WorkFingerprint, path:
 @pytest.mark.parametrize("loader", LOADERS)
 def test_loader_work(request, data_regression, tensorflow, work_corpus, loader):
     dataset, name = loader_dataset(tensorflow, *work_corpus, loader)
-    audio = mel_seconds(loaders.FRAME_S) if loader not in ("raw_read",) else None
+    audio = mel_seconds(loaders.FRAME_S) if loader != "raw_read" else None
     fingerprint = dataset_work(dataset, name=name, audio_seconds=audio)
     assert fingerprint.structure["stages"], fingerprint
     check_snapshot(request, data_regression, fingerprint, SNAPSHOTS / f"loader-{name}.yml")
 
 
-@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
-def test_step_work(request, data_regression, perfsuite_profile, mode):
+@pytest.fixture(scope="session")
+def loader_batches(work_corpus) -> list:
+    """The first batches of the TF-native cache loader at the steps' shapes (batch, tokens and frames padded
+    to test_step's), as test_pipeline feeds a step."""
+    config = LoaderConfig(kind="tf_native", source="cache", batch_size=steps.RATIO_BATCH, num_parallel_calls=1,
+                          static_shapes=True, max_text_len=steps.TEXT_LEN, max_mel_frames=steps.MEL_FRAMES,
+                          drop_remainder=True)
+    corpus, cache = work_corpus
+    loader = build_loader(dataset_dir=corpus, cache_dir=cache, config=config)
+    return list(loader.dataset.take(REFERENCE_BATCHES))
+
+
+@pytest.mark.parametrize("mode,step_precision", [("eager", "fp32"), ("graph", "fp32"), ("xla", "fp32"),
+                                                 ("xla", "mixed_float16")],
+                         ids=["eager", "graph", "xla", "xla-mixed_float16"])
+def test_step_work(request, data_regression, perfsuite_profile, loader_batches, mode, step_precision):
     batch_size = steps.RATIO_BATCH
-    train = make_train_step(model_config=MODEL_PRESETS[perfsuite_profile.model], mode=mode,
-                            input_shapes=(batch_size, steps.TEXT_LEN, steps.MEL_FRAMES))
-    batch = make_synthetic_batch(batch_size=batch_size, text_len=steps.TEXT_LEN, mel_frames=steps.MEL_FRAMES, seed=0)
-    name = f"{mode}-bs{batch_size}-fp32"
-    fingerprint = step_work(train, batch, name=name)
+    train = steps._train_step(perfsuite_profile, mode=mode, batch_size=batch_size, precision=step_precision)
+    name = f"{mode}-bs{batch_size}-{step_precision}"
+    fingerprint = step_work(train, steps._batch(batch_size), name=name, batches=loader_batches)
     assert fingerprint.work["float_ops_per_step"] > 0 and fingerprint.structure["mode"] == mode, fingerprint
     check_snapshot(request, data_regression, fingerprint,
                    SNAPSHOTS / f"step-{perfsuite_profile.model}-{name}.yml")

@@ -293,7 +293,8 @@ _PROCESS = textwrap.dedent("""
     import test_work as t
     from perfsuite.measure.work import step_work
     print(json.dumps([t._work(t._pipeline()), step_work(t._step("xla"), t.make_synthetic_batch(**t.BATCH),
-                                                        name="xla").snapshot()], sort_keys=True))
+                                                        name="xla").snapshot(), t._work(t._numpy_mel_pipeline())],
+                     sort_keys=True))
 """)
 
 
@@ -305,7 +306,7 @@ def test_the_fingerprint_is_the_same_in_other_processes_and_thread_settings(refe
     outputs = [run.communicate(timeout=240) for run in runs]
     for run, (out, err) in zip(runs, outputs):
         assert run.returncode == 0, err[-2000:]
-        assert json.loads(out.strip().splitlines()[-1]) == [reference, xla_reference]
+        assert json.loads(out.strip().splitlines()[-1]) == [reference, xla_reference, _work(_numpy_mel_pipeline())]
 
 
 # ---------------------------------------------------------------------------------------- verdicts
@@ -435,3 +436,213 @@ def test_the_summary_puts_each_work_verdict_beside_the_timed_benchmark_of_the_sa
                                  check=types.SimpleNamespace(verdicts=[types.SimpleNamespace(decision="fail")]))
     same = compare_work({**old, "name": "xla-bs8-fp32"}, {**old, "name": "xla-bs8-fp32"})
     assert "same work, slower" in "\n".join(work_section([same], [timed, step])[0][1].terminal())
+
+
+# ------------------------------------------------------------------------------------ Python bodies
+
+
+def _numpy_mel_pipeline():
+    """A numpy mel inside tf.numpy_function, looked up at call time (so a plant reaches it)."""
+    from perfsuite.data import audio
+
+    def load(a):
+        return audio.log_mel_numpy(a, MEL)
+
+    mel = _audio().map(lambda a: tf.ensure_shape(tf.numpy_function(load, [a], tf.float32, stateful=False),
+                                                 [None, MEL.n_mels]))
+    return mel.map(lambda m: {"mel": m, "mel_len": tf.shape(m)[0]}).padded_batch(2)
+
+
+def _plant_extra_numpy_mel(monkeypatch, module, fraction=0.05):
+    """One more numpy mel over ``fraction`` of every clip, beside the loader's own."""
+    from perfsuite.data import audio
+
+    original = audio.log_mel_numpy
+
+    def more(samples, config=MEL):
+        original(samples[: int(len(samples) * fraction)], config)
+        return original(samples, config)
+
+    monkeypatch.setattr(module, "log_mel_numpy", more)
+
+
+def _python_line(verdict):
+    return next(c for c in verdict.changes if "Python work per sample" in c)
+
+
+def test_a_python_body_is_counted_the_same_in_every_run():
+    first, again = _work(_numpy_mel_pipeline()), _work(_numpy_mel_pipeline())
+    assert first == again and first["work"]["python_work_per_sample"] > 0
+    assert first["python_calls"]["numpy.fft._pocketfft.rfft"] == len(LENGTHS)
+
+
+def test_five_percent_more_mel_work_in_the_numpy_function_loader_fails_on_the_python_figure(
+        monkeypatch, tiny_corpus, tiny_cache):
+    from perfsuite.data import loaders
+
+    config = loaders.LoaderConfig(kind="numpy_function", source="wav", batch_size=4)
+
+    def fingerprint():
+        dataset = loaders.build_loader(dataset_dir=tiny_corpus, cache_dir=tiny_cache, config=config).dataset
+        return dataset_work(dataset, name="numpy_function-wav", audio_seconds=mel_seconds(FRAME_S)).snapshot()
+
+    base = fingerprint()
+    assert base["work"]["file_bytes_per_sample"] > 0 and base["work"]["python_work_per_sample"] > 0
+    _plant_extra_numpy_mel(monkeypatch, loaders)
+    verdict = compare_work(fingerprint(), base)
+    line = _python_line(verdict)
+    change = float(line.split("Python work per sample ")[1].split(" %")[0])
+    assert verdict.failed and 3.0 <= change <= 8.0 and "rfft" in line, verdict.changes
+
+
+def test_a_longer_numpy_fft_fails_on_the_python_figure_alone(monkeypatch):
+    base = _work(_numpy_mel_pipeline())
+    from perfsuite.data import audio
+
+    rfft = np.fft.rfft
+    monkeypatch.setattr(audio.np.fft, "rfft", lambda a, n=None, axis=-1: rfft(a, n=round(n * 1.05), axis=axis)
+                        [..., : n // 2 + 1])
+    verdict = compare_work(_work(_numpy_mel_pipeline()), base)
+    assert verdict.failed and [c.split(": ")[1].split(" +")[0] for c in verdict.changes] == ["Python work per sample"]
+
+
+def test_tfrecord_reads_are_counted_where_they_sit(tmp_path):
+    path = str(tmp_path / "a.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for size in (10, 30):
+            writer.write(b"x" * size)
+    expected = (10 + 16 + 30 + 16) / 2
+    source = tf.data.TFRecordDataset([path]).map(lambda r: tf.strings.length(r))
+    nested = tf.data.Dataset.from_tensor_slices([path]).interleave(tf.data.TFRecordDataset).map(tf.strings.length)
+    for dataset in (source, nested):
+        assert dataset_work(dataset).work["file_bytes_per_sample"] == round(expected)
+
+
+# ------------------------------------------------------------------------------------ dtypes, bucketing
+
+
+def test_an_fp16_cast_in_a_step_fails_naming_the_dtype():
+    w = tf.Variable(tf.ones([80, 8]))
+    batch = {"mel": tf.ones([4, 24, 80])}
+    plain = step_work(tf.function(lambda b: tf.reduce_sum(tf.matmul(tf.reshape(b["mel"], [-1, 80]), w))), batch)
+    half = step_work(tf.function(lambda b: tf.reduce_sum(tf.cast(tf.matmul(
+        tf.cast(tf.reshape(b["mel"], [-1, 80]), tf.float16), tf.cast(w, tf.float16)), tf.float32))), batch)
+    verdict = compare_work(half.snapshot(), plain.snapshot())
+    assert verdict.failed and "MatMul:float16" in half.op_histogram and "MatMul:float32" in plain.op_histogram
+    assert any("MatMul:float16" in c for c in verdict.changes), verdict.changes
+
+
+def test_the_mixed_precision_step_is_fingerprinted_in_float16(batch):
+    step = make_train_step(model_config=MODEL_PRESETS["tiny"], mode="graph", precision="mixed_float16",
+                           input_shapes=SHAPES)
+    found = step_work(step, batch, name="mixed")
+    assert any(key.startswith("MatMul:float16") for key in found.op_histogram), found.op_histogram
+    assert found.work["float_ops_per_step"] > 0
+
+
+def _bucketed(boundaries, sizes):
+    ds = tf.data.Dataset.range(20).map(lambda i: tf.zeros([i % 7 + 1]))
+    return ds.bucket_by_sequence_length(lambda x: tf.shape(x)[0], boundaries, sizes)
+
+
+def test_bucketing_boundaries_and_batch_sizes_are_read_and_a_change_fails():
+    base = dataset_work(_bucketed([3, 5], [4, 2, 3])).snapshot()
+    [group] = [s for s in base["structure"]["stages"] if s["op"] == "GroupByWindowDataset"]
+    assert group["bucket_boundaries"] == [3, 5] and group["bucket_batch_sizes"] == [4, 2, 3]
+    for changed in (_bucketed([3, 6], [4, 2, 3]), _bucketed([3, 5], [4, 4, 3])):
+        verdict = compare_work(dataset_work(changed).snapshot(), base)
+        assert verdict.failed and any(": stages:" in c and "bucket_" in c for c in verdict.changes), verdict.changes
+
+
+def test_a_longer_fft_moves_float_ops_not_the_histogram_and_fails_on_the_figure_alone(reference):
+    import dataclasses
+
+    longer = dataclasses.replace(MEL, n_fft=round(MEL.n_fft * 1.05))
+    dataset = _audio().map(lambda a: {"mel": log_mel_tf(a, longer), "mel_len": tf.shape(log_mel_tf(a, longer))[0]},
+                           num_parallel_calls=2)
+    found = _work(dataset.padded_batch(2).prefetch(tf.data.AUTOTUNE))
+    verdict = compare_work(found, reference)
+    assert found["op_histogram"] != {} and verdict.failed
+    assert all(" float ops per " in c for c in verdict.changes), verdict.changes
+
+
+# ------------------------------------------------------------------------------------ retraces
+
+
+def test_a_step_retracing_on_the_loaders_real_shapes_fails(tiny_corpus, tiny_cache):
+    from perfsuite.data.loaders import LoaderConfig, build_loader
+
+    def batches(static):
+        config = LoaderConfig(kind="tf_native", source="cache", batch_size=4, num_parallel_calls=1, drop_remainder=True,
+                              static_shapes=static, max_text_len=SHAPES[1] if static else None,
+                              max_mel_frames=SHAPES[2] if static else None)
+        return list(build_loader(dataset_dir=tiny_corpus, cache_dir=tiny_cache, config=config).dataset.take(3))
+
+    static, dynamic = batches(True), batches(False)
+    assert len({tuple(b["mel"].shape) for b in dynamic}) > 1
+    good = step_work(_step("graph"), static[0], name="s", batches=static[1:])
+    planted = step_work(_step("graph", input_shapes=None), dynamic[0], name="s", batches=dynamic[1:])
+    assert good.structure["traces"] == 1 and planted.structure["traces"] > 1
+    verdict = compare_work(planted.snapshot(), good.snapshot())
+    assert verdict.failed and any(": traces: 1 -> " in c for c in verdict.changes), verdict.changes
+
+
+# ------------------------------------------------------------------------------------ the snapshot path
+
+
+def _work_module():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "test_work.py"
+    spec = importlib.util.spec_from_file_location("_benchmark_test_work", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Config:
+    def __init__(self, **options):
+        self.options = {"force_regen": False, "regen_all": False, "perfsuite_profile": "smoke", **options}
+
+    def getoption(self, name):
+        return self.options[name]
+
+
+def test_the_snapshot_path_writes_reloads_checks_the_schema_and_names_the_command(
+        tmp_path, data_regression, reference, monkeypatch):
+    import types
+
+    from perfsuite.measure.work import WorkFingerprint
+    from perfsuite.verdict.work import SnapshotUnreadable, read_snapshot
+
+    bench = _work_module()
+    monkeypatch.setattr(bench, "record_work_verdict", lambda config, verdict: None)
+    request = types.SimpleNamespace(config=_Config())
+    fingerprint = WorkFingerprint.from_dict({k: v for k, v in reference.items() if k != "schema_version"})
+    path = tmp_path / "loader-mel.yml"
+    with pytest.raises(pytest.fail.Exception, match="File not found"):  # the first run writes the file
+        bench.check_snapshot(request, data_regression, fingerprint, path)
+    assert read_snapshot(path, fingerprint.SCHEMA_VERSION, "x") == reference
+    bench.check_snapshot(request, data_regression, fingerprint, path)  # reloaded: unchanged, passes
+    changed = json.loads(json.dumps(reference))
+    changed["work"]["float_ops_per_sample"] *= 2
+    changed_print = WorkFingerprint.from_dict({k: v for k, v in changed.items() if k != "schema_version"})
+    command = "python -m pytest benchmarks/test_work.py --perfsuite-profile=smoke --force-regen"
+    with pytest.raises(pytest.fail.Exception, match=f"accepted with: {command}"):
+        bench.check_snapshot(request, data_regression, changed_print, path)
+    path.write_text(path.read_text().replace("schema_version: 2", "schema_version: 1"))
+    with pytest.raises(SnapshotUnreadable, match=f"schema_version 2, found schema_version 1; rewrite it with: {command}"):
+        read_snapshot(path, fingerprint.SCHEMA_VERSION, command)
+
+
+def test_another_tensorflow_version_compares_the_structure_and_names_the_command_once(reference):
+    command = "python -m pytest benchmarks/test_work.py --perfsuite-profile=smoke --force-regen"
+    old = json.loads(json.dumps(reference))
+    old["tensorflow"], old["work"]["float_ops_per_sample"] = "2.20", old["work"]["float_ops_per_sample"] * 2
+    old["op_histogram"]["Old:float32"] = 1
+    verdict = compare_work(reference, old, rerecord=command)
+    assert not verdict.failed and verdict.decision == WITHIN
+    assert sum(command in n for n in verdict.notes) == 1 and any("TensorFlow 2.20, this is 2.21" in n
+                                                                  for n in verdict.notes)
+    old["structure"]["prints"] = 3
+    assert compare_work(reference, old, rerecord=command).failed

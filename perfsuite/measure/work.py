@@ -1,10 +1,12 @@
 """The deterministic layer: the work a tf.data pipeline and a training step do, read from their graphs.
 
 A fingerprint (``WorkFingerprint``) holds no time and nothing of the machine: float operations, the
-op histogram, bytes where the graph knows them, and the structural facts a timing cannot name
-(Python-function ops, prints, prefetch and its place, each map's parallelism, cache, padded shapes
-static or not, XLA on or off, traces). The same code and TensorFlow give the same fingerprint on every
-machine, in every process and under every thread setting, in seconds.
+op histogram by op and dtype (``typed_op``: 'MatMul:float32', 'Cast:float16'), the Python bodies' work
+(perfsuite.measure.python_work), bytes read (``ReadFile`` and TFRecord readers wherever they sit, files
+the Python bodies open), and the structural facts a timing cannot name (Python-function ops, prints,
+prefetch and its place, each map's parallelism, cache, padded shapes static or not, bucketing boundaries
+and batch sizes, XLA on or off, traces). The same code, TensorFlow and numpy give the same fingerprint on
+every machine, in every process and under every thread setting, in seconds.
 
 How float operations are counted (``FLOAT_OPS_METHOD``): TensorFlow's registered ``flops`` statistics
 per op (what ``tf.compat.v1.profiler``'s ``float_operation`` option sums), at fully known shapes, plus
@@ -18,14 +20,16 @@ gathers ...) count in the op histogram, not in the float ops.
   stage counts per its batch's samples. Per audio second: with ``audio_seconds`` (e.g.
   ``mel_seconds(frame_s)``), the audio the reference elements hold. The stages and their parameters
   come from the dataset's serialized graph; AUTOTUNE is recorded as ``"autotune"``, never its resolved
-  value.
+  value. The Python callable behind each numpy_function / py_function op runs on the values the graph
+  gives it, under the deterministic counter.
 - A step: traced (never run) at the reference batch's shapes, wrapped in a ``tf.function`` when it is
   not one (a plain callable, an eager step, a callable wrapping a tf.function: whatever it calls in
   graph ops is traced through); nested function calls are followed, a conditional counts its costlier
-  branch, a loop body once.
+  branch, a loop body once. ``traces``: the traces the reference batches need (the step's own count
+  where it keeps one, ``tracing_count()``).
 
-What it cannot see: a slower kernel, a slower disk, contention, Python work inside a numpy_function or
-py_function (it counts the op, not its work). That is the timing's job.
+What it cannot see: a slower kernel, a slower disk, contention, Python work the counter cannot reach
+(ufuncs and operators between library calls, pure-Python loops). That is the timing's job.
 """
 
 from __future__ import annotations
@@ -39,21 +43,24 @@ from typing import Any, ClassVar
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError
-from perfsuite.measure.pipeline_model import (
+from perfsuite.measure.python_work import PYTHON_WORK_METHOD, PythonCounts, count_python, python_body
+from perfsuite.records import Record
+from perfsuite.workload.pipeline_model import (
     BOOKKEEPING_OPS,
     CALL_OPS,
     PRINT_OPS,
     PYTHON_FUNCTION_OPS,
+    TFRECORD_OPS,
     Pipeline,
     PipelineModel,
     read_pipeline,
 )
-from perfsuite.records import Record
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2  # 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version
 FLOAT_OPS_METHOD = ("TensorFlow's registered 'flops' statistics per op (what tf.compat.v1.profiler's "
                     "float_operation sums) at shapes resolved on the reference inputs, plus FFT ops at "
                     "2.5*N*log2(N) per real transform (5*N*log2(N) complex)")
+METHOD = f"float ops: {FLOAT_OPS_METHOD}; Python bodies: {PYTHON_WORK_METHOD}"
 AUTOTUNE = "autotune"
 FFT_OPS = {"RFFT": (1, 2.5), "RFFT2D": (2, 2.5), "RFFT3D": (3, 2.5), "IRFFT": (1, 2.5), "IRFFT2D": (2, 2.5),
            "IRFFT3D": (3, 2.5), "FFT": (1, 5.0), "FFT2D": (2, 5.0), "FFT3D": (3, 5.0), "IFFT": (1, 5.0),
@@ -73,9 +80,12 @@ class WorkUnavailable(PerfsuiteError, ValueError):
 @dataclass(frozen=True)
 class WorkFingerprint(Record):
     """The work of one pipeline or step. ``work``: the figures compared within a tolerance (float ops per
-    sample, per audio second, per batch or step; bytes); ``float_ops_by_op``: where the float ops are,
-    by op kind; ``op_histogram``: every op kind's count (bookkeeping ops left out); ``structure``: the
-    facts compared exactly. ``reference``: what the figures are per, in words."""
+    sample, per audio second, per batch or step; bytes; the Python bodies' work); ``float_ops_by_op``: where
+    the float ops are, by op and dtype ('MatMul:float32'); ``op_histogram``: every op's count by op and
+    dtype (bookkeeping ops left out); ``structure``: the facts compared exactly; ``python_calls``: the
+    library routines the Python bodies called over the reference elements (perfsuite.measure.python_work).
+    ``reference``: what the figures are per, in words. ``tensorflow`` / ``numpy``: the major.minor
+    versions the figures hold for."""
 
     SCHEMA_VERSION: ClassVar[int] = FINGERPRINT_VERSION
 
@@ -84,10 +94,12 @@ class WorkFingerprint(Record):
     reference: str
     method: str
     tensorflow: str  # major.minor: op-level changes may be TensorFlow's own across versions
+    numpy: str  # major.minor: the Python bodies' calls are numpy's own across versions
     work: dict[str, int]
     float_ops_by_op: dict[str, int]
     op_histogram: dict[str, int]
     structure: dict
+    python_calls: dict[str, int]
 
     def snapshot(self) -> dict:
         """The reviewable form written to a snapshot file (plain types, sorted keys within)."""
@@ -134,8 +146,9 @@ def _count_graph(graph, functions: dict, flops: Counter, histogram: Counter, unr
     adding to the counters; returns its total. A call whose body cannot be found is unresolved."""
     total = 0
     for op in graph.get_operations():
+        key = typed_op(op.node_def)
         if op.type not in BOOKKEEPING_OPS:
-            histogram[op.type] += 1
+            histogram[key] += 1
         if op.name in skip:
             continue
         bodies = _bodies(op, functions)
@@ -156,9 +169,30 @@ def _count_graph(graph, functions: dict, flops: Counter, histogram: Counter, unr
         if value is None:
             unresolved[op.type] += 1
         elif value:
-            flops[op.type] += value
+            flops[key] += value
             total += value
     return total
+
+
+def typed_op(node_def) -> str:
+    """'MatMul:float32', 'Cast:float16', 'RFFT:complex128': an op kind with its dtype (its ``T`` or ``dtype``
+    attr, else its first output's type), so a change of precision shows; the op kind alone where it has none."""
+    from tensorflow.python.framework import dtypes, op_def_registry
+
+    attrs = node_def.attr
+    for key in ("T", "dtype"):
+        if key in attrs and attrs[key].type:
+            return f"{node_def.op}:{dtypes.as_dtype(attrs[key].type).name}"
+    op_def = op_def_registry.get(node_def.op)
+    output = op_def.output_arg[0] if op_def is not None and op_def.output_arg else None
+    if output is not None:
+        kind = output.type or (attrs[output.type_attr].type if output.type_attr in attrs else 0)
+        if not kind and output.type_list_attr in attrs and attrs[output.type_list_attr].list.type:
+            kind = attrs[output.type_list_attr].list.type[0]
+        if kind:
+            with contextlib.suppress(TypeError, ValueError):
+                return f"{node_def.op}:{dtypes.as_dtype(kind).name}"
+    return node_def.op
 
 
 def _bodies(op, functions: dict) -> list | None:
@@ -251,46 +285,66 @@ def _unreadable(name: str, expected: str):
 def _dataset_work(pipeline: Pipeline, name, reference_elements, audio_seconds) -> WorkFingerprint:
     model = pipeline.model
     stages, samples_before = model.chain(), model.samples_per_element()
-    flops, histogram, unresolved = Counter(), Counter(), Counter()
-    per_sample, file_bytes, element_bytes, seconds, samples_seen = 0.0, 0.0, 0.0, None, 0
-    maps = []
+    flops, histogram, unresolved, python_calls = Counter(), Counter(), Counter(), Counter()
+    totals = Counter()  # per sample: float_ops, file_bytes, python_work; per element: element_bytes
+    seconds, samples_seen, maps = None, 0, []
     sample_maps = [s.node for s in model.sample_maps()]
     main_line = [s.node for s in stages if s.node in sample_maps]
     seconds_map = (main_line or sample_maps or [None])[-1]  # where audio_seconds reads the element
+    typed = _TypedOps(pipeline)
     for stage in model.stages:  # every stage, branches included: each runs its functions on its own input
         samples_per_element = samples_before[stage.node]
         for function_name in stage.functions:
-            histogram.update(model.op_counts([function_name]))
+            histogram.update(typed.counts([function_name]))
             if stage.family in _COUNTED_FAMILIES:
                 maps.append({"stage": stage.op, "parallelism": _autotune(stage.parallelism, 1),
                              **_function_facts(model, function_name)})
             found = pipeline.traced.get(function_name)
-            if found is None or stage.family not in _COUNTED_FAMILIES or not samples_per_element:
-                if found is None or stage.family not in _COUNTED_FAMILIES:
-                    continue
+            if found is None or stage.family not in _COUNTED_FAMILIES:
+                continue
+            if not samples_per_element:
                 unresolved[f"{stage.op} after a batch of varying size"] += 1
                 continue
-            per_sample_map = stage.node in sample_maps
-            measured = _run_function(*found, reference_elements, name, per_sample_map,
+            measured = _run_function(*found, reference_elements, name, stage.node in sample_maps,
                                      audio_seconds if stage.node == seconds_map and callable(audio_seconds) else None)
+            per = measured.elements * samples_per_element
             for op, value in measured.flops.items():  # per sample, as the totals
-                flops[op] += value / measured.elements / samples_per_element
+                flops[op] += value / per
             unresolved.update(measured.unresolved)
-            per_sample += measured.float_ops / measured.elements / samples_per_element
-            file_bytes += measured.file_bytes / measured.elements / samples_per_element
-            element_bytes += measured.output_bytes / measured.elements
+            python_calls.update(measured.python.calls)
+            totals.update({"float_ops": measured.float_ops / per, "python_work": measured.python.work / per,
+                           "file_bytes": (measured.file_bytes + measured.python.file_bytes) / per,
+                           "element_bytes": measured.output_bytes / measured.elements})
             if stage.node == seconds_map:
                 seconds, samples_seen = measured.audio_seconds, measured.elements
+    totals["file_bytes"] += _source_record_bytes(pipeline, reference_elements, unresolved)
+    work = _pipeline_figures(model, totals, audio_seconds, seconds, samples_seen)
+    structure = _pipeline_structure(pipeline, stages, maps, unresolved)
+    reference = (f"the first {reference_elements} elements of each map, filter and interleave function's input "
+                 "dataset, in its order, nested functions and Python bodies run on the values they are called "
+                 "with; per sample: a function after a batch stage divided by its batch's samples")
+    return _fingerprint(name, "pipeline", reference, work, flops, histogram, structure,
+                        python_calls={k: round(v) for k, v in python_calls.items()})
+
+
+def _pipeline_figures(model: PipelineModel, totals: Counter, audio_seconds, seconds, samples_seen) -> dict:
+    per_sample = totals["float_ops"]
+    work = {"float_ops_per_sample": round(per_sample), "file_bytes_per_sample": round(totals["file_bytes"]),
+            "element_bytes_per_sample": round(totals["element_bytes"]),
+            "python_work_per_sample": round(totals["python_work"])}
     batch = _samples_per_batch(model)
-    work = {"float_ops_per_sample": round(per_sample), "file_bytes_per_sample": round(file_bytes),
-            "element_bytes_per_sample": round(element_bytes)}
     if batch is not None:
         work["float_ops_per_batch"] = round(per_sample * batch)
     if audio_seconds is not None and not callable(audio_seconds):
         work["float_ops_per_audio_s"] = round(per_sample / audio_seconds)
     elif seconds:
         work["float_ops_per_audio_s"] = round(per_sample * samples_seen / seconds)
-    structure = {
+    return work
+
+
+def _pipeline_structure(pipeline: Pipeline, stages, maps: list, unresolved: Counter) -> dict:
+    model = pipeline.model
+    return {
         "stages": [s.parameters() for s in model.stages],
         "maps": maps,
         "python_function_ops": sum(m["python_function_ops"] for m in maps),
@@ -304,10 +358,75 @@ def _dataset_work(pipeline: Pipeline, name, reference_elements, audio_seconds) -
         "element_spec": _spec_text(pipeline.dataset.element_spec),
         "unresolved_float_ops": dict(sorted(unresolved.items())),
     }
-    reference = (f"the first {reference_elements} elements of each map, filter and interleave function's input "
-                 "dataset, in its order, nested functions run on the values they are called with; per sample: "
-                 "a function after a batch stage divided by its batch's samples")
-    return _fingerprint(name, "pipeline", reference, work, flops, histogram, structure)
+
+
+class _TypedOps:
+    """Op counts keyed by op and dtype (``typed_op``) of the pipeline's functions, from their FunctionDefs
+    (the serialized graph's library, else the traced functions'); a function found in neither counts by
+    op kind, as the model has it."""
+
+    def __init__(self, pipeline: Pipeline):
+        self.model, self.library = pipeline.model, {}
+        if pipeline.graph_def is not None:
+            self.library.update((f.signature.name, f) for f in pipeline.graph_def.library.function)
+        for function_name, (wrapper, _) in pipeline.traced.items():
+            with contextlib.suppress(AttributeError, ValueError):
+                self.library.setdefault(function_name, wrapper.function.function_def)
+                for inner in wrapper.function.graph.as_graph_def().library.function:
+                    self.library.setdefault(inner.signature.name, inner)
+
+    def counts(self, names) -> Counter:
+        out = Counter()
+        untyped = {f.name: f.ops for f in self.model.functions}
+        for function_name in self.model.reachable(names):
+            definition = self.library.get(function_name)
+            if definition is None:
+                out.update(untyped.get(function_name, {}))
+                continue
+            out.update(typed_op(n) for n in definition.node_def if n.op not in BOOKKEEPING_OPS)
+        return out
+
+
+def _source_record_bytes(pipeline: Pipeline, count: int, unresolved: Counter) -> float:
+    """Bytes per record of every TFRecord reader among the serialized graph's stages (a reader op, or
+    TFRecordDataset's per-file flat_map over a constant list of files; one inside a traced function is
+    counted where its function runs), over the first ``count`` files' first ``count`` records."""
+    from tensorflow.python.framework import tensor_util
+
+    graph = pipeline.graph_def
+    if graph is None:
+        return 0.0
+    nodes = {node.name: node for node in graph.node}
+    readers = reader_functions({f.signature.name: f for f in graph.library.function})
+    total = 0.0
+    for stage in pipeline.model.stages:
+        node = nodes.get(stage.node)
+        found = _stage_record_read(node, nodes, readers) if node is not None else None
+        if found is None:
+            continue
+        names, compression = (tensor_util.MakeNdarray(c.attr["value"].tensor) if hasattr(c, "attr") else c
+                              for c in found)
+        if names is None:
+            unresolved[f"{stage.op} (TFRecord file names not constant)"] += 1
+            continue
+        compression = compression.reshape(-1)[0] if hasattr(compression, "reshape") else compression
+        total += record_bytes(names.reshape(-1)[:count], compression, count)
+    return total
+
+
+def _stage_record_read(node, nodes: dict, readers: dict[str, str]):
+    """(file names Const node or None, compression Const node or text) of a stage that reads TFRecords."""
+    def constant(text):
+        found = nodes.get(text.split(":")[0].lstrip("^"))
+        return found if found is not None and found.op == "Const" else None
+
+    if node.op in TFRECORD_OPS:
+        return constant(node.input[0]), constant(node.input[1]) or ""
+    function = node.attr["f"].func.name if "f" in node.attr else ""
+    upstream = nodes.get(node.input[0].split(":")[0]) if node.input else None
+    if function in readers and upstream is not None and upstream.op == "TensorSliceDataset":
+        return constant(upstream.input[0]), readers[function]
+    return None
 
 
 _COUNTED_FAMILIES = ("map", "filter", "interleave")  # stages whose functions run once per input element
@@ -323,6 +442,7 @@ class _Counts:
         self.float_ops = self.file_bytes = self.output_bytes = 0
         self.elements = 0
         self.audio_seconds = 0.0
+        self.python = PythonCounts()
 
 
 def _run_function(wrapper, source, count: int, name: str, per_sample: bool, audio_seconds) -> _Counts:
@@ -333,7 +453,8 @@ def _run_function(wrapper, source, count: int, name: str, per_sample: bool, audi
 
     concrete = wrapper.function
     graph_def = concrete.graph.as_graph_def()
-    runner = _GraphRun(graph_def, [t.name for t in concrete.graph.inputs], [t.name for t in concrete.graph.outputs])
+    runner = _GraphRun(graph_def, [t.name for t in concrete.graph.inputs], [t.name for t in concrete.graph.outputs],
+                       reference=count)
     run = _Counts()
     spec = source.element_spec
     for element in source.take(count):
@@ -353,9 +474,10 @@ class _GraphRun:
     """One graph run to resolve its shapes: every tensor's shape, the bytes its ReadFile ops read, and
     the values each nested function call is called with, which run the called function the same way."""
 
-    def __init__(self, graph_def, inputs: Sequence[str], outputs: Sequence[str], depth: int = 0):
+    def __init__(self, graph_def, inputs: Sequence[str], outputs: Sequence[str], depth: int = 0,
+                 reference: int = 8):
         tf = tensorflow()
-        self.graph_def, self.depth, self.nested = graph_def, depth, {}
+        self.graph_def, self.depth, self.nested, self.reference = graph_def, depth, {}, reference
         self.library = {f.signature.name: f for f in graph_def.library.function}
         graph = tf.Graph()
         with graph.as_default():
@@ -363,15 +485,19 @@ class _GraphRun:
         operations = graph.get_operations()
         self.tensors = [t.name for op in operations for t in op.outputs if t.dtype not in (tf.resource, tf.variant)]
         reads = [t.name for op in operations if op.type == "ReadFile" for t in op.outputs]
-        self.calls = [op for op in operations if op.type in CALL_OPS and op.get_attr("f").name in self.library
-                      and all(t.dtype not in (tf.resource, tf.variant) for t in op.inputs)]
-        call_inputs = [t.name for op in self.calls for t in op.inputs]
-        sizes = (len(self.tensors), len(reads), len(call_inputs))
+        plain = [op for op in operations if all(t.dtype not in (tf.resource, tf.variant) for t in op.inputs)]
+        self.calls = [op for op in plain if op.type in CALL_OPS and op.get_attr("f").name in self.library]
+        self.bodies = [op for op in plain if op.type in PYTHON_FUNCTION_OPS]
+        self.records = _record_reads(operations, reader_functions(self.library))  # (file names, compression)
+        arguments = [t.name for op in self.calls + self.bodies for t in op.inputs]
+        arguments += [tensor.name for names, compression in self.records
+                      for tensor in (names, compression) if not isinstance(tensor, str)]
+        sizes = (len(self.tensors), len(reads), len(arguments))
 
         @tf.function(autograph=False, reduce_retracing=True)
         def resolve(flat):
             found = tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(inputs, flat)), name="work",
-                                                   return_elements=self.tensors + reads + call_inputs + list(outputs))
+                                                   return_elements=self.tensors + reads + arguments + list(outputs))
             shapes = [tf.shape(t, out_type=tf.int64) for t in found[:sizes[0]]]
             lengths = [tf.strings.length(t) for t in found[sizes[0]:sizes[0] + sizes[1]]]
             return shapes, lengths, found[sum(sizes[:2]):sum(sizes)], found[sum(sizes):]
@@ -381,18 +507,25 @@ class _GraphRun:
     def run(self, flat: list, counts: _Counts) -> list:
         """Runs the graph on ``flat`` (its inputs), adds its float ops, reads and unresolved ops to
         ``counts`` and returns its outputs."""
-        shapes, lengths, call_values, outputs = self.resolve(flat)
+        shapes, lengths, arguments, outputs = self.resolve(flat)
         flops, unresolved = _float_ops_at(self.graph_def, self.tensors, [s.numpy().tolist() for s in shapes],
                                           {op.name for op in self.calls})
         counts.flops.update(flops)
         counts.unresolved.update(unresolved)
         counts.float_ops += sum(flops.values())
         counts.file_bytes += int(sum(int(x.numpy()) for x in lengths))
-        position = 0
+        arguments = list(arguments)
         for op in self.calls:
-            values = list(call_values[position:position + len(op.inputs)])
-            position += len(op.inputs)
+            values, arguments = arguments[:len(op.inputs)], arguments[len(op.inputs):]
             self._called(op.get_attr("f").name, counts).run(values, counts)
+        for op in self.bodies:
+            values, arguments = arguments[:len(op.inputs)], arguments[len(op.inputs):]
+            _run_python_body(op, values, counts)
+        for _, compression in self.records:
+            width = 1 if isinstance(compression, str) else 2
+            values, arguments = arguments[:width], arguments[width:]
+            counts.file_bytes += record_bytes(values[0].numpy(), compression if width == 1 else values[1].numpy(),
+                                              self.reference)
         return list(outputs)
 
     def _called(self, function_name: str, counts: _Counts) -> _GraphRun:
@@ -403,8 +536,62 @@ class _GraphRun:
             body, _ = function_def_to_graph_def(function)
             body.library.CopyFrom(self.graph_def.library)
             inputs = [f"{arg.name}:0" for arg in function.signature.input_arg]
-            self.nested[function_name] = _GraphRun(body, inputs, [], self.depth + 1)
+            self.nested[function_name] = _GraphRun(body, inputs, [], self.depth + 1, self.reference)
         return self.nested[function_name]
+
+
+def _run_python_body(op, values: list, counts: _Counts) -> None:
+    """Runs the Python callable of a PyFunc / EagerPyFunc op on the values the graph gave it, under the
+    deterministic counter (perfsuite.measure.python_work); one whose callable cannot be found is unresolved."""
+    tf = tensorflow()
+    function, takes_tensors = python_body(op.get_attr("token").decode())
+    if function is None:
+        counts.unresolved[f"{op.type} (its Python callable is gone)"] += 1
+        return
+    arguments = [tf.identity(v) if takes_tensors else _numpy(v) for v in values]
+    count_python(function, arguments, counts.python)
+
+
+def reader_functions(library: dict) -> dict[str, str]:
+    """The library functions that open a TFRecord reader on their first argument (TFRecordDataset's
+    per-file flat_map function), by name, with the compression their constant names."""
+    from tensorflow.python.framework import tensor_util
+
+    found = {}
+    for name, function in library.items():
+        first = function.signature.input_arg[0].name if function.signature.input_arg else None
+        nodes = {node.name: node for node in function.node_def}
+        for node in function.node_def:
+            if node.op in TFRECORD_OPS and first is not None and node.input and node.input[0] == first:
+                constant = nodes.get(node.input[1].split(":")[0]) if len(node.input) > 1 else None
+                value = tensor_util.MakeNdarray(constant.attr["value"].tensor).reshape(-1) \
+                    if constant is not None and constant.op == "Const" else []
+                found[name] = value[0].decode() if len(value) else ""
+    return found
+
+
+def _record_reads(operations, readers: dict[str, str]) -> list[tuple[Any, Any]]:
+    """The TFRecord reads of a graph's operations: (file names tensor, compression tensor or text) of each
+    reader op, and of each per-file flat_map / interleave over a tensor's slices (TFRecordDataset(names))."""
+    out = []
+    for op in operations:
+        if op.type in TFRECORD_OPS:
+            out.append((op.inputs[0], op.inputs[1]))
+        elif "f" in op.node_def.attr and op.node_def.attr["f"].func.name in readers and op.inputs \
+                and op.inputs[0].op.type == "TensorSliceDataset":
+            out.append((op.inputs[0].op.inputs[0], readers[op.node_def.attr["f"].func.name]))
+    return out
+
+
+def record_bytes(names, compression, count: int) -> int:
+    """Mean bytes a TFRecord reader reads per record over the first ``count`` records of each named file
+    (payload plus the 16 bytes that frame a record; of the records as decompressed where compressed)."""
+    tf = tensorflow()
+    names = names.reshape(-1).tolist() if hasattr(names, "reshape") else [names]
+    compression = compression.decode() if isinstance(compression, bytes) else str(compression or "")
+    sizes = [len(record) + 16 for name in names
+             for record in tf.data.TFRecordDataset(name, compression_type=compression).take(count).as_numpy_iterator()]
+    return round(sum(sizes) / len(sizes)) if sizes else 0
 
 
 def _float_ops_at(graph_def, tensors: Sequence[str], shapes: Sequence[list], run_apart: set) -> tuple[Counter, Counter]:
@@ -494,9 +681,7 @@ def _step_work(step, batch, name, batches) -> WorkFingerprint:
     is_function = hasattr(step, "get_concrete_function")
     traced = step if is_function else tf.function(lambda b: step(b), autograph=False)
     concrete = _concrete(traced, batch)
-    # the traces the reference batches need: one per distinct concrete function (a trace taken before
-    # this call, e.g. by the timed rounds, counts as well)
-    traces = len({id(concrete), *(id(_concrete(traced, other)) for other in batches or ())})
+    traces = _traces(step, traced, concrete, batches)
     if is_function and not _static_inputs(concrete):
         # an input signature with unknown dimensions: its float ops are counted on its Python function
         # traced again at the batch's shapes (the traces above are the step's own)
@@ -517,8 +702,8 @@ def _step_work(step, batch, name, batches) -> WorkFingerprint:
     structure = {
         "mode": "xla" if xla else "graph" if is_function or nested else "eager",
         "xla": xla,
-        "python_function_ops": sum(histogram[op] for op in PYTHON_FUNCTION_OPS),
-        "prints": sum(histogram[op] for op in PRINT_OPS),
+        "python_function_ops": _of_kinds(histogram, PYTHON_FUNCTION_OPS),
+        "prints": _of_kinds(histogram, PRINT_OPS),
         "traces": traces,
         "input_spec": _spec_text(tf.nest.map_structure(_spec_of, batch)),
         "unresolved_float_ops": dict(sorted(unresolved.items())),
@@ -526,6 +711,23 @@ def _step_work(step, batch, name, batches) -> WorkFingerprint:
     reference = ("one step traced at the reference batch's shapes (per sample: over its leading dimension)"
                  + (f"; traces counted over {1 + len(batches)} reference batches" if batches else ""))
     return _fingerprint(name, "step", reference, work, flops, histogram, structure)
+
+
+def _traces(step, traced, concrete, batches) -> int:
+    """The traces the reference batches need. A tf.function step: its distinct concrete functions for
+    them. A step that says how often it traced (``tracing_count()``, as the training step does): that count
+    after it was traced through on every reference batch, so its own retraces count. Otherwise: the
+    distinct traces of the wrapper around it. A trace taken before this call (by the timed rounds) counts."""
+    from perfsuite.measure.timing import tracing_count
+
+    distinct = len({id(concrete), *(id(_concrete(traced, other)) for other in batches or ())})
+    own = None if traced is step else tracing_count(step)
+    return distinct if own is None else own
+
+
+def _of_kinds(histogram: Counter, kinds) -> int:
+    """The count of the op kinds ``kinds`` in a histogram keyed by op and dtype."""
+    return sum(count for key, count in histogram.items() if key.split(":")[0] in kinds)
 
 
 def _static_inputs(concrete) -> bool:
@@ -578,14 +780,20 @@ def _calls_function(graph) -> bool:
 # ------------------------------------------------------------------------------------ the record
 
 
-def _fingerprint(name, kind, reference, work, flops, histogram, structure) -> WorkFingerprint:
+def _fingerprint(name, kind, reference, work, flops, histogram, structure, python_calls=None) -> WorkFingerprint:
+    import numpy
+
     tf = tensorflow()
-    version = ".".join(tf.__version__.split(".")[:2])
-    return WorkFingerprint(name=name, kind=kind, reference=reference, method=FLOAT_OPS_METHOD, tensorflow=version,
-                           work={k: int(v) for k, v in sorted(work.items())},
+    return WorkFingerprint(name=name, kind=kind, reference=reference, method=METHOD, tensorflow=minor(tf.__version__),
+                           numpy=minor(numpy.__version__), work={k: int(v) for k, v in sorted(work.items())},
                            float_ops_by_op={k: round(v) for k, v in sorted(flops.items()) if round(v)},
                            op_histogram={k: int(v) for k, v in sorted(histogram.items())},
-                           structure=_plain(structure))
+                           structure=_plain(structure), python_calls=dict(sorted((python_calls or {}).items())))
+
+
+def minor(version: str) -> str:
+    """'2.21' of '2.21.0': the part of a version a fingerprint is keyed by."""
+    return ".".join(version.split(".")[:2])
 
 
 def _plain(value):

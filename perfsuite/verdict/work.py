@@ -5,11 +5,16 @@ How it decides (``compare_work``):
   more than ``TOLERANCE`` of the snapshot's value: changed;
 - any structural fact (Python-function ops, prints, prefetch and its place, map parallelism, cache,
   padded shapes, XLA, traces, the stages): changed, whatever its size;
-- the op histogram (a count of every op kind): changed on any difference;
+- the op histogram (a count of every op by op and dtype) or the Python bodies' call histogram: changed
+  on any difference;
 - otherwise unchanged (figures inside the tolerance are named, and pass).
 
+On another TensorFlow or numpy version (the snapshot's major.minor differs), op-level figures may move with
+the library, not the code: the structure alone decides, the figures and histograms that moved are reported
+as notes, and one note names the command that re-records the snapshots (``rerecord``).
+
 Every line names the fingerprint, the figure, the change and where it is, e.g.
-``<loader>: float ops per audio-s +N.N % (+1 RFFT, +1 MatMul, ...)``: the figure, its
+``<loader>: float ops per audio-s +N.N % (+1 RFFT:complex128, +1 MatMul:float32, ...)``: the figure, its
 relative change and the op kinds whose float ops changed most, with the change of their counts.
 The fingerprint is deterministic, so the tolerance only absorbs rounding of per-second figures:
 a real change of work is larger than it.
@@ -20,6 +25,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfsuite.errors import PerfsuiteError
 
 TOLERANCE = 0.005  # relative change of a work figure that is still "the same work"
 UNCHANGED, WITHIN, CHANGED, NEW = "unchanged", "within tolerance", "changed", "no snapshot"
@@ -32,6 +40,7 @@ FIGURE_WORDS = {
     "element_bytes_per_sample": "element bytes per sample",
     "input_bytes_per_step": "input bytes per step",
     "variable_bytes": "variable bytes",
+    "python_work_per_sample": "Python work per sample",
 }
 MAX_OPS_NAMED = 6
 
@@ -62,20 +71,91 @@ class WorkVerdict:
         return "\n".join(lines) if lines else f"{self.name}: work unchanged"
 
 
-def compare_work(current: Mapping, snapshot: Mapping | None, *, tolerance: float = TOLERANCE) -> WorkVerdict:
-    """``current`` and ``snapshot``: fingerprints as their snapshot dicts (WorkFingerprint.snapshot())."""
+class SnapshotUnreadable(PerfsuiteError, ValueError):
+    """A work snapshot that cannot be compared with: names the file, the expectation, what was found and
+    the command that writes it again."""
+
+    def __init__(self, path: str, expected: str, found: str, rerecord: str):
+        self.path, self.expected, self.found, self.rerecord = path, expected, found, rerecord
+        super().__init__(f"{path}: expected {expected}, found {found}; rewrite it with: {rerecord}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.expected, self.found, self.rerecord))
+
+
+def read_snapshot(path: Path, schema_version: int, rerecord: str) -> dict:
+    """A work snapshot file (YAML, as pytest-regressions writes it) as its dict; SnapshotUnreadable where it
+    is not YAML, not a mapping, or of another schema version."""
+    import yaml
+
+    try:
+        snapshot = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise SnapshotUnreadable(str(path), "a YAML work snapshot", f"unreadable YAML ({error})", rerecord) from error
+    found = snapshot.get("schema_version") if isinstance(snapshot, dict) else type(snapshot).__name__
+    if not isinstance(snapshot, dict) or found != schema_version:
+        raise SnapshotUnreadable(str(path), f"a work snapshot of schema_version {schema_version}",
+                                 f"schema_version {found}" if isinstance(snapshot, dict) else found, rerecord)
+    return snapshot
+
+
+def compare_work(current: Mapping, snapshot: Mapping | None, *, tolerance: float = TOLERANCE,
+                 rerecord: str | None = None) -> WorkVerdict:
+    """``current`` and ``snapshot``: fingerprints as their snapshot dicts (WorkFingerprint.snapshot()).
+    ``rerecord``: the command that re-records the snapshot, named where the versions differ."""
     name = current.get("name", "?")
     if snapshot is None:
         return WorkVerdict(name, NEW, notes=(f"{name}: no snapshot to compare with",))
+    figures = _figure_changes(name, current, snapshot, tolerance)
+    structure = _structure_changes(name, current.get("structure", {}), snapshot.get("structure", {}))
+    if not figures[0] and not structure:
+        figures[0].extend(_histogram_changes(name, current, snapshot))
+    versions = _versions_differ(current, snapshot)
+    if versions:
+        notes = [*figures[0], *figures[1]]
+        notes.append(f"{name}: the snapshot was taken with {versions}: the structure is compared, the figures "
+                     "are reported" + (f"; re-record the snapshots with: {rerecord}" if rerecord else ""))
+        return WorkVerdict(name, CHANGED if structure else WITHIN, tuple(structure), tuple(notes))
+    changes, notes = [*figures[0], *structure], list(figures[1])
+    decision = CHANGED if changes else WITHIN if notes else UNCHANGED
+    return WorkVerdict(name, decision, tuple(changes), tuple(notes))
+
+
+def _versions_differ(current: Mapping, snapshot: Mapping) -> str:
+    """'TensorFlow 2.20, this is 2.21' where a library's major.minor differs; '' where none does."""
+    words = []
+    for key, library in (("tensorflow", "TensorFlow"), ("numpy", "numpy")):
+        old, new = snapshot.get(key), current.get(key)
+        if old is not None and new is not None and old != new:
+            words.append(f"{library} {old}, this is {new}")
+    return "; ".join(words)
+
+
+def _figure_changes(name: str, current: Mapping, snapshot: Mapping, tolerance: float) -> tuple[list, list]:
+    """(lines beyond the tolerance, lines within it) of the work figures, each naming where it changed."""
     where = _ops_changed(snapshot.get("op_histogram", {}), current.get("op_histogram", {}))
-    float_where = _float_ops_changed(snapshot, current)
+    calls = _ops_changed(snapshot.get("python_calls", {}), current.get("python_calls", {}))
+    float_where = _float_ops_changed(snapshot, current) or where
     changes, notes = [], []
     for figure in sorted(set(snapshot.get("work", {})) | set(current.get("work", {}))):
         line, beyond = _figure_line(name, figure, snapshot.get("work", {}).get(figure),
-                                    current.get("work", {}).get(figure), float_where or where, tolerance)
+                                    current.get("work", {}).get(figure),
+                                    calls if figure.startswith("python") else float_where, tolerance)
         if line is not None:
             (changes if beyond else notes).append(line)
-    old_structure, new_structure = snapshot.get("structure", {}), current.get("structure", {})
+    return changes, notes
+
+
+def _histogram_changes(name: str, current: Mapping, snapshot: Mapping) -> list[str]:
+    """The op histogram's and the Python call histogram's changes, where no figure or fact said more."""
+    where = _ops_changed(snapshot.get("op_histogram", {}), current.get("op_histogram", {}))
+    calls = _ops_changed(snapshot.get("python_calls", {}), current.get("python_calls", {}))
+    return [f"{name}: {what}: {changed}" for what, changed in (("op histogram", where), ("Python calls", calls))
+            if changed]
+
+
+def _structure_changes(name: str, new_structure: Mapping, old_structure: Mapping) -> list[str]:
+    changes = []
     for key in sorted(set(old_structure) | set(new_structure)):
         if key == "stages" and any(k != "stages" and old_structure.get(k) != new_structure.get(k)
                                    for k in old_structure):
@@ -83,18 +163,12 @@ def compare_work(current: Mapping, snapshot: Mapping | None, *, tolerance: float
         old, new = old_structure.get(key), new_structure.get(key)
         if old != new:
             changes.append(f"{name}: {key.replace('_', ' ')}: {_short(old)} -> {_short(new)}")
-    if where and not changes:
-        changes.append(f"{name}: op histogram: {where}")
-    if changes and snapshot.get("tensorflow") != current.get("tensorflow"):
-        notes.append(f"{name}: the snapshot was taken with TensorFlow {snapshot.get('tensorflow')}, this is "
-                     f"{current.get('tensorflow')}: op-level changes may be TensorFlow's own")
-    decision = CHANGED if changes else WITHIN if notes else UNCHANGED
-    return WorkVerdict(name, decision, tuple(changes), tuple(notes))
+    return changes
 
 
 def _figure_line(name, figure, old, new, where: str, tolerance: float) -> tuple[str | None, bool]:
     words = FIGURE_WORDS.get(figure, figure.replace("_", " "))
-    suffix = f" ({where})" if where and figure.startswith("float_ops") else ""
+    suffix = f" ({where})" if where and figure.startswith(("float_ops", "python")) else ""
     if old == new:
         return None, False
     if old is None or new is None:
