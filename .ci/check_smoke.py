@@ -78,8 +78,8 @@ def stats_problems(run: dict) -> list[str]:
     """What is wrong with the unit of one benchmark's pytest-benchmark stats (empty when it is named)."""
     unit = (run.get("extra_info") or {}).get(STATS_UNIT)
     if not unit:
-        return [f"{STATS_UNIT}: expected the unit of the stats (timed through perfsuite's benchmark_adapter), "
-                f"found none"]
+        return [(f"{STATS_UNIT}: expected the unit of the stats (timed through perfsuite's benchmark_adapter), "
+                 "found none")]
     group = run.get("group") or ""
     if group != unit and not group.endswith(f", {unit}"):
         return [f"group: expected it to name the stats' unit {unit!r}, found {group!r}"]

@@ -184,3 +184,11 @@ def test_a_conditional_inside_a_map_is_counted_at_its_costlier_branch():
     work = dataset_work(tf.data.Dataset.range(4).map(heavy_or_not), reference_elements=2)
     assert work.float_ops_by_op.get("MatMul:float32", 0) >= 2 * 32 ** 3
     assert work.structure["unresolved_float_ops"] == {}
+
+
+def test_a_dataset_built_inside_an_interleave_function_is_listed_unresolved_never_a_silent_zero():
+    inner = tf.data.Dataset.range(4).interleave(
+        lambda i: tf.data.Dataset.range(3).map(lambda j: tf.reduce_sum(tf.matmul(tf.ones([16, 16]), tf.ones([16, 16])))),
+        cycle_length=2)
+    work = dataset_work(inner, reference_elements=2)
+    assert any(op.startswith("MapDataset") for op in work.structure["unresolved_float_ops"]), work.structure
