@@ -717,12 +717,17 @@ def sequential_map_finding(maps: tuple[str, ...], waits: bool | None, why_not: s
     measured to wait for input, else why_not says why no change is called for (or is undecided)."""
     if not maps:
         return None
-    finding = f"{len(maps)} map(s) run one element at a time (no num_parallel_calls): {', '.join(maps)}"
-    evidence = {"maps": list(maps)}
+    return _when_waiting("parallelism", f"{len(maps)} map(s) run one element at a time (no num_parallel_calls): "
+                         f"{', '.join(maps)}", {"maps": list(maps)}, "give each map num_parallel_calls=tf.data.AUTOTUNE",
+                         waits, why_not, share)
+
+
+def _when_waiting(topic: str, finding: str, evidence: dict, recommendation: str, waits: bool | None, why_not: str,
+                  share: RoundsEstimate | None) -> DiagnosisFinding:
+    """A graph finding whose change is recommended only when the step is measured to wait for input."""
     if waits:
-        return DiagnosisFinding("parallelism", f"{finding}; the step waits for input", evidence,
-                                "give each map num_parallel_calls=tf.data.AUTOTUNE", share)
-    return DiagnosisFinding("parallelism", f"{finding}; {why_not}", evidence, None, share)
+        return DiagnosisFinding(topic, f"{finding}; the step waits for input", evidence, recommendation, share)
+    return DiagnosisFinding(topic, f"{finding}; {why_not}", evidence, None, share)
 
 
 def graph_finding(chain: str, last_stage: str | None, read_from: str) -> DiagnosisFinding:
@@ -737,13 +742,9 @@ def sequential_read_finding(reads: tuple[str, ...], waits: bool | None, why_not:
     TFRecordDataset over several files is); recommended against only when the step is measured to wait."""
     if not reads:
         return None
-    finding = f"files read one at a time: {'; '.join(reads)}"
-    evidence = {"reads": list(reads)}
-    if waits:
-        return DiagnosisFinding("read-parallelism", f"{finding}; the step waits for input", evidence,
-                                "read files in parallel: interleave(..., num_parallel_calls=tf.data.AUTOTUNE) or "
-                                "TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)", share)
-    return DiagnosisFinding("read-parallelism", f"{finding}; {why_not}", evidence, None, share)
+    return _when_waiting("read-parallelism", f"files read one at a time: {'; '.join(reads)}", {"reads": list(reads)},
+                         "read files in parallel: interleave(..., num_parallel_calls=tf.data.AUTOTUNE) or "
+                         "TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)", waits, why_not, share)
 
 
 def cache_after_repeat_finding(caches: tuple[str, ...]) -> DiagnosisFinding | None:
