@@ -2,8 +2,8 @@
 function with the functions it calls, and the Python callables its Python-function ops run.
 
 Every reader of a user's pipeline asks this model (the fingerprint, diagnose's graph findings, buffer
-draining, prefix cutting, fixes and rewrites); none walks the graph itself. ``OP_TABLE`` is the one table
-of dataset op kinds.
+draining, prefix cutting, fixes and rewrites, the tf.data service's Python-op check); none walks the graph
+itself. ``OP_TABLE`` is the one table of dataset op kinds.
 
 The model is read from the dataset's serialized GraphDef. A dataset TensorFlow will not serialize
 (``prefetch_to_device`` copies through a generator) is read from its Python dataset objects down to the
