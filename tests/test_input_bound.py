@@ -170,3 +170,53 @@ def test_the_sides_alternate_the_real_pipeline_first_in_even_rounds_and_last_in_
     real, twin = "R", "T"
     sides = "".join(twin if first == 0 and i > 1 else real for i, first in enumerate(seen))
     assert sides == "RR" + "TT" + "TT" + "RR" + "RR" + "TT" + "TT" + "RR"
+
+
+class _Opened:
+    """Iterators made of a dataset, one per side and round, each closed or not."""
+
+    def __init__(self):
+        self.made, self.closed = [], []
+
+    def __call__(self, dataset):
+        opened = self
+
+        class Iterator:
+            def __init__(self):
+                self.inner, self.index = iter(dataset), len(opened.made)
+
+            def __next__(self):
+                return next(self.inner)
+
+            def close(self):
+                opened.closed.append(self.index)
+
+        iterator = Iterator()
+        opened.made.append(dataset)
+        return iterator
+
+
+def test_diagnoses_contract_a_fresh_iterator_per_side_and_round_the_twin_first_and_rounds_resized():
+    # diagnose --pipeline's input-bound share: a fresh iterator per side and round, closed inside it, each
+    # warming up again; the twin (a batch it read, repeated) first in even rounds; a second pass's sizes.
+    seen, opened = [], _Opened()
+
+    def step(batch):
+        seen.append(int(batch.numpy()[0]))
+        return tf.constant(0.0)
+
+    from perfsuite.measure.step_model import StepModel
+
+    model = StepModel(step, name="--step m:f")
+    dataset = tf.data.Dataset.range(6).batch(2)  # finite: the fresh iterators restart nothing here
+    twin = tf.data.Dataset.from_tensors(tf.constant([100, 101], tf.int64)).repeat()
+    rounds = InputBoundRounds(step=model, dataset=dataset, warmup=1, batches=2, twin=twin, twin_first=True,
+                              fresh=opened)
+    rounds.one_round()
+    rounds.batches = 1
+    rounds.one_round()
+    assert opened.made == [twin, dataset, dataset, twin] and opened.closed == [0, 1, 2, 3]
+    assert seen == [100] * 3 + [0, 2, 4] + [0, 2] + [100] * 2  # warm-up + timed, every side and round
+    assert rounds.calls == len(seen) and rounds.rounds == 2
+    result = rounds.result()
+    assert result.rounds == 2 and result.batches == 1 and len(result.wait_round_s) == 2

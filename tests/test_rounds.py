@@ -13,6 +13,7 @@ from perfsuite.measure.rounds import (
     BUDGET_SPENT,
     DECIDED,
     MAX_ROUNDS_REACHED,
+    InterleavedRounds,
     RoundsOutcome,
     alternating,
     interleaved,
@@ -205,3 +206,77 @@ def test_a_limit_that_bounds_when_rounds_start_lets_the_last_one_end_past_it():
     started = until_decided(one_round, decided=lambda: False, limit_s=15.0, max_rounds=9, clock=clock, fit=False)
     assert (fitting.rounds, started.rounds) == (1, 2)  # the second round starts at 10 s, ends at 20 s
     assert fitting.stopped == started.stopped == BUDGET_SPENT
+
+
+# ------------------------------------------------------------------------------------------- the engine
+
+
+def _engine(calls, labels="abc", **options):
+    return InterleavedRounds({label: (lambda label=label: calls.append(label) or len(calls)) for label in labels},
+                             **options)
+
+
+def test_the_engine_alternates_forwards_and_backwards_across_calls_and_passes():
+    calls = []
+    engine = _engine(calls)
+    engine.one_round()
+    engine.run(2)
+    assert engine.until_decided(lambda: engine.rounds_run >= 4, limit_s=60.0, max_rounds=9).stopped == DECIDED
+    assert calls == [*"abc", *"cba", *"abc", *"cba"]
+    assert engine.orders == [tuple("abc"), tuple("cba"), tuple("abc"), tuple("cba")]
+    assert engine.values == {"a": [1, 6, 7, 12], "b": [2, 5, 8, 11], "c": [3, 4, 9, 10]}
+
+
+def test_a_subset_runs_in_this_rounds_order_and_keeps_the_others_results_as_they_were():
+    calls = []
+    engine = _engine(calls)
+    engine.one_round()
+    assert list(engine.one_round(("a", "c"))) == ["c", "a"]  # round 1: backwards, whatever the subset
+    assert list(engine.one_round(("c", "a"))) == ["c", "a"]  # round 2: forwards, in the order given
+    assert engine.values == {"a": [1, 5, 7], "b": [2], "c": [3, 4, 6]}
+    with pytest.raises(KeyError, match="expected runs of"):
+        engine.one_round(("d",))
+
+
+def test_warm_up_rounds_are_kept_apart_and_count_in_the_order_unless_asked_not_to():
+    calls = []
+    engine = _engine(calls, labels="ab", warmup_rounds=1)
+    assert engine.warming_up and engine.warmup_left == 1
+    engine.run(4)  # the warm-up round among them
+    assert calls == [*"ab", *"ba", *"ab", *"ba"] and engine.orders == [tuple("ba"), tuple("ab"), tuple("ba")]
+    assert engine.warmups == {"a": [1], "b": [2]} and engine.values == {"a": [4, 5, 8], "b": [3, 6, 7]}
+    calls.clear()
+    measured_order = _engine(calls, labels="ab", warmup_rounds=1, count_warmup=False)
+    measured_order.run(3)
+    assert calls == [*"ab", *"ab", *"ba"]  # the warm-up takes the first measured round's order
+
+
+def test_an_engine_made_afresh_continues_earlier_values_and_order():
+    calls, values = [], {"a": [0], "b": [0]}
+    engine = _engine(calls, labels="ab", start=1, values=values)
+    engine.run(2)
+    assert calls == [*"ba", *"ab"] and values == {"a": [0, 2, 3], "b": [0, 1, 4]}
+
+
+def test_until_decided_hands_the_round_body_to_a_callers_driver_with_the_warm_up_left():
+    calls, asked = [], []
+    engine = _engine(calls, labels="ab", warmup_rounds=2)
+    engine.one_round()
+
+    def driver(one_round, *, decided, warmup_rounds, share_s):  # a diagnose Stage's rounds_until_decided
+        asked.append((warmup_rounds, share_s))
+        for index in range(3):
+            one_round(index)
+        return decided()
+
+    assert engine.until_decided(lambda: True, driver=driver, share_s=5.0, labels=lambda: ("b",))
+    assert asked == [(1, 5.0)] and calls == ["a", "b"] + ["b"] * 3 and engine.values["b"] == [4, 5]
+
+
+def test_no_caller_writes_a_rounds_alternation_itself():
+    package = Path(__file__).resolve().parent.parent / "perfsuite"
+    found = [f"{path.relative_to(package)}:{number}" for path in sorted(package.rglob("*.py"))
+             if path.name != "rounds.py" or path.parent.name != "measure"
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if "in alternating(" in line or "in rotated(" in line or "index % 2 ==" in line]
+    assert found == []  # each hands its runs to measure.rounds.InterleavedRounds

@@ -31,6 +31,7 @@ numpy (`np.asarray` on tensors), so any iterable of dict batches works.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -50,7 +51,7 @@ from perfsuite.measure.emulated_timeline import (  # the timeline, its coverage 
     window_coverage,
     with_accounting,
 )
-from perfsuite.measure.rounds import alternating, until_decided
+from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.measure.teardown import iterate
 from perfsuite.measure.utilisation import GpuStats, GpuTimeline, gpu_gate_metrics, gpu_stats
 from perfsuite.records import Record
@@ -594,20 +595,21 @@ def _bracket(search: _Search, start: float) -> tuple[float | None, float | None]
 
 
 def _bisect(search: _Search, low: float, high: float) -> list[tuple[float, float]]:
-    """`searches` bisections of (low, high] on a log scale, one round of each per iteration, interleaved
-    (rounds.alternating); no iteration starts once the search's budget is spent (rounds.until_decided)."""
+    """`searches` bisections of (low, high] on a log scale, one round of each per iteration, interleaved by
+    the round engine (rounds.InterleavedRounds, alternating); no iteration starts once the search's budget
+    is spent (rounds.until_decided)."""
     brackets = [(low, high)] * search.config.searches
 
-    def iteration(index: int) -> None:
-        for which in alternating(range(len(brackets)), index):
-            lower, upper = brackets[which]
-            middle = math.sqrt(lower * upper)
-            brackets[which] = (lower, middle) if search.passes(middle, search=which) else (middle, upper)
+    def narrow(which: int) -> None:
+        lower, upper = brackets[which]
+        middle = math.sqrt(lower * upper)
+        brackets[which] = (lower, middle) if search.passes(middle, search=which) else (middle, upper)
 
     budget = search.config.budget_s
-    until_decided(iteration, decided=lambda: False, limit_s=math.inf if budget is None else budget,
-                  max_rounds=search.config.iterations, planned_s=time.perf_counter() - search.started,
-                  clock=time.perf_counter, fit=False)
+    rounds = InterleavedRounds({which: functools.partial(narrow, which) for which in range(len(brackets))})
+    rounds.until_decided(lambda: False, limit_s=math.inf if budget is None else budget,
+                         max_rounds=search.config.iterations, planned_s=time.perf_counter() - search.started,
+                         clock=time.perf_counter, fit=False)
     return brackets
 
 

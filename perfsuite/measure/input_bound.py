@@ -16,22 +16,26 @@ differ on a CPU-only machine, where the pipeline's threads also take CPU from th
 counts that contention, the wait share only the step left waiting. The wait share is read within
 one side, not as a difference of two noisy sides, so it decides in fewer rounds.
 
-``InputBoundRounds`` runs one round at a time, so a caller can add rounds while a gate on the share is
-undecided; ``measure_input_bound`` runs a fixed number. The result, ``InputBound``, is one frozen record.
+``InputBoundRounds`` runs one round at a time (its sides through the round engine,
+rounds.InterleavedRounds), so a caller can add rounds while a gate on the share is undecided;
+``measure_input_bound`` runs a fixed number. The result, ``InputBound``, is one frozen record. The same
+rounds measure diagnose --pipeline's share (tools/diagnose/pipeline.py), with its options: a fresh
+iterator per side and round, its own twin (the first batch it read, repeated), the twin first.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
-from perfsuite.measure.rounds import alternating, planned
-from perfsuite.measure.step_model import StepModel
+from perfsuite.measure.rounds import InterleavedRounds, planned
+from perfsuite.measure.step_model import Calls, StepModel
 from perfsuite.measure.teardown import iterate
 
 
@@ -115,6 +119,9 @@ class _Endless:
         return item
 
 
+REAL, SYNTHETIC = "real", "synthetic"  # the sides, InputBoundRounds' labels in its round engine
+
+
 class InputBoundRounds:
     """The rounds of one input-bound measurement: ``one_round()`` adds one, ``result()`` is the figure so
     far. ``dataset``: a tf.data.Dataset (its synthetic twin is dataset.take(1).cache().repeat()), repeated
@@ -123,54 +130,98 @@ class InputBoundRounds:
     sized before the first round by the synthetic twin's ``warmup`` steps, its last one timed (that side
     then settles instead of warming up in the first round). The steps are timed by a StepModel named
     ``name``; ``readback(output)`` forces the step's completion (default: the StepModel's, one element of
-    every output tensor back to the host)."""
+    every output tensor back to the host). ``step`` may be a StepModel already made (name and readback are
+    then its own, and its traces count over these rounds too).
 
-    def __init__(self, *, step: Callable[[Any], Any], dataset, warmup: int, batches: int,
+    The sides run through the round engine (rounds.InterleavedRounds), alternating: the real side first in
+    even rounds and last in odd ones, or the twin first with ``twin_first``. By default each side reads one
+    iterator for the whole measurement (its rounds continue it). ``fresh``: a callable making an iterator
+    of a dataset, for a fresh iterator per side and round instead (made right before the side, closed
+    inside it: its close() called, where it has one, and dropped), its start-up in the side's untimed
+    steps (``warmup`` in the first round, ``settle`` in later ones); the dataset need not then be endless.
+    ``twin``: the synthetic side's dataset instead of the default (e.g. a batch already read, repeated).
+    ``batches`` may be changed between rounds (a later pass's rounds sized afresh); ``calls`` counts the
+    step's calls, untimed ones included."""
+
+    def __init__(self, *, step: Callable[[Any], Any] | StepModel, dataset, warmup: int, batches: int,
                  settle: int | None = None, round_s: float = 0.0, readback: Callable[[Any], Any] | None = None,
-                 name: str = "input_bound"):
+                 name: str = "input_bound", fresh: Callable[[Any], Iterator] | None = None, twin=None,
+                 twin_first: bool = False):
         settle = warmup if settle is None else settle
         for key, value, least in (("warmup", warmup, 0), ("settle", settle, 0), ("batches", batches, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{key}: expected an integer >= {least}, found {value!r}")
+            _check_count(key, value, least)
         if not (isinstance(round_s, (int, float)) and not isinstance(round_s, bool) and 0 <= round_s < math.inf):
             raise ValueError(f"round_s: expected a finite number of seconds >= 0, found {round_s!r}")
         tf = tensorflow()
-        if not isinstance(dataset, tf.data.Dataset):
+        if twin is None and not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"dataset: expected a tf.data.Dataset (for its synthetic twin), found "
                             f"{type(dataset).__name__}")
-        self._step = StepModel(step, name=name, readback=readback)
+        self._step = step if isinstance(step, StepModel) else StepModel(step, name=name, readback=readback)
         self._warmup, self._settle, self._batches = warmup, settle, batches
-        self._round_s = round_s
-        self._real = _Endless(dataset, name)
-        self._synthetic = _Endless(dataset.take(1).cache().repeat(), f"{name} (synthetic twin)")
-        self._real_s: list[float] = []
-        self._synthetic_s: list[float] = []
-        self._wait_s: list[float] = []
+        self._round_s, self._fresh, self._sized = round_s, fresh, False
+        twin = dataset.take(1).cache().repeat() if twin is None else twin
+        self._datasets = {REAL: dataset, SYNTHETIC: twin}
+        self._iterators = {} if fresh else {REAL: _Endless(dataset, name),
+                                            SYNTHETIC: _Endless(twin, f"{name} (synthetic twin)")}
+        sides = (SYNTHETIC, REAL) if twin_first else (REAL, SYNTHETIC)
+        self._rounds = InterleavedRounds({side: functools.partial(self._side, side) for side in sides})
+        self.calls = 0
+
+    @property
+    def batches(self) -> int:
+        """Timed steps per side and round (from the next round on, where changed)."""
+        return self._batches
+
+    @batches.setter
+    def batches(self, batches: int) -> None:
+        _check_count("batches", batches, 1)
+        self._batches = batches
+
+    @property
+    def rounds(self) -> int:
+        """Rounds measured (both sides run)."""
+        return min(len(self._rounds.values[REAL]), len(self._rounds.values[SYNTHETIC]))
 
     def _size(self) -> None:
         """The synthetic twin's warm-up steps (the step's trace and compile), the last one timed; the timed
         steps per side become the fewest that last ``round_s``, ``batches`` at least."""
-        step_s = self._step.calls(self._synthetic, warmup=max(self._warmup - 1, 0)).per_call_s
+        step_s = self._calls(SYNTHETIC, untimed=max(self._warmup - 1, 0), count=1).per_call_s
         self._batches = max(self._batches, math.ceil(self._round_s / step_s))
+        self._sized = True
+
+    def _side(self, side: str) -> Calls:
+        """One side of this round: its untimed steps (warmup in the first round, settle after, or where
+        _size warmed the synthetic side's iterator up), then ``batches`` timed ones, each with its fetch."""
+        warm = self._rounds.index > 0 or (self._sized and side == SYNTHETIC and not self._fresh)
+        return self._calls(side, untimed=self._settle if warm else self._warmup, count=self._batches)
+
+    def _calls(self, side: str, *, untimed: int, count: int) -> Calls:
+        """The step fed by the side's iterator (a fresh one, closed here, with ``fresh``)."""
+        iterator = self._fresh(self._datasets[side]) if self._fresh else self._iterators[side]
+        calls = self._step.calls(iterator, warmup=untimed, count=count)
+        self.calls += untimed + calls.count
+        if self._fresh:
+            getattr(iterator, "close", lambda: None)()
+            del iterator  # closed here, inside the round, not later in someone else's
+        return calls
 
     def one_round(self) -> None:
-        """One round: both sides, the real one first in even rounds and last in odd ones."""
-        first = not self._real_s
-        sized = first and self._round_s > 0
-        if sized:
+        """One round: both sides, in the round engine's alternating order."""
+        if self._rounds.index == 0 and self._round_s > 0:
             self._size()
-        for real in alternating((True, False), len(self._real_s)):
-            warm = not first or (sized and not real)  # _size warmed the synthetic side up
-            untimed = self._settle if warm else self._warmup
-            side = self._real if real else self._synthetic
-            calls = self._step.calls(side, warmup=untimed, count=self._batches)
-            (self._real_s if real else self._synthetic_s).append(calls.per_call_s)
-            if real:
-                self._wait_s.append(calls.fetch_per_call_s)
+        self._rounds.one_round()
 
     def result(self) -> InputBound:
-        return InputBound.from_rounds(self._real_s, self._synthetic_s, self._wait_s, batches=self._batches,
+        """The figure of the rounds measured (a round whose second side never ran left out)."""
+        real, synthetic = (self._rounds.values[side][:self.rounds] for side in (REAL, SYNTHETIC))
+        return InputBound.from_rounds([c.per_call_s for c in real], [c.per_call_s for c in synthetic],
+                                      [c.fetch_per_call_s for c in real], batches=self._batches,
                                       warmup=self._warmup, settle=self._settle)
+
+
+def _check_count(key: str, value, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{key}: expected an integer >= {least}, found {value!r}")
 
 
 def measure_input_bound(*, step: Callable[[Any], Any], dataset, warmup: int, batches: int, rounds: int = 3,

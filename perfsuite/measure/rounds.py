@@ -1,12 +1,18 @@
-"""The one round driver: the order of interleaved runs within a round, planned rounds, and rounds added
+"""The one round engine: the order of interleaved runs within a round, planned rounds, and rounds added
 until a figure is decided within a time limit. Every measurement in rounds runs them through here.
+
+InterleavedRounds is the engine callers hand their runs to (by label, with an order and warm-up rounds):
+one_round() runs each of them, or the subset still wanted, once in that round's order and keeps each
+result under its label; until_decided() adds rounds until the caller's test of "decided" holds. No caller
+writes a round's alternation itself (tests/test_rounds.py holds that).
 
 alternating() is the order interleaved measurements use (timing.interleave, timing.interleave_rounds,
 input_bound, the emulated contrasts, diagnose's stages, perfsuite ab's controller): forwards on even rounds,
 backwards on odd ones (A B C, C B A, ...), so over a pair of rounds every run sits at the same mean position
 and a steady drift cancels. rotated() (the self-test's arms) also puts every run in every position equally
 often, over 2 x len(labels) rounds. A round's order comes from its index, counted from the first round of the
-measurement (warm-up rounds included), so rounds added later continue the alternation.
+measurement (warm-up rounds included, unless the caller counts measured rounds only), so rounds added later
+continue the alternation.
 planned() runs a fixed number of rounds, through a timing instrument where one is given (pytest-benchmark's
 pedantic, through pytest_plugin/benchmark_adapter); interleaved() runs several runs once per round in
 an order. until_decided() adds rounds while a figure is undecided (the fixture's undecided gates, ratio
@@ -24,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from perfsuite.records import Record
 
@@ -91,19 +97,93 @@ def interleaved(runs: Mapping[Any, Callable[[], T]], *, rounds: int, warmup_roun
         raise ValueError(f"rounds, warmup_rounds: expected >= 1 and >= 0, found {rounds} and {warmup_rounds}")
     if not runs:
         raise ValueError("runs: expected at least one callable, found none")
-    values: dict[Any, list[T]] = {label: [] for label in runs}
-    orders = []
+    engine = InterleavedRounds(runs, order=order, warmup_rounds=warmup_rounds, start=start)
+    engine.run(warmup_rounds + rounds)
+    return engine.values, engine.orders
 
-    def one_round(index: int) -> None:
-        sequence = order(tuple(runs), index)
-        results = {label: runs[label]() for label in sequence}
-        if index >= start + warmup_rounds:
-            for label in sequence:
-                values[label].append(results[label])
-            orders.append(sequence)
 
-    planned(one_round, warmup_rounds + rounds, start=start)
-    return values, orders
+class InterleavedRounds(Generic[T]):
+    """The round engine: ``runs`` ({label: run()}) each run once per round, in ``order`` (alternating or
+    rotated) of the labels given, the first ``warmup_rounds`` rounds a warm-up.
+
+    one_round(labels) runs the labels given (default: every run, in the order of ``runs``; a subset, e.g.
+    the runs still undecided, keeps the order of the labels as given) once each, in the order of round
+    ``index``, and returns {label: result} in the order they ran. A measured round's results are appended
+    to ``values[label]`` and its order to ``orders``; a warm-up round's go to ``warmups[label]`` instead.
+    ``index`` is the index of the round now running (during a run) or next to run: ``start`` for the
+    first, one more per round, across every call of one_round, run and until_decided, so rounds added
+    later (a second pass) continue the alternation. ``values``: earlier rounds' results by label, for an
+    engine whose runs are made afresh for rounds that continue them (appended to in place; give
+    ``start`` too). ``count_warmup``: False where a round's order counts measured rounds only (a warm-up
+    round takes the order of the first measured round after it)."""
+
+    def __init__(self, runs: Mapping[Any, Callable[[], T]], *, order: Callable[[Sequence, int], tuple] = alternating,
+                 warmup_rounds: int = 0, start: int = 0, values: dict[Any, list[T]] | None = None,
+                 count_warmup: bool = True):
+        if warmup_rounds < 0 or start < 0:
+            raise ValueError(f"warmup_rounds, start: expected >= 0 and >= 0, found {warmup_rounds} and {start}")
+        self.runs: dict[Any, Callable[[], T]] = dict(runs)
+        self.order, self.warmup_rounds, self.start, self.count_warmup = order, warmup_rounds, start, count_warmup
+        self.values: dict[Any, list[T]] = {label: [] for label in self.runs} if values is None else values
+        for label in self.runs:
+            self.values.setdefault(label, [])
+        self.warmups: dict[Any, list[T]] = {label: [] for label in self.runs}
+        self.orders: list[tuple] = []
+        self.index = start
+
+    @property
+    def rounds_run(self) -> int:
+        """Rounds this engine ran, warm-up included."""
+        return self.index - self.start
+
+    @property
+    def warming_up(self) -> bool:
+        """Whether round ``index`` (the one running, or next to run) is a warm-up round."""
+        return self.rounds_run < self.warmup_rounds
+
+    @property
+    def warmup_left(self) -> int:
+        """Warm-up rounds still to run."""
+        return max(0, self.warmup_rounds - self.rounds_run)
+
+    def sequence(self, labels: Sequence | None = None) -> tuple:
+        """The order round ``index`` runs ``labels`` in (default: every run)."""
+        labels = tuple(self.runs) if labels is None else tuple(labels)
+        unknown = [label for label in labels if label not in self.runs]
+        if unknown:
+            raise KeyError(f"labels: expected runs of {tuple(self.runs)}, found {unknown}")
+        measured = max(0, self.rounds_run - self.warmup_rounds)
+        return self.order(labels, self.index if self.count_warmup else self.start + measured)
+
+    def one_round(self, labels: Sequence | None = None) -> dict[Any, T]:
+        """One round: each of ``labels`` (default: every run) once, in this round's order; {label: result}."""
+        sequence = self.sequence(labels)
+        results = {label: self.runs[label]() for label in sequence}
+        kept = self.warmups if self.warming_up else self.values
+        for label in sequence:
+            kept.setdefault(label, []).append(results[label])
+        if not self.warming_up:
+            self.orders.append(sequence)
+        self.index += 1
+        return results
+
+    def run(self, rounds: int, *, labels: Sequence | None = None,
+            instrument: Callable[[Callable[[], None], int], Any] | None = None) -> list[dict[Any, T]]:
+        """``rounds`` rounds (planned(); warm-up rounds still to run among them); each round's results."""
+        return planned(lambda index: self.one_round(labels), rounds, start=self.index, instrument=instrument)
+
+    def until_decided(self, decided: Callable[[], bool], *,
+                      labels: Sequence | Callable[[], Sequence] | None = None,
+                      driver: Callable[..., Any] | None = None, **options) -> Any:
+        """Rounds until decided() holds or the limit is reached: ``driver(one_round, decided=decided,
+        warmup_rounds=<warm-up rounds still to run>, **options)``, by default rounds.until_decided (options:
+        its limit_s, max_rounds, ...; a diagnose Stage's rounds_until_decided takes its own). ``labels``:
+        the runs of each round, or a callable asked before each round (the runs still undecided).
+        Returns what driver returns (a RoundsOutcome)."""
+        def one_round(index: int) -> None:
+            self.one_round(labels() if callable(labels) else labels)
+
+        return (driver or until_decided)(one_round, decided=decided, warmup_rounds=self.warmup_left, **options)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,8 @@ with the side's source tree as the working directory and first on the import pat
 and the benchmarks are that side's. The file itself comes
 from the controller's perfsuite and uses only the standard library and pytest at import, so it also
 drives a revision older than this file: the side's fixture gets the round driver through the plugin's
-public hook ``pytest_perfsuite_round_driver`` (perfsuite.pytest_plugin.hooks) where the side has it, and
-where the side predates that hook, through the public ``round_driver`` field of the context of every
-Recorder its fixture makes (every revision with perfsuite ab has that field).
+public hook ``pytest_perfsuite_round_driver`` (perfsuite.pytest_plugin.hooks) and nothing else; a revision
+that predates the hook is refused at the start, saying so.
 
 Protocol: one JSON object per line. Events (worker -> controller): started, collect_error, collected,
 ready (a benchmark's warm-up is done; it waits), round (one round's figure; with the process CPU
@@ -21,7 +20,6 @@ controller has gone (end of file on its commands) exits at once.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -100,7 +98,7 @@ class RoundDriver:
         return results
 
     def pairs(self, a, b, *, name: str, sides: tuple[str, str] | None = None):
-        from perfsuite.measure import stats, timing
+        from perfsuite.measure import timing
 
         if sides is not None:
             return self._named_sides(a, b, name=name, sides=sides)
@@ -108,9 +106,9 @@ class RoundDriver:
         # tracing) is no round. One pair, not the Recorder's two: every pass pays it on both sides.
         timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0)
         self._ready("pairs", name)
-        # A first in even rounds, B first in odd ones (measure.rounds.alternating, which a side's perfsuite
-        # older than it lacks)
-        pairs = self._asked(lambda index: _pair(stats, timing, a, b, a_first=index % 2 == 0),
+        # A first in even rounds, B first in odd ones: the round's order from its index (timing.interleave's
+        # start, through measure.rounds, in every revision with the hook)
+        pairs = self._asked(lambda index: timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0, start=index),
                             lambda pair, seconds, cpu_s: {"value": float(pair.ratios[0]), "seconds": seconds,
                                                           "parts": _speeds(pair)})
         result = pairs[0]
@@ -196,38 +194,17 @@ def _speeds(pair) -> list[float]:
     return [float(1 / v if pair.unit == "s" else v) for v in (pair.a_values[0], pair.b_values[0])]
 
 
-def _pair(stats, timing, a, b, *, a_first: bool):
-    """One interleaved pair as an ABResult of A's speed over B's, in the order asked for."""
-    if a_first:
-        return timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0)
-    swapped = timing.interleave(a=b, b=a, rounds=1, warmup_rounds=0)
-    ratios = tuple(1 / r for r in swapped.ratios)
-    return dataclasses.replace(swapped, a_values=swapped.b_values, b_values=swapped.a_values, ratios=ratios,
-                               summary=stats.ratio_summary(ratios), order=("BA",))
-
-
-HOOK, FIXTURE = "hook", "fixture"  # how a side's fixture gets the driver (install)
+HOOK = "hook"  # how a side's fixture gets the driver (install): the plugin's public hook, the only way
 
 
 def install(config) -> str:
     """How the side's fixture gets the driver: through the plugin's hook pytest_perfsuite_round_driver
-    (HOOK: WorkerPlugin implements it), or, for a revision that predates the hook, on the context of each
-    Recorder its fixture makes (FIXTURE: WorkerPlugin.pytest_fixture_setup). A revision with neither
-    cannot be driven."""
+    (HOOK: WorkerPlugin implements it; the plugin puts its answer on the session's context). A revision
+    without the hook cannot be driven: RuntimeError."""
     if hasattr(config.hook, "pytest_perfsuite_round_driver"):
         return HOOK
-    from perfsuite.pytest_plugin import recorder as side_recorder
-
-    if "round_driver" in getattr(side_recorder.SessionContext, "__dataclass_fields__", {}):
-        return FIXTURE
-    raise RuntimeError("this revision's perfsuite: expected the hook pytest_perfsuite_round_driver or a "
-                       "round_driver field in its SessionContext, found neither: too old for perfsuite ab")
-
-
-def drive_recorder(recorder, driver: RoundDriver):
-    """The fixture's Recorder with its context's public round_driver field set to ``driver`` (FIXTURE)."""
-    recorder.context = dataclasses.replace(recorder.context, round_driver=driver)
-    return recorder
+    raise RuntimeError("this revision's perfsuite: expected the hook pytest_perfsuite_round_driver (its "
+                       "pytest_plugin/hooks.py), found none: too old for perfsuite ab")
 
 
 def _short(report) -> str:
@@ -261,13 +238,6 @@ class WorkerPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_perfsuite_round_driver(self, config):
         return self.driver
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_fixture_setup(self, fixturedef, request):
-        value = yield
-        if self.how == FIXTURE and fixturedef.argname == "perfsuite":
-            drive_recorder(value, self.driver)
-        return value
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session):

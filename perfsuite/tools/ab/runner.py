@@ -6,6 +6,7 @@ perfsuite.verdict.ab's."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.measure.rounds import alternating, until_decided
+from perfsuite.measure.rounds import InterleavedRounds, until_decided
 from perfsuite.tools.ab.manager import (
     SIDES,
     ABError,
@@ -133,10 +134,7 @@ class Controller:
 
     def _started(self, worker: Worker, event: dict) -> list[str]:
         imported = Path(event.get("perfsuite", ""))
-        notes = [f"side {worker.side.name}: rounds driven through the hook pytest_perfsuite_round_driver"
-                 if event.get("driver") == "hook" else
-                 f"side {worker.side.name}: this revision predates the hook pytest_perfsuite_round_driver; the "
-                 "driver is set on each Recorder's context instead"]
+        notes = [f"side {worker.side.name}: rounds driven through the hook pytest_perfsuite_round_driver"]
         if worker.side.root.resolve() not in imported.resolve().parents:
             notes.append(f"side {worker.side.name}: imports perfsuite from {imported}, not from its own tree "
                          f"{worker.side.root} (the revision has no perfsuite package of its own?)")
@@ -219,32 +217,34 @@ class Controller:
         values, seconds, cpu, parts = ({s: [] for s in SIDES} for _ in range(4))
         order, start, so_far = [], time.monotonic(), {}
 
+        def side_round(side: str) -> None:
+            worker = self.pool[side]
+            worker.send("go")
+            event = worker.receive(timeout=self.options.round_timeout_s, benchmark=name,
+                                   waiting_for=f"measuring round {len(order) + 1}")
+            if event.get("event") == "done":  # the benchmark raised during its round
+                other = "B" if side == "A" else "A"
+                self.pool[other].send("skip", reason=f"side {side} failed during round {len(order) + 1}")
+                self.spent_s += time.monotonic() - start
+                problem = f"the benchmark {event['outcome']} during round {len(order) + 1}: {event['message']}"
+                if event["outcome"] == "failed":
+                    self.failures.append(worker.failure(problem, benchmark=name))
+                else:
+                    self.not_compared.append(NotCompared(name, f"side {side}: {problem}"))
+                raise _RoundEnded(side, event)
+            if event.get("event") != "round":
+                raise worker.failure(f"expected round {len(order) + 1}'s figure, found {event}", benchmark=name)
+            worker.wait_frozen(benchmark=name)
+            values[side].append(event["value"])
+            seconds[side].append(event["seconds"])
+            for store, key in ((cpu, "cpu_per_unit"), (parts, "parts")):
+                if event.get(key) is not None:
+                    store[side].append(tuple(event[key]) if key == "parts" else event[key])
+
+        rounds = InterleavedRounds({side: functools.partial(side_round, side) for side in SIDES})
+
         def one_round(index: int) -> None:
-            sides = alternating(SIDES, index)
-            for side in sides:
-                worker = self.pool[side]
-                worker.send("go")
-                event = worker.receive(timeout=self.options.round_timeout_s, benchmark=name,
-                                       waiting_for=f"measuring round {len(order) + 1}")
-                if event.get("event") == "done":  # the benchmark raised during its round
-                    other = "B" if side == "A" else "A"
-                    self.pool[other].send("skip", reason=f"side {side} failed during round {len(order) + 1}")
-                    self.spent_s += time.monotonic() - start
-                    problem = f"the benchmark {event['outcome']} during round {len(order) + 1}: {event['message']}"
-                    if event["outcome"] == "failed":
-                        self.failures.append(worker.failure(problem, benchmark=name))
-                    else:
-                        self.not_compared.append(NotCompared(name, f"side {side}: {problem}"))
-                    raise _RoundEnded(side, event)
-                if event.get("event") != "round":
-                    raise worker.failure(f"expected round {len(order) + 1}'s figure, found {event}", benchmark=name)
-                worker.wait_frozen(benchmark=name)
-                values[side].append(event["value"])
-                seconds[side].append(event["seconds"])
-                for store, key in ((cpu, "cpu_per_unit"), (parts, "parts")):
-                    if event.get(key) is not None:
-                        store[side].append(tuple(event[key]) if key == "parts" else event[key])
-            order.append("".join(sides))
+            order.append("".join(rounds.one_round()))
             so_far["measured"] = Measured(name, nodeid, metric, higher, tuple(values["A"]), tuple(values["B"]),
                                           tuple(order), tuple(seconds["A"]), tuple(seconds["B"]),
                                           time.monotonic() - start, a_cpu=tuple(cpu["A"]), b_cpu=tuple(cpu["B"]),

@@ -4,10 +4,11 @@ throughput. Every iterator is drained before each round (streams: steady state, 
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
-from perfsuite.measure.rounds import alternating
+from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
@@ -168,13 +169,15 @@ class BottleneckRounds:
             stream.drain(drains[index])
         start_s = time.perf_counter() - started
 
-        def one_round(index: int) -> None:
-            for key in alternating(tuple(streams), len(rates[0])):
-                rates[key].append(read_rate(streams[key], drain=drains[key], read_s=read_s, whole=whole.get(key),
-                                            batched=key == "batched" or (key != "unbatched" and cuts[key].batched)))
+        def read(key) -> float:
+            return read_rate(streams[key], drain=drains[key], read_s=read_s, whole=whole.get(key),
+                             batched=key == "batched" or (key != "unbatched" and cuts[key].batched))
 
-        stage.rounds_until_decided(one_round, decided=lambda: _bottleneck(cuts, rates).decided,
-                                   first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
+        # This pass's streams are fresh; its rounds continue the earlier passes' rates and their order.
+        rounds = InterleavedRounds({key: functools.partial(read, key) for key in streams}, start=len(rates[0]),
+                                   values=rates)
+        rounds.until_decided(lambda: _bottleneck(cuts, rates).decided, driver=stage.rounds_until_decided,
+                             first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
         for stream in streams.values():
             stream.close()
         stage.status = status_from(_bottleneck(cuts, rates).decided, len(rates[0]))

@@ -5,11 +5,12 @@ in rounds alternating before and after, its gain (after / before per round) deci
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from perfsuite.measure.rounds import alternating
+from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.measure.step_model import StepModel
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
@@ -26,6 +27,7 @@ from perfsuite.verdict.diagnosis_figures import (
     estimate,
 )
 
+SIDES = ("before", "after")  # a fix's sides, in the order of even measured rounds
 GAIN_BOUNDARIES = (1.0,)  # a fix's gain is decided when its interval leaves 1.0 (no change) out
 
 
@@ -168,22 +170,18 @@ class FixRounds:
                 self.refused.append(FixGain(name=comparison.name, words=comparison.words, applied=False, why=str(why)))
                 continue
             self.comparisons.append(comparison)
-            self.values[comparison.name] = {"before": [], "after": []}
+            self.values[comparison.name] = {side: [] for side in SIDES}
 
     def _measure(self, stage: Stage, comparison: Comparison, share_s: float) -> str:
         values = self.values[comparison.name]
-        warmup = 0 if values["after"] else comparison.warmup_rounds
         read_s = max(MIN_READ_S, share_s / (TARGET_ROUNDS * 4))
-
-        def one_round(index: int) -> None:
-            rates = {side: comparison.rate(side, read_s) for side in alternating(("before", "after"), len(values["after"]))}
-            if index >= warmup:
-                for side, rate in rates.items():
-                    values[side].append(rate)
-
-        stage.rounds_until_decided(one_round, decided=lambda: self.decided(comparison.name), share_s=share_s,
-                                             first_estimate_s=4 * read_s, warmup_rounds=warmup,
-                                             what=f"{comparison.name}: ")
+        # This pass's rounds continue the earlier ones' values and order (before first in even measured
+        # rounds, a warm-up round in the order of the measured round after it); warm-up until one is measured.
+        rounds = InterleavedRounds({side: functools.partial(comparison.rate, side, read_s) for side in SIDES},
+                                   warmup_rounds=0 if values["after"] else comparison.warmup_rounds,
+                                   start=len(values["after"]), values=values, count_warmup=False)
+        rounds.until_decided(lambda: self.decided(comparison.name), driver=stage.rounds_until_decided,
+                             share_s=share_s, first_estimate_s=4 * read_s, what=f"{comparison.name}: ")
         return status_from(self.decided(comparison.name), len(values["after"]))
 
     def close(self) -> None:

@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
+from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.machine import MachineFingerprint
-from perfsuite.measure.rounds import alternating
 from perfsuite.measure.speech import canonical_batch
 from perfsuite.measure.step_model import StepModel
 from perfsuite.records import Record, migrate, migration
@@ -370,10 +370,12 @@ def _first_calls(step: StepModel, batch) -> StepRun:
 
 
 class _InputBoundRounds:
-    """The step fed by the pipeline (a fresh iterator per side and round, made right before it, closed inside
-    it: its buffers fill only while its own round runs) vs by the first batch repeated, in alternating rounds
-    (twin first, then real first, ...) until the share is decided or the share of the budget is spent; the
-    step's traces counted over the rounds. A second pass adds rounds to the first."""
+    """The step fed by the pipeline vs by the first batch repeated, measured by measure.input_bound's
+    InputBoundRounds (the alternating measurement the benchmarks and the fixture use) with diagnose's
+    contract: a fresh iterator per side and round (a Stream, made right before it, closed inside it: its
+    buffers fill only while its own round runs), the twin first in even rounds, rounds until the share is
+    decided or the share of the budget is spent; the step's traces counted over the rounds. A second pass
+    adds rounds to the first, its sides' steps sized afresh by the time left."""
 
     def __init__(self, step: StepModel, first: StepRun, batch, dataset, settings: PipelineSettings,
                  target: Target):
@@ -381,70 +383,60 @@ class _InputBoundRounds:
 
         self.step, self.first, self.dataset, self.settings, self.target = step, first, dataset, settings, target
         self.twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
-        self.real_s: list[float] = []
-        self.synthetic_s: list[float] = []
-        self.wait_s: list[float] = []
-        self.calls = 0
+        self.measurement: InputBoundRounds | None = None
         self.retraces_before = step.retraces  # traces since the first calls (the work fingerprint's) left out
-        self.batches: int | None = None
+
+    def measured(self) -> InputBound | None:
+        """The rounds so far; None before the first."""
+        return self.measurement.result() if self.measurement is not None and self.measurement.rounds else None
 
     def figure(self) -> RoundsEstimate:
-        from perfsuite.measure import stats
+        return estimate(self.measured().shares, INPUT_BOUND_BOUNDARIES)
 
-        return estimate([stats.input_bound_share(t_synthetic=s, t_real=r)
-                         for s, r in zip(self.synthetic_s, self.real_s)], INPUT_BOUND_BOUNDARIES)
+    def decided(self) -> bool:
+        return self.measured() is not None and self.figure().decided
 
     def more_rounds(self) -> float:
-        return more_rounds_for(self.figure() if self.real_s else None)
+        return more_rounds_for(self.figure() if self.measured() is not None else None)
 
     def run(self, stage: Stage) -> tuple[InputBoundFigures | None, StepRun]:
-        warmup, call_s, target = self.settings.warmup, self.first.first_steady_s, self.target
-        if self.real_s:  # a second pass: its rounds sized by the time left, up to MAX_STEP_CALLS_AGAIN calls a side
-            call_s = statistics.median(self.real_s + self.synthetic_s)  # seconds per step, measured
-        most = MAX_STEP_CALLS if not self.real_s else MAX_STEP_CALLS_AGAIN
-        self.batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), 2 * call_s, most=most) - warmup)
-        batches = self.batches
+        warmup, call_s, so_far = self.settings.warmup, self.first.first_steady_s, self.measured()
+        if so_far is not None:  # a second pass: its rounds sized by the time left, up to MAX_STEP_CALLS_AGAIN a side
+            call_s = statistics.median(so_far.real_round_s + so_far.synthetic_round_s)  # seconds per step, measured
+        most = MAX_STEP_CALLS if so_far is None else MAX_STEP_CALLS_AGAIN
+        batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), 2 * call_s, most=most) - warmup)
         stage.plan = (f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
                       f"{batches} timed steps of about {call_s:.3g} s (about {2 * (warmup + batches) * call_s:.1f} s "
                       "per round), until the share is decided")
         stage.tell("note", stage.plan)
-
-        def side(source) -> tuple[float, float]:
-            stream = Stream(source, target.pipeline)
-            calls = self.step.calls(stream, warmup=warmup, count=batches)
-            self.calls += warmup + batches
-            stream.close()
-            return calls.per_call_s, calls.fetch_per_call_s
-
-        def one_round(index: int) -> None:
-            for name in alternating(("twin", "real"), len(self.real_s)):
-                seconds, waited = side(self.twin if name == "twin" else self.dataset)
-                (self.synthetic_s if name == "twin" else self.real_s).append(seconds)
-                if name == "real":
-                    self.wait_s.append(waited)
-
-        stage.rounds_until_decided(one_round, decided=lambda: bool(self.real_s) and self.figure().decided,
+        if self.measurement is None:
+            spec = self.target.pipeline
+            self.measurement = InputBoundRounds(step=self.step, dataset=self.dataset, warmup=warmup, batches=batches,
+                                                twin=self.twin, twin_first=True,
+                                                fresh=lambda dataset: Stream(dataset, spec))
+        self.measurement.batches = batches
+        stage.rounds_until_decided(lambda index: self.measurement.one_round(), decided=self.decided,
                                    first_estimate_s=2 * (warmup + batches) * call_s)
-        decided = bool(self.real_s) and self.figure().decided
-        stage.status = status_from(decided, len(self.real_s))
+        stage.status = status_from(self.decided(), self.measurement.rounds)
         return self.figures()
 
     def figures(self) -> tuple[InputBoundFigures | None, StepRun]:
         from perfsuite.measure import stats
 
-        first = self.first
+        first, measured = self.first, self.measured()
+        calls = 0 if self.measurement is None else self.measurement.calls
         retraces = None if self.retraces_before is None else self.step.retraces - self.retraces_before
-        used = replace(first, calls=first.calls + self.calls,
+        used = replace(first, calls=first.calls + calls,
                        traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
-        if not self.real_s:
+        if measured is None:
             return None, used
         share = self.figure()
         label = stats.classify_input_bound(share.median) if share.decided else "undecided"
-        return InputBoundFigures(share=share, classification=label, t_real=float(statistics.median(self.real_s)),
-                                 t_synthetic=float(statistics.median(self.synthetic_s)),
-                                 real_round_s=tuple(self.real_s), synthetic_round_s=tuple(self.synthetic_s),
-                                 batches=self.batches or 0, warmup=self.settings.warmup,
-                                 wait=wait_estimate(self.wait_s, self.real_s)), used
+        return InputBoundFigures(share=share, classification=label, t_real=measured.t_real,
+                                 t_synthetic=measured.t_synthetic, real_round_s=measured.real_round_s,
+                                 synthetic_round_s=measured.synthetic_round_s, batches=measured.batches,
+                                 warmup=self.settings.warmup,
+                                 wait=wait_estimate(measured.wait_round_s, measured.real_round_s)), used
 
 
 # ------------------------------------------------------------------------------------------ verdicts

@@ -3,6 +3,7 @@ each a function of its Stage, returning its figures as records."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     parse_step_time,
     run_emulated,
 )
-from perfsuite.measure.rounds import alternating
+from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.measure.step_model import Calls, FirstCalls, StepModel
 from perfsuite.tools.diagnose.plan import (
     FEED_ROUND_SAMPLES,
@@ -74,23 +75,30 @@ from perfsuite.verdict.diagnosis_figures import (
 
 
 class LoaderRounds:
-    """Every LOADER_PIPELINES loader in interleaved rounds (A B C D, D C B A, ...), a fresh iterator per
-    round with settings.warmup untimed batches, until every LOADER_PAIRS ratio is decided or the share is
-    spent. The first round of all is a short warm-up (start-up, first file reads: one batch each), whose
-    time only sizes the next round. run() again adds rounds to the earlier ones (resume's second pass)."""
+    """Every LOADER_PIPELINES loader in interleaved rounds (A B C D, D C B A, ...; rounds.InterleavedRounds),
+    a fresh iterator per round with settings.warmup untimed batches, until every LOADER_PAIRS ratio is
+    decided or the share is spent. The first round of all is a short warm-up (start-up, first file reads:
+    one batch each), whose time only sizes the next round. run() again adds rounds to the earlier ones
+    (resume's second pass), continuing their order."""
 
     def __init__(self, loader, settings: DiagnoseSettings):
         self.datasets = {pipeline: loader(pipeline) for pipeline in LOADER_PIPELINES}
-        self.runs: dict[Pipeline, list] = {pipeline: [] for pipeline in LOADER_PIPELINES}
         self.settings = settings
+        self.rounds = InterleavedRounds({pipeline: functools.partial(self._measure, pipeline)
+                                         for pipeline in LOADER_PIPELINES}, warmup_rounds=1)
+
+    @property
+    def runs(self) -> dict[Pipeline, list]:
+        """Each loader's measurement per round, the warm-up round's first."""
+        return {p: self.rounds.warmups[p] + self.rounds.values[p] for p in LOADER_PIPELINES}
 
     def rounds_run(self) -> int:
         """Rounds run so far, the warm-up round included (each loader has one measurement a round)."""
-        return len(self.runs[LOADER_PIPELINES[0]])
+        return self.rounds.rounds_run
 
     def comparisons(self) -> tuple[LoaderComparison, ...]:
-        return tuple(_loader_comparison(a, b, self.runs[a][1:], self.runs[b][1:]) for a, b in LOADER_PAIRS
-                     if len(self.runs[a]) > 1)
+        values = self.rounds.values
+        return tuple(_loader_comparison(a, b, values[a], values[b]) for a, b in LOADER_PAIRS if values[a])
 
     def figures(self) -> dict:
         """pipelines and comparisons, empty without a measured round."""
@@ -103,25 +111,26 @@ class LoaderRounds:
         """Rounds more for every ratio to be decided (plan.more_rounds_for; MIN_ROUNDS with none yet)."""
         return max((more_rounds_for(c.ratio) for c in self.comparisons()), default=float(MIN_ROUNDS))
 
-    def run(self, stage: Stage) -> dict:
+    def _measure(self, pipeline: Pipeline):
+        """One loader's round: one batch in the warm-up round (start-up, first reads), settings.batches after."""
         from perfsuite.measure import timing
 
-        settings, runs, done = self.settings, self.runs, self.rounds_run()
+        settings = self.settings
+        batches = 1 if self.rounds.warming_up else settings.batches
+        return timing.measure_dataset(dataset=self.datasets[pipeline], name=pipeline.label,
+                                      warmup_batches=settings.warmup, measure_batches=batches)
+
+    def run(self, stage: Stage) -> dict:
+        settings, done = self.settings, self.rounds_run()
         stage.plan = (f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per "
                       f"round, interleaved, {'after a short warm-up round' if not done else 'more rounds'}; "
                       "rounds until the same-round ratios are decided")
         stage.tell("note", stage.plan)
 
-        def one_round(index: int) -> None:
-            batches = 1 if done + index == 0 else settings.batches  # the warm-up round: start-up, first reads
-            for pipeline in alternating(LOADER_PIPELINES, done + index):
-                runs[pipeline].append(timing.measure_dataset(dataset=self.datasets[pipeline], name=pipeline.label,
-                                                             warmup_batches=settings.warmup, measure_batches=batches))
-
         def decided() -> bool:
             return all(c.ratio.decided for c in self.comparisons())
 
-        stage.rounds_until_decided(one_round, decided=decided, warmup_rounds=0 if done else 1)
+        self.rounds.until_decided(decided, driver=stage.rounds_until_decided)
         measured = max(0, self.rounds_run() - 1)  # both passes, less the warm-up round
         stage.status = status_from(measured > 0 and decided(), measured)
         return self.figures()
@@ -171,21 +180,22 @@ def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple
                   f"graph/eager and XLA/graph are decided; {max(stage.left_s(), 0):.0f} s of the share left after the "
                   "first calls")
     stage.tell("note", stage.plan)
-    per_round = {mode: [] for mode in STEP_MODES}
-
-    def one_round(index: int) -> None:
-        for mode in alternating(STEP_MODES, index):
-            per_round[mode].append(tuple(models[mode].call_s(batch) for _ in range(calls)))
-
-    outcome = stage.rounds_until_decided(
-        one_round, decided=lambda: all(r.ratio.decided for r in _step_ratios(per_round).values()),
-        first_estimate_s=calls * round_call_s)
+    rounds = InterleavedRounds({mode: functools.partial(_step_calls, models[mode], batch, calls)
+                                for mode in STEP_MODES})
+    per_round = rounds.values
+    outcome = rounds.until_decided(lambda: all(r.ratio.decided for r in _step_ratios(per_round).values()),
+                                   driver=stage.rounds_until_decided, first_estimate_s=calls * round_call_s)
     stage.status = status_of(outcome)
     modes = {mode: _step_mode(first[mode], per_round[mode], models[mode].retraces) for mode in STEP_MODES}
     ratios = _step_ratios(per_round)
     steps = {mode: model.step for mode, model in models.items()}
     return steps, StepFigures(modes=modes, ratios=ratios, calls_per_round=calls,
                               input_bound_mode=_input_bound_mode(modes, ratios))
+
+
+def _step_calls(model: StepModel, batch, calls: int) -> tuple[float, ...]:
+    """One mode's round: the seconds of each of `calls` calls on batch."""
+    return tuple(model.call_s(batch) for _ in range(calls))
 
 
 def _step_ratios(per_round: dict[str, list]) -> dict[str, StepRatio]:
@@ -216,11 +226,14 @@ def _input_bound_mode(modes: dict[str, StepMode], ratios: dict[str, StepRatio]) 
 
 # ------------------------------------------------------------------------------ input-bound share
 
+TWIN, TWIN_AGAIN = "twin", "twin again"  # the synthetic sides that open and close a round
+
 
 def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings: DiagnoseSettings):
     """The compiled step fed by each LOADER_PIPELINES pipeline and by the synthetic twin (the fixed batch
     repeated: every loader pads to the same static shapes, so one batch stands for all). A round runs
-    the twin, the pipelines (reversed every other round), and the twin again; each pipeline's share
+    the twin, the pipelines, and the twin again, reversed every other round (rounds.InterleavedRounds:
+    a twin side opens and closes the round either way); each pipeline's share
     uses the mean of the two twin sides, which sit at the same mean position in the round as the
     pipelines, so a drift within the round cancels and one slow twin side does not skew every share.
     Each side is a fresh iterator, closed when the side ends: its start-up falls in the untimed warm-up
@@ -239,36 +252,32 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
     stage.tell("note", stage.plan)
     twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
     model = StepModel(step, name="step")
-    synthetic_s, real_s = [], {pipeline: [] for pipeline in pipelines}
-    wait_s = {pipeline: [] for pipeline in pipelines}
+    makers = {TWIN: lambda: twin, **{p: functools.partial(loader, p) for p in pipelines}, TWIN_AGAIN: lambda: twin}
+    rounds = InterleavedRounds({label: functools.partial(_fed_calls, model, make, warmup=warmup, batches=batches)
+                                for label, make in makers.items()})
+    synthetic_s = []
 
     def figures(pipeline: Pipeline) -> InputBoundFigures:
-        rounds = real_s[pipeline]
-        return _input_bound_figures(pipeline, rounds, synthetic_s[:len(rounds)], wait_s[pipeline], batches=batches,
-                                    warmup=warmup)
+        calls = rounds.values[pipeline]
+        return _input_bound_figures(pipeline, [c.per_call_s for c in calls], synthetic_s[:len(calls)],
+                                    [c.fetch_per_call_s for c in calls], batches=batches, warmup=warmup)
 
     def undecided() -> list[Pipeline]:
-        return [p for p in pipelines if not real_s[p] or not figures(p).share.decided]
+        return [p for p in pipelines if not rounds.values[p] or not figures(p).share.decided]
 
-    def one_round(index: int) -> None:
-        active = undecided()
-        before = _fed_calls(model, twin, warmup=warmup, batches=batches)
-        for pipeline in alternating(active, index):
-            calls = _fed_calls(model, loader(pipeline), warmup=warmup, batches=batches)
-            real_s[pipeline].append(calls.per_call_s)
-            wait_s[pipeline].append(calls.fetch_per_call_s)
-        after = _fed_calls(model, twin, warmup=warmup, batches=batches)
-        synthetic_s.append((before.per_call_s + after.per_call_s) / 2)
+    def one_round(index: int) -> None:  # the twin sides first and last, whichever way the pipelines go
+        found = rounds.one_round((TWIN, *undecided(), TWIN_AGAIN))
+        synthetic_s.append((found[TWIN].per_call_s + found[TWIN_AGAIN].per_call_s) / 2)
 
     outcome = stage.rounds_until_decided(one_round, decided=lambda: not undecided(), first_estimate_s=round_s)
     stage.status = status_of(outcome)
-    return tuple(figures(p) for p in pipelines if real_s[p])
+    return tuple(figures(p) for p in pipelines if rounds.values[p])
 
 
-def _fed_calls(model: StepModel, dataset, *, warmup: int, batches: int) -> Calls:
-    """The step's calls fed by a fresh iterator over dataset (`warmup` untimed, then `batches` timed, each
-    with its fetch), the iterator closed inside the round."""
-    batches_of = iter(dataset)
+def _fed_calls(model: StepModel, make, *, warmup: int, batches: int) -> Calls:
+    """The step's calls fed by a fresh iterator over make() (the side's dataset: `warmup` untimed, then
+    `batches` timed, each with its fetch), the iterator closed inside the round."""
+    batches_of = iter(make())
     calls = model.calls(batches_of, warmup=warmup, count=batches)
     del batches_of  # closed here, inside the round, not later in someone else's
     return calls
@@ -408,18 +417,14 @@ def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, sha
     current = settings.workers if axis == "workers" else settings.batch_size
     datasets = {point: loader(Pipeline("tf_native", "wav"), **{axis: point}) for point in points}
     batches = {point: _sweep_batches(axis, point, settings) for point in points}
-    values, order = {point: [] for point in points}, []
 
-    def one_round(index: int) -> None:
-        sequence = alternating(points, index)
-        found = {point: timing.measure_dataset(dataset=datasets[point], warmup_batches=settings.warmup,
-                                               measure_batches=batches[point] if index else 1,
-                                               name=f"sweep-{axis}-{point}")
-                 for point in sequence}
-        if index >= 1:  # round 0 is the warm-up
-            for point in points:
-                values[point].append(found[point].samples_per_s)
-            order.append(sequence)
+    def samples_per_s(point: int) -> float:  # one batch in round 0, the warm-up
+        return timing.measure_dataset(dataset=datasets[point], warmup_batches=settings.warmup,
+                                      measure_batches=1 if rounds.warming_up else batches[point],
+                                      name=f"sweep-{axis}-{point}").samples_per_s
+
+    rounds = InterleavedRounds({point: functools.partial(samples_per_s, point) for point in points}, warmup_rounds=1)
+    values, order = rounds.values, rounds.orders
 
     def figures() -> SweepAxis | None:
         if not order:
@@ -429,8 +434,8 @@ def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, sha
     def decided() -> bool:
         return all(point.ratio.decided for point in figures().points if point.ratio is not None)
 
-    outcome = stage.rounds_until_decided(one_round, decided=decided, share_s=share_s, warmup_rounds=1,
-                                         what=f"{axis.replace('_', ' ')}: ")
+    outcome = rounds.until_decided(decided, driver=stage.rounds_until_decided, share_s=share_s,
+                                   what=f"{axis.replace('_', ' ')}: ")
     return figures(), status_of(outcome)
 
 
