@@ -80,11 +80,14 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
             continue
         words = ", ".join(f"{format_figure(value)} {key.replace('_', ' ')}" for key, value in fingerprint.work.items()
                           if key.startswith("float_ops"))
+        python = fingerprint.work.get("python_work_per_sample")
+        if python:
+            words += f", {format_figure(python)} array elements through library calls per sample in Python bodies"
         evidence = dict(fingerprint.work)
         if label == "pipeline" and figures.pipeline_float_ops_per_audio_s is not None:
             evidence["float_ops_per_audio_s"] = figures.pipeline_float_ops_per_audio_s
             words += f", {format_figure(figures.pipeline_float_ops_per_audio_s)} float ops per audio s (measured audio)"
-        finding = f"the {label}'s work: {words} (float ops: {fingerprint.method.split('(')[0].strip()})"
+        finding = f"the {label}'s work: {words} (counted as {fingerprint.method.split('(')[0].strip()})"
         unresolved = fingerprint.structure.get("unresolved_float_ops") or {}
         if unresolved:
             evidence["unresolved_float_ops"] = sum(unresolved.values())
