@@ -1,28 +1,26 @@
 """The regression detector's self-test: planted regressions must be flagged, an unchanged configuration
 must not be, each by exactly what a user's run uses (perfsuite.tools.selftest.UserPath: this session's
-comparison settings and ratios.yaml). Rates go to extra_info and to the plugin, whose ratios.yaml gates
-judge them, and are printed. See perfsuite/tools/selftest.py for the method and README
-"Regression-detector self-test" for the measured rates.
+comparison settings and ratios.yaml).
 
-Independence: the A/A and slowdown trials are disjoint blocks of consecutive interleaved rounds of
-one pool (one process, one machine state), not separate runs; rounds that are close in time share
-the machine's load, so the trials are not fully independent.
+The false-alarm and detection rates are `perfsuite selftest`'s (perfsuite.tools.detection: exact plants,
+a detection curve per path, the selftest_* gates decided on their path by the interval); the command
+is the way to run them, this file's test runs its gates and saved paths within a pytest session. The
+other tests plant one regression each (a mutant) and check the gate meant for it. See docs/selftest.md.
 """
 
 import math
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from perfsuite.data.audio import MelConfig
 from perfsuite.data.corpus import CorpusSpec, build_cache, build_corpus, read_metadata
 from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.errors import DataError
-from perfsuite.measure import stats, timing
+from perfsuite.measure import timing
 from perfsuite.measure.input_bound import measure_input_bound
-from perfsuite.measure.teardown import iterate
-from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.tools import selftest
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
@@ -31,25 +29,7 @@ pytestmark = pytest.mark.selftest
 # Short utterances (1-2 s) keep the checks of the other mutants cheap.
 SELFTEST_CORPUS = CorpusSpec(num_utterances=32, min_seconds=1.0, max_seconds=2.0, seed=7)
 
-# The rates test: one epoch of a few long utterances per round (tens of milliseconds). Long
-# utterances make the planted slowdown's fixed per-element cost small next to the mel itself, so a 10 %
-# slowdown is reachable. One map worker, no prefetch, a one-thread private pool and intra-op
-# parallelism 1 keep the pipeline to one thread at a time, nothing runs ahead between rounds but one
-# element, and the whole process is pinned to one CPU while the rates are measured (the other CPU
-# absorbs the rest of the machine; see selftest.pinned_to_one_cpu).
-RATES_CORPUS = CorpusSpec(num_utterances=12, min_seconds=4.0, max_seconds=6.0, seed=11)
-RATES_BASE = LoaderConfig(kind="tf_native", source="wav", batch_size=4, num_parallel_calls=1, prefetch=0)
-RATE_ARMS = ("a", "a2", "slow10", "slow25")
-ORDER_CYCLE = 2 * len(RATE_ARMS)  # rounds.rotated repeats every 2 x arms rounds
-WARMUP_ROUNDS = ORDER_CYCLE
-PROBE_FRACTIONS = (0.02, 0.24)  # chosen to bracket the 10 % and 25 % targets (docs/selftest.md has the probe)
-TARGETS = (0.10, 0.25)
-CALIBRATION_ROUNDS = 8 * ORDER_CYCLE
-# 32 rounds a trial: a trial block is one "run" of the stored-run comparison, its figure the block's median.
-ROUNDS_PER_TRIAL = 4 * ORDER_CYCLE
-TRIALS = 20
 SWAP_ROUND_S = 1.0
-SLOWDOWN_TOLERANCE = 0.3  # a planted arm may cost at most 30 % more than its target (13 % for 10 %)
 
 
 @pytest.fixture
@@ -64,111 +44,35 @@ def selftest_corpus(pytestconfig):
     return dataset_dir, build_cache(dataset_dir)
 
 
-def _one_core_round(tf, config, dataset_dir, map_extra=None):
-    """A round: the next full epoch of one iterator that lives across rounds (no start-up timed).
+def test_detection_curves_decide_the_selftest_gates(pytestconfig, capsys):
+    """`perfsuite selftest`'s gates and saved paths (perfsuite.tools.detection; docs/selftest.md) with this
+    session's profile and comparison settings: exact plants of 0-40 %, each checked against its share,
+    then every selftest_* gate of ratios.yaml decided on the path it gates by the interval of its share.
+    A failed gate fails the test; a gate no measurement here can decide (a failed plant, a path the
+    budget could not hold, a path not run) is listed with its reason, and when none is decided the test
+    skips with those reasons. Size: PERFSUITE_SELFTEST_TRIALS (default 20) and _BUDGET (seconds)."""
+    from perfsuite.tools.detection import command
+    from perfsuite.tools.detection.present import curve_table, summary_lines
+    from perfsuite.tools.detection.records import LEVELS, Settings
 
-    With prefetch 0 and one map worker at most one element is computed ahead, so an arm barely works
-    while another is timed; the private one-thread pool and intra-op parallelism 1 keep it to one thread
-    at a time (the caller pins the process to one CPU).
-    """
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = 1
-    options.threading.max_intra_op_parallelism = 1
-    dataset = build_loader(dataset_dir=dataset_dir, config=config, map_extra=map_extra).dataset.with_options(options)
-    batches = int(dataset.cardinality())
-    iterator = iterate(dataset.repeat())
-
-    def run_round():
-        start = time.perf_counter_ns()
-        for _ in range(batches):
-            timing.host_readback(next(iterator)["mel"])
-        return (time.perf_counter_ns() - start) / 1e9
-
-    return dataset, run_round
-
-
-def _finite(dataset):
-    mel = next(iter(dataset))["mel"].numpy()
-    assert np.isfinite(mel).all(), "the planted slowdown produced non-finite mels (it must not change the data)"
-
-
-def _pooled_slowdown(test, base) -> float:
-    return stats.ratio_summary(stats.ratio_of(test, base)).median - 1
-
-
-def test_slowdown_false_alarm_and_detection_rates(perfsuite, user_path, tensorflow, pytestconfig, capsys):
-    started = time.perf_counter()
-    dataset_dir = build_corpus(RATES_CORPUS, root=pytestconfig.getoption("perfsuite_data_dir"))
-
-    def arm(fraction=0.0):
-        planted = selftest.planted_slowdown(fraction, MelConfig()) if fraction else None
-        dataset, run_round = _one_core_round(tensorflow, RATES_BASE, dataset_dir, map_extra=planted)
-        if fraction:
-            _finite(dataset)
-        return run_round
-
-    with selftest.pinned_to_one_cpu() as cpu:
-        # Calibration of the planted amounts (not reused by the trials): two probes for the fractions.
-        # Timed by pytest-benchmark as one round (its group says s/round).
-        probes = {f"probe{i}": arm(fraction) for i, fraction in enumerate(PROBE_FRACTIONS)}
-        calibration = []
-        benchmark_adapter.time_rounds(perfsuite.benchmark, lambda: calibration.append(selftest.run_interleaved(
-            {"a": arm(), **probes}, rounds=WARMUP_ROUNDS + CALIBRATION_ROUNDS)), rounds=1)
-        cal = {name: values[WARMUP_ROUNDS:] for name, values in calibration[-1].items()}
-        probe_slowdowns = {fraction: _pooled_slowdown(cal[f"probe{i}"], cal["a"])
-                           for i, fraction in enumerate(PROBE_FRACTIONS)}
-        fractions = {target: selftest.calibrate_fraction(probes=probe_slowdowns, target=target) for target in TARGETS}
-
-        arms = {"a": arm(), "a2": arm(), "slow10": arm(fractions[0.10]), "slow25": arm(fractions[0.25])}
-        selftest.run_interleaved(arms, rounds=WARMUP_ROUNDS)
-        pool = selftest.run_interleaved(arms, rounds=TRIALS * ROUNDS_PER_TRIAL)
-    measured = {target: _pooled_slowdown(pool[name], pool["a"]) for target, name in ((0.10, "slow10"), (0.25, "slow25"))}
-    pool_noise_cv = stats.summarize(stats.ratio_of(pool["a2"], pool["a"])).robust_cv
-    elapsed = time.perf_counter() - started
-    perfsuite.record({"probe_fractions": list(PROBE_FRACTIONS), "probe_slowdowns": list(probe_slowdowns.values()),
-                      "fraction_10pct": fractions[0.10], "fraction_25pct": fractions[0.25],
-                      "measured_slowdown_10pct": measured[0.10], "measured_slowdown_25pct": measured[0.25],
-                      "pool_aa_robust_cv": pool_noise_cv, "rounds_per_arm": len(pool["a"]), "pinned_cpu": cpu,
-                      "round_median_s": float(np.median(pool["a"])), "seconds": elapsed,
-                      "alpha": user_path.alpha, "min_effect": user_path.min_effect,
-                      "history_runs": user_path.history_runs,
-                      # every round time, so the rates can be recomputed offline with another decision rule
-                      "calibration_round_s": {name: list(values) for name, values in cal.items()},
-                      "pool_round_s": {name: list(values) for name, values in pool.items()}}, prefix="selftest_")
-    # The user's stored-run comparison on a machine this noisy cannot flag the smallest planted amount.
-    base_figures = [1 / float(np.median(block)) for block in
-                    selftest.trial_blocks(pool["a"], rounds_per_trial=ROUNDS_PER_TRIAL)][-user_path.history_runs:]
-    reason = selftest.history_unmeasurable_reason(base_figures, slowdown=min(TARGETS), alpha=user_path.alpha)
-    if reason is not None:
-        pytest.skip(reason)
-    # Each trial block judged as a user's run judges a benchmark against its earlier runs.
-    arm_names = {"false_alarm": ("A/A", "a2"), "detection_10pct": ("10% slowdown", "slow10"),
-                 "detection_25pct": ("25% slowdown", "slow25")}
-    rates = {key: selftest.comparison_rate(name=name, base=pool["a"], test=pool[arm_name],
-                                           rounds_per_trial=ROUNDS_PER_TRIAL, path=user_path)
-             for key, (name, arm_name) in arm_names.items()}
-    for key, rate in rates.items():
-        perfsuite.record(rate, prefix=f"selftest_{key}_")
-        perfsuite.add(f"selftest_{key}_rate", rate.rate)  # judged by ratios.yaml's selftest_*_rate gates
+    baselines = pytestconfig.getoption("perfsuite_baselines") or Path(__file__).parent / "baselines"
+    settings = Settings(paths=("gates", "saved"), levels=LEVELS,
+                        trials=int(os.environ.get("PERFSUITE_SELFTEST_TRIALS", "20")),
+                        budget_s=float(os.environ.get("PERFSUITE_SELFTEST_BUDGET") or command.DEFAULT_BUDGET_S),
+                        profile=pytestconfig.getoption("perfsuite_profile"),
+                        history_runs=max(3, pytestconfig.getoption("perfsuite_compare_runs")),
+                        alpha=pytestconfig.getoption("perfsuite_compare_alpha"),
+                        min_effect=pytestconfig.getoption("perfsuite_compare_min_effect"))
     with capsys.disabled():
-        print(f"\nselftest: each trial block judged by the stored-run comparison against the {user_path.history_runs} "
-              f"base blocks nearest it (alpha {user_path.alpha:g}, min effect {user_path.min_effect:.0%}); "
-              f"A/A robust CV over the rounds {pool_noise_cv:.2%}")
-        print(f"selftest design: {TRIALS} trials x {ROUNDS_PER_TRIAL} rounds x {len(RATE_ARMS)} arms, round "
-              f"{np.median(pool['a']) * 1e3:.1f} ms on CPU {cpu}; planted fraction {fractions[0.10]:.3f} / {fractions[0.25]:.3f} "
-              f"(probes {', '.join(f'{f} -> {s:+.1%}' for f, s in probe_slowdowns.items())}); {elapsed:.0f} s")
-        for key, rate in rates.items():
-            print(f"selftest {rate.name}: {rate.flagged}/{rate.trials} flagged ({rate.rate:.0%}, 95% CI "
-                  f"{rate.ci_low:.1%}-{rate.ci_high:.1%}; ratios.yaml selftest_{key}_rate "
-                  f"{user_path.target(f'selftest_{key}_rate')}); median measured slowdown {rate.median_slowdown:+.1%}")
-
-    assert all(rate.trials == TRIALS for rate in rates.values()), {k: r.trials for k, r in rates.items()}
-    # Honest mutants: a planted arm never costs more than it is named after (a "10 %" arm that is really
-    # 14 % would overstate what is detected); one that costs less makes its rate a conservative one.
-    for target, slowdown in measured.items():
-        assert slowdown <= (1 + SLOWDOWN_TOLERANCE) * target, (
-            f"{target:.0%} slowdown arm: expected a measured slowdown of at most {(1 + SLOWDOWN_TOLERANCE) * target:.1%}, "
-            f"found {slowdown:+.1%} (probes {probe_slowdowns})")
+        report = command.measure(settings, ratios=Path(baselines) / "ratios.yaml",
+                                 data_dir=pytestconfig.getoption("perfsuite_data_dir"),
+                                 progress=lambda line: print(f"selftest: {line}", flush=True))
+        print("\n".join(curve_table(report).terminal() + summary_lines(report)))
+    failed = [gate for gate in report.gates if gate.decision == "fail"]
+    assert not failed, "; ".join(f"{g.metric} {g.bound}: {g.rate:.0%} [{g.ci_low:.0%}, {g.ci_high:.0%}]" for g in failed)
+    if all(gate.decision == "skipped" for gate in report.gates):
+        pytest.skip("no selftest_* gate could be decided here: " + "; ".join(
+            f"{gate.metric}: {gate.reason}" for gate in report.gates))
 
 
 def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, user_path, perfsuite_corpus):

@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_machine(commands)
     _add_ab(commands)
     _add_history(commands)
+    _add_selftest(commands)
     verbose = {"action": "store_true", "help": "also show TensorFlow's start-up lines (kept out otherwise)"}
     parser.add_argument("-v", "--verbose", **verbose)
     for command in commands.choices.values():  # after the command too: `perfsuite check-data DIR -v`
@@ -445,6 +446,21 @@ def _add_ab(commands) -> None:
         description=ab.__doc__.split("\n\n")[1].replace("\n", " "))
     ab.add_arguments(parser)
     parser.set_defaults(run=ab.run)
+
+
+def _add_selftest(commands) -> None:
+    """``perfsuite selftest``: its options and its run live in perfsuite.tools.detection.command."""
+    from perfsuite.tools.detection import command
+
+    parser = commands.add_parser(
+        "selftest", help="what a green run rules out on this machine: planted slowdowns of 0-40 % through the "
+                         "same-run gates, the comparison with saved runs and perfsuite ab",
+        description="Plants exact slowdowns (more of the loader's own work, in whole utterances) of 0, 5, 10, 20 "
+                    "and 40 %, checks each plant's measured cost against its share, and measures per path the "
+                    "share of trials flagged with its interval and the smallest slowdown caught >= 95 % of the "
+                    "time. docs/selftest.md says how to read it.")
+    command.add_arguments(parser)
+    parser.set_defaults(run=command.run)
 
 
 def _plain(value) -> str:

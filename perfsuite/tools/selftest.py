@@ -5,23 +5,19 @@ Mutants are planted only through supported options and what the loader lets a ca
 ``map_extra``), never by editing files. Each planted regression is judged by exactly what a user's run
 uses, read from where that run reads it (``UserPath``: the session's options and ratios.yaml):
 ``judge_by_gate`` (the shipped gate file), ``judge_by_recorded_threshold`` (a recorded profile, with the
-user's margin), ``judge_by_history`` and ``comparison_rate`` (the stored-run comparison with the user's
-alpha, minimum effect and number of earlier runs). The genuine configuration must pass, inconclusive
-being no pass, and the planted one must fail; the rates go to the plugin, whose ratios.yaml gates
-(selftest_*_rate) judge them as any other figure. The self-test has no threshold of its own. The design
-(rotated arms pinned to one CPU, the two-probe slowdown calibration) is in docs/selftest.md. TensorFlow
-is imported only when a planted slowdown is built, so the decisions load without it.
+user's margin) and ``judge_by_history`` (the stored-run comparison with the user's alpha, minimum effect and
+number of earlier runs). The genuine configuration must pass, inconclusive being no pass, and the planted
+one must fail. The self-test has no threshold of its own. The false-alarm and detection rates are
+`perfsuite selftest`'s (perfsuite.tools.detection: exact plants, one curve per path). TensorFlow is imported
+only when a planted slowdown is built, so the decisions load without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
 import shutil
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +25,6 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from perfsuite.errors import PinningUnavailable
-from perfsuite.measure.rounds import interleaved, rotated
-from perfsuite.measure.stats import clopper_pearson
 from perfsuite.verdict.baselines import threshold_from_measurement
 from perfsuite.verdict.comparison import NOT_JUDGED, compare_history, decide_history
 from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS, REGRESSION, check_benchmark, judge
@@ -119,77 +112,6 @@ def write_fortran_cache_copy(*, cache_dir: Path, dest: Path, utt_id: str) -> Pat
 # ----------------------------------------------------------------------------- interleaved rounds
 
 
-def _threads() -> list[int]:
-    return [int(tid) for tid in os.listdir("/proc/self/task")]
-
-
-def idlest_cpu(cpus, *, window_s: float = 0.2) -> int:
-    """The CPU of ``cpus`` with the most idle time over ``window_s`` (from /proc/stat); the highest-numbered
-    one where /proc/stat cannot be read."""
-    cpus = sorted(cpus)
-
-    def idle() -> dict[int, int]:
-        ticks = {}
-        with open("/proc/stat") as f:
-            for line in f:
-                name, *fields = line.split()
-                if name.startswith("cpu") and name[3:].isdigit():
-                    ticks[int(name[3:])] = int(fields[3]) + int(fields[4])  # idle + iowait
-        return ticks
-
-    try:
-        before = idle()
-        time.sleep(window_s)
-        after = idle()
-        return max(cpus, key=lambda cpu: (after.get(cpu, 0) - before.get(cpu, 0), cpu))
-    except (OSError, ValueError, IndexError):
-        return cpus[-1]
-
-
-@contextlib.contextmanager
-def pinned_to_one_cpu(cpu: int | None = None) -> Iterator[int]:
-    """Pin every thread of this process (and so every thread they start) to one CPU; restore on exit.
-
-    The self-test's arms each own tf.data threads. Left to the scheduler, one arm's threads can sit on
-    the core another process is using while another arm's sit on a free one, for seconds at a time: a
-    persistent per-arm bias that no interleaving cancels, and overlap between an arm's consumer and its
-    map thread that comes and goes with the other core's load. On one CPU every arm runs the same way.
-    Yields the CPU. Raises PinningUnavailable where threads cannot be pinned.
-    """
-    if not (hasattr(os, "sched_setaffinity") and os.path.isdir("/proc/self/task")):
-        raise PinningUnavailable("pinning threads to a CPU needs os.sched_setaffinity and /proc/self/task (Linux)")
-    allowed = os.sched_getaffinity(0)
-    cpu = idlest_cpu(allowed) if cpu is None else cpu
-    if cpu not in allowed:
-        raise ValueError(f"cpu: expected one of the CPUs this process may use {sorted(allowed)}, found {cpu}")
-    saved = {}
-    for tid in _threads():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            saved[tid] = os.sched_getaffinity(tid)
-            os.sched_setaffinity(tid, {cpu})
-    try:
-        yield cpu
-    finally:
-        for tid in _threads():  # threads started inside get the process's original CPUs back
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(tid, saved.get(tid, allowed))
-
-
-def run_interleaved(arms: Mapping[str, Callable[[], float]], *, rounds: int) -> dict[str, tuple[float, ...]]:
-    """Run every arm once per round in rounds.rotated order (each arm in each position equally often over
-    2 x arms rounds, so a drift within a round favours no arm); returns each arm's per-round seconds."""
-    def timed(name: str) -> Callable[[], float]:
-        def run() -> float:
-            seconds = float(arms[name]())
-            if not (math.isfinite(seconds) and seconds > 0):
-                raise ValueError(f"arm {name!r}: expected a positive round time in seconds, found {seconds}")
-            return seconds
-        return run
-
-    values, _ = interleaved({name: timed(name) for name in arms}, rounds=rounds, order=rotated)
-    return {name: tuple(v) for name, v in values.items()}
-
-
 # ---------------------------------------------------------------------------------- the user's path
 
 
@@ -219,94 +141,7 @@ class UserPath:
         return ", ".join(f"{t.symbol} {t.value:g}" for t in thresholds) or "no gate"
 
 
-def calibrate_fraction(*, probes: Mapping[float, float], target: float) -> float:
-    """planted_slowdown fraction expected to slow the pipeline by ``target``.
-
-    ``probes`` maps probe fractions to the slowdowns they measured (≥ 2 points). The slowdown is
-    modelled as fixed + slope * fraction (the extra ops cost something per element whatever the
-    fraction; the extra mel grows with it); the line is fitted by least squares and solved for the
-    target. Raises when the slope is not positive or the target is below the fixed part (no
-    fraction can slow the pipeline that little).
-    """
-    if len(probes) < 2:
-        raise ValueError(f"probes: expected ≥ 2 (fraction, slowdown) points, found {len(probes)}")
-    fractions = np.array(list(probes), dtype=float)
-    slowdowns = np.array(list(probes.values()), dtype=float)
-    if not (np.all(fractions > 0) and np.all(np.isfinite(slowdowns))):
-        raise ValueError(f"probes: expected fractions > 0 and finite slowdowns, found {dict(probes)}")
-    slope, fixed = np.polyfit(fractions, slowdowns, 1)
-    if not slope > 0:
-        raise ValueError(f"probe slowdowns: expected them to grow with the fraction, found {dict(probes)}; "
-                         "spread the probe fractions further apart or lengthen the round")
-    if target <= fixed:
-        raise ValueError(f"target: expected above the seam's fixed cost {fixed:.1%} (probes {dict(probes)}), "
-                         f"found {target:.1%}; use longer utterances so the fixed part weighs less")
-    return float((target - fixed) / slope)
-
-
 # ------------------------------------------------------------------------------------ decisions
-
-
-@dataclass(frozen=True)
-class Rate:
-    """How often trials were flagged as slower by the stored-run comparison: count, rate and its 95 %
-    Clopper-Pearson interval, and the median over trials of the block's slowdown against the base
-    block of the same rounds."""
-
-    name: str
-    trials: int
-    flagged: int
-    rate: float
-    ci_low: float
-    ci_high: float
-    median_slowdown: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def trial_blocks(values: Sequence[float], *, rounds_per_trial: int) -> list[tuple[float, ...]]:
-    """Consecutive, disjoint blocks of rounds; trailing rounds that do not fill a block are left out."""
-    if rounds_per_trial < 1:
-        raise ValueError(f"rounds_per_trial: expected ≥ 1, found {rounds_per_trial}")
-    count = len(values) // rounds_per_trial
-    return [tuple(values[i * rounds_per_trial:(i + 1) * rounds_per_trial]) for i in range(count)]
-
-
-def _nearest(index: int, count: int, k: int) -> list[int]:
-    """The k indices of 0..count-1 nearest to ``index`` (not itself), in time order."""
-    others = sorted((j for j in range(count) if j != index), key=lambda j: (abs(j - index), j))
-    return sorted(others[:k])
-
-
-def comparison_rate(*, name: str, base: Sequence[float], test: Sequence[float], rounds_per_trial: int,
-                    path: UserPath) -> Rate:
-    """How often a user's stored-run comparison flags ``test`` as slower: each trial block of interleaved
-    rounds is a "run" whose figure is its rate (1 / median round seconds, as samples/s is), judged as the
-    plugin judges a benchmark (compare_history, then decide_history) with ``path``'s settings against the
-    ``path.history_runs`` blocks of ``base`` nearest to it in time (itself left out). Blocks of one
-    process are draws of one machine state, so a later block serves as an earlier run would; they share
-    more than separate runs do, so this checks the decision, not a machine's run-to-run noise."""
-    if len(base) != len(test):
-        raise ValueError(f"base, test: expected the same number of interleaved rounds, found {len(base)} and {len(test)}")
-    base_runs = [1 / float(np.median(b)) for b in trial_blocks(base, rounds_per_trial=rounds_per_trial)]
-    test_runs = [1 / float(np.median(b)) for b in trial_blocks(test, rounds_per_trial=rounds_per_trial)]
-    if len(base_runs) < 2:
-        raise ValueError(f"base: expected at least 2 trial blocks of {rounds_per_trial} rounds, found {len(base_runs)}")
-    flags = []
-    for index, figure in enumerate(test_runs):
-        history = [base_runs[j] for j in _nearest(index, len(base_runs), path.history_runs)]
-        (decision,) = decide_history([compare_history(history, figure, higher_is_better=True,
-                                                      min_effect=path.min_effect, alpha=path.alpha)], alpha=path.alpha)
-        if decision.verdict == NOT_JUDGED:
-            raise ValueError(f"{name}: expected enough earlier blocks to judge each trial, found: "
-                             f"{decision.comparison.reason}")
-        flags.append(decision.significant_slowdown)
-    flagged = sum(flags)
-    low, high = clopper_pearson(successes=flagged, trials=len(flags))
-    slowdowns = [b / t - 1 for b, t in zip(base_runs, test_runs)]
-    return Rate(name=name, trials=len(flags), flagged=flagged, rate=flagged / len(flags), ci_low=low, ci_high=high,
-                median_slowdown=float(np.median(slowdowns)))
 
 
 # ------------------------------------------------------------------ planted regressions, judged as shipped

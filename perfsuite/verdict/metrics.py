@@ -127,11 +127,16 @@ _DECLARED = [
     Metric("emulated_starved_period_over_cycle", HIGHER, RATIO_UNIT,
            "that oscillation's detected period over the step loop's cycle (median batch wait + step); "
            "1 when the detector found the starvation's rhythm (gated from both sides)", same_run=True),
-    Metric("selftest_false_alarm_rate", LOWER, "", "A/A trials flagged as slower", percent=True),
-    Metric("selftest_detection_10pct_rate", HIGHER, "", "trials with a planted 10 % slowdown flagged",
+    Metric("selftest_gates_false_alarm_rate", LOWER, "", "self-test: unchanged-code trials the same-run gate failed",
            percent=True),
-    Metric("selftest_detection_25pct_rate", HIGHER, "", "trials with a planted 25 % slowdown flagged",
+    Metric("selftest_saved_false_alarm_rate", LOWER, "",
+           "self-test: unchanged-code runs the comparison with saved runs flagged", percent=True),
+    Metric("selftest_saved_detection_20pct_rate", HIGHER, "",
+           "self-test: runs with a planted 20 % slowdown the comparison with saved runs flagged", percent=True),
+    Metric("selftest_ab_false_alarm_rate", LOWER, "", "self-test: A/A runs of perfsuite ab flagged slower",
            percent=True),
+    Metric("selftest_ab_detection_10pct_rate", HIGHER, "",
+           "self-test: perfsuite ab runs with a planted 10 % slowdown flagged slower", percent=True),
 ]
 _REGISTRY: dict[str, Metric] = {metric.name: metric for metric in _DECLARED}
 

@@ -1,0 +1,170 @@
+"""The statistics of a detection curve: a plant's measured cost against its nominal share, a share of
+trials flagged with its interval, the smallest planted share a path catches, the false-alarm reading,
+and ratios.yaml's selftest_* gates decided by the interval. numpy and scipy only.
+
+Conventions: a planted share ``x`` means x more time per sample (a round that takes 1 + x times as
+long for the same samples); a measured slowdown is read the same way, from paired rounds (the same
+round's genuine and planted arms), as the median of planted time over genuine time, minus one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from perfsuite.measure.stats import MedianInterval, clopper_pearson
+from perfsuite.tools.detection.records import GateDecision, Level, PathCurve, PlantCheck
+from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS
+
+CAUGHT_SHARE = 0.95  # "caught": flagged in at least this share of the trials
+FALSE_ALARM_SHARE = 0.05  # the false-alarm share at 0 % that a path should stay within
+SKIPPED = "skipped"
+
+
+def measured_slowdown(time_ratios: Sequence[float]) -> float | None:
+    """The median of paired planted-over-genuine round times, minus one; None without pairs."""
+    values = np.asarray(list(time_ratios), dtype=float)
+    values = values[np.isfinite(values) & (values > 0)]
+    return float(np.median(values)) - 1 if values.size else None
+
+
+def check_plant(level: float, time_ratios: Sequence[float], *, tolerance: float) -> PlantCheck:
+    """Whether planting ``level`` cost that much: the measured slowdown (measured_slowdown) must lie
+    within [(1 - tolerance) level, (1 + tolerance) level]. A plant that costs a fixed amount whatever its
+    share (a seam of its own) misses that band at some share and is refused there."""
+    if not level > 0:
+        raise ValueError(f"level: expected a planted share > 0 to check, found {level}")
+    measured = measured_slowdown(time_ratios)
+    pairs = len(list(time_ratios))
+    if measured is None:
+        return PlantCheck(level=level, measured=None, pairs=0, ok=False,
+                          reason="no paired round measured its cost")
+    low, high = (1 - tolerance) * level, (1 + tolerance) * level
+    if low <= measured <= high:
+        return PlantCheck(level=level, measured=measured, pairs=pairs, ok=True)
+    return PlantCheck(level=level, measured=measured, pairs=pairs, ok=False,
+                      reason=f"the plant failed: planting {level:.0%} cost {measured:+.1%} over {pairs} paired "
+                             f"rounds, outside {low:.1%}..{high:.1%} (±{tolerance:.0%} of {level:.0%})")
+
+
+def level_rate(level: float, flags: Sequence[bool], plant: PlantCheck | None) -> Level:
+    """A planted share's trials as a Level: the share flagged with its 95 % Clopper-Pearson interval, or
+    no rate when nothing ran or the plant failed (``withheld`` says so)."""
+    trials, flagged = len(flags), int(sum(bool(flag) for flag in flags))
+    withheld = plant.reason if plant is not None and not plant.ok else ""
+    if trials == 0 or withheld:
+        return Level(level=level, trials=trials, flagged=flagged, rate=None, ci_low=None, ci_high=None,
+                     plant=plant, withheld=withheld or "no trial ran")
+    low, high = clopper_pearson(successes=flagged, trials=trials)
+    return Level(level=level, trials=trials, flagged=flagged, rate=flagged / trials, ci_low=low, ci_high=high,
+                 plant=plant)
+
+
+def _smallest(levels: Sequence[Level], caught) -> float | None:
+    """The smallest planted share from which on every reported level is ``caught`` (None: none is)."""
+    planted = [level for level in levels if level.level > 0]
+    for index, level in enumerate(planted):
+        rest = planted[index:]
+        if all(item.reported for item in rest) and all(caught(item) for item in rest):
+            return level.level
+    return None
+
+
+def smallest_caught(levels: Sequence[Level]) -> float | None:
+    """The smallest planted share caught in at least 95 % of the trials (point share), it and every
+    larger one reported and caught; None when no planted share is."""
+    return _smallest(levels, lambda level: level.rate >= CAUGHT_SHARE)
+
+
+def smallest_shown(levels: Sequence[Level]) -> float | None:
+    """As smallest_caught, but by the interval: its lower end at least 95 % (no trial missed in at
+    least 72 trials)."""
+    return _smallest(levels, lambda level: level.ci_low >= CAUGHT_SHARE)
+
+
+def false_alarm_reading(levels: Sequence[Level]) -> str:
+    """The 0 % level in words: within 5 % or not, by the point share, and what the interval shows."""
+    zero = next((level for level in levels if level.level == 0), None)
+    if zero is None or not zero.reported:
+        return "false alarms not measured" + (f": {zero.withheld}" if zero is not None else "")
+    within = "within" if zero.rate <= FALSE_ALARM_SHARE else "ABOVE"
+    shown = ("the interval shows it" if zero.ci_high <= FALSE_ALARM_SHARE else
+             f"the interval (up to {zero.ci_high:.1%}) cannot show it with {zero.trials} trials"
+             if zero.rate <= FALSE_ALARM_SHARE else "")
+    return (f"false alarms {zero.flagged}/{zero.trials} ({zero.rate:.0%}): {within} {FALSE_ALARM_SHARE:.0%}"
+            + (f"; {shown}" if shown else ""))
+
+
+def finish(curve: PathCurve) -> PathCurve:
+    """The curve with its smallest caught share, the one its interval shows and its false-alarm reading."""
+    from dataclasses import replace
+
+    return replace(curve, smallest_caught=smallest_caught(curve.levels), smallest_shown=smallest_shown(curve.levels),
+                   false_alarm=false_alarm_reading(curve.levels))
+
+
+def gate_metric(path: str, level: float) -> str:
+    """The ratios.yaml metric of a path's share at ``level``: selftest_<path>_false_alarm_rate at 0,
+    else selftest_<path>_detection_<percent>pct_rate."""
+    if level == 0:
+        return f"selftest_{path}_false_alarm_rate"
+    return f"selftest_{path}_detection_{round(level * 100)}pct_rate"
+
+
+def decide_gates(ratios, curves: Sequence[PathCurve], measured_paths: Mapping[str, str]) -> tuple[GateDecision, ...]:
+    """Every selftest_<path>_* gate of ``ratios`` (perfsuite.verdict.baselines.RatioGates) decided on its
+    path's curve by the 95 % Clopper-Pearson interval of the share (pass: the whole interval within the
+    bound; fail: none of it; else inconclusive). A gate whose path or share was not measured is
+    ``skipped`` with the reason: ``measured_paths`` maps each path not run to why."""
+    by_path = {curve.path: curve for curve in curves}
+    decisions = []
+    for metric, thresholds in ratios.gates.items():
+        match = _gate_level(metric)
+        if match is None:
+            continue
+        path, level = match
+        bound = ", ".join(f"{t.symbol} {t.value:g}" for t in thresholds)
+        found = _level_of(by_path.get(path), level)
+        if isinstance(found, str):
+            why = measured_paths.get(path, found)
+            decisions.append(GateDecision(metric=metric, bound=bound, decision=SKIPPED, reason=why))
+            continue
+        interval = MedianInterval(median=found.rate, low=found.ci_low, high=found.ci_high, coverage=0.95,
+                                  n=found.trials)
+        verdicts = {threshold.decide(interval) for threshold in thresholds}
+        decision = FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+        decisions.append(GateDecision(metric=metric, bound=bound, decision=decision, rate=found.rate,
+                                      ci_low=found.ci_low, ci_high=found.ci_high,
+                                      reason=f"{found.flagged}/{found.trials} trials"))
+    return tuple(decisions)
+
+
+def _gate_level(metric: str) -> tuple[str, float] | None:
+    """(path, level) of a selftest_<path>_* metric, or None for any other metric."""
+    for path in ("gates", "saved", "ab"):
+        prefix = f"selftest_{path}_"
+        if not metric.startswith(prefix):
+            continue
+        rest = metric.removeprefix(prefix)
+        if rest == "false_alarm_rate":
+            return path, 0.0
+        if rest.startswith("detection_") and rest.endswith("pct_rate"):
+            number = rest.removeprefix("detection_").removesuffix("pct_rate")
+            if number.isdigit():
+                return path, int(number) / 100
+    return None
+
+
+def _level_of(curve: PathCurve | None, level: float) -> Level | str:
+    """The reported Level at ``level`` of ``curve``, or why there is none."""
+    if curve is None:
+        return "its path was not run"
+    if curve.status == SKIPPED:
+        return f"its path was skipped: {curve.reason}"
+    found = next((item for item in curve.levels if abs(item.level - level) < 1e-9), None)
+    if found is None:
+        return f"the {level:.0%} share was not planted"
+    if not found.reported:
+        return f"no rate at {level:.0%}: {found.withheld}"
+    return found

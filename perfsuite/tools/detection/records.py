@@ -1,0 +1,145 @@
+"""The self-test's records: what was asked (Settings), what each plant cost (PlantCheck), what each path
+flagged per planted share (Level, PathCurve), how ratios.yaml's selftest_* gates were decided
+(GateDecision), and the run as a whole (SelftestReport, a versioned file read back by ``load_report``).
+
+A path is ``measured`` (every level has a rate or says why not), ``partial`` (the budget ran out before
+all trials; the rates stand on the trials done) or ``skipped`` (no rate: ``reason`` says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfsuite.records import Record, dump, load
+
+PATHS = ("gates", "saved", "ab")
+LEVELS = (0.0, 0.05, 0.10, 0.20, 0.40)
+MEASURED, PARTIAL, SKIPPED = "measured", "partial", "skipped"
+STATUSES = (MEASURED, PARTIAL, SKIPPED)
+
+
+@dataclass(frozen=True)
+class Settings(Record):
+    """What the run was asked: the paths, the planted shares, trials per share, the time budget in
+    seconds, the run profile of the measured rounds, the user's stored-run comparison settings
+    (history_runs, alpha, min_effect) and the tolerance a plant's measured slowdown must meet."""
+
+    paths: tuple[str, ...]
+    levels: tuple[float, ...]
+    trials: int
+    budget_s: float
+    profile: str
+    history_runs: int
+    alpha: float
+    min_effect: float
+    tolerance: float = 0.3
+
+    def __post_init__(self):
+        unknown = [path for path in self.paths if path not in PATHS]
+        if not self.paths or unknown:
+            raise self.invalid(("paths",), f"one or more of {', '.join(PATHS)}", repr(self.paths))
+        if self.trials < 1:
+            raise self.invalid(("trials",), "an integer >= 1", repr(self.trials))
+        if not (self.levels and self.levels[0] == 0 and list(self.levels) == sorted(set(self.levels))):
+            raise self.invalid(("levels",), "increasing shares starting at 0", repr(self.levels))
+
+
+@dataclass(frozen=True)
+class PlantCheck(Record):
+    """A planted share ``level`` against what it cost: ``measured`` the slowdown (more time per sample)
+    from paired rounds, ``ok`` when it lies within ± tolerance of ``level``, both ways; ``reason`` says
+    why not (or why nothing was measured)."""
+
+    level: float
+    measured: float | None
+    pairs: int
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Level(Record):
+    """One planted share on one path: ``flagged`` of ``trials`` and the share with its 95 %
+    Clopper-Pearson interval (None without trials). ``plant`` the plant's check (None at 0: nothing is
+    planted). ``withheld``: why no rate is given (a failed plant), else empty."""
+
+    level: float
+    trials: int
+    flagged: int
+    rate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    plant: PlantCheck | None = None
+    withheld: str = ""
+
+    @property
+    def reported(self) -> bool:
+        """A rate that may be read: trials ran and the plant (if any) held."""
+        return self.trials > 0 and not self.withheld
+
+
+@dataclass(frozen=True)
+class PathCurve(Record):
+    """One path's detection curve: ``how`` the path judges a trial (one line), the levels, the smallest
+    planted share caught (curve.smallest_caught) and the smallest its interval shows (smallest_shown),
+    the false-alarm reading at 0 %, the seconds spent and the status (module docstring)."""
+
+    path: str
+    status: str
+    reason: str
+    how: str
+    levels: tuple[Level, ...] = ()
+    smallest_caught: float | None = None
+    smallest_shown: float | None = None
+    false_alarm: str = ""
+    seconds: float = 0.0
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise self.invalid(("status",), f"one of {', '.join(STATUSES)}", repr(self.status))
+        if self.status == SKIPPED and not self.reason:
+            raise self.invalid(("reason",), "why the path was skipped", "nothing")
+
+
+@dataclass(frozen=True)
+class GateDecision(Record):
+    """A selftest_* gate of ratios.yaml decided on the path it gates: ``decision`` pass, fail or
+    inconclusive by the 95 % Clopper-Pearson interval of the share, or ``skipped`` with ``reason``."""
+
+    metric: str
+    bound: str
+    decision: str
+    rate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SelftestReport(Record):
+    """A whole ``perfsuite selftest`` run, written as the run's JSON summary."""
+
+    SCHEMA_VERSION = 1
+
+    settings: Settings
+    machine: dict
+    started: str
+    elapsed_s: float
+    curves: tuple[PathCurve, ...]
+    gates: tuple[GateDecision, ...] = ()
+
+    def curve(self, path: str) -> PathCurve | None:
+        return next((curve for curve in self.curves if curve.path == path), None)
+
+
+def write_report(report: SelftestReport, path: Path) -> Path:
+    """The report as versioned JSON at ``path`` (atomically); returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump(report, path)
+    return path
+
+
+def load_report(path: Path) -> SelftestReport:
+    """A report written by write_report; RecordError naming the file and field otherwise."""
+    return load(path, SelftestReport)
