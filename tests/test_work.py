@@ -646,3 +646,30 @@ def test_another_tensorflow_version_compares_the_structure_and_names_the_command
                                                                   for n in verdict.notes)
     old["structure"]["prints"] = 3
     assert compare_work(reference, old, rerecord=command).failed
+
+
+class _RetracingStep:
+    """A step that retraces on every call at the same shapes (a Python value changing per call), the way a
+    counter passed to a tf.function, or a function made anew per call, does."""
+
+    def __init__(self, step):
+        import itertools
+
+        import tensorflow as tf
+
+        self._step, self._calls = step, itertools.count()
+        self._function = tf.function(lambda batch, call: self._step(batch))
+
+    def __call__(self, batch):
+        return self._function(batch, next(self._calls))
+
+    def tracing_count(self):
+        return self._function.experimental_get_tracing_count()
+
+
+def test_a_retrace_the_trace_cache_hides_fails_when_the_step_runs_on_the_reference_batches(batch):
+    good = step_work(_step("graph"), batch, name="s", batches=[batch, batch])
+    planted = step_work(_RetracingStep(_step("graph")), batch, name="s", batches=[batch, batch])
+    assert good.structure["traces"] == 1 and planted.structure["traces"] >= 3
+    verdict = compare_work(planted.snapshot(), good.snapshot())
+    assert verdict.failed and any(": traces: 1 -> " in c for c in verdict.changes), verdict.changes

@@ -22,11 +22,12 @@ gathers ...) count in the op histogram, not in the float ops.
   come from the dataset's serialized graph; AUTOTUNE is recorded as ``"autotune"``, never its resolved
   value. The Python callable behind each numpy_function / py_function op runs on the values the graph
   gives it, under the deterministic counter.
-- A step: traced (never run) at the reference batch's shapes, wrapped in a ``tf.function`` when it is
-  not one (a plain callable, an eager step, a callable wrapping a tf.function: whatever it calls in
-  graph ops is traced through); nested function calls are followed, a conditional counts its costlier
-  branch, a loop body once. ``traces``: the traces the reference batches need (the step's own count
-  where it keeps one, ``tracing_count()``).
+- A step: traced (not run) at the reference batch's shapes for its work, wrapped in a ``tf.function``
+  when it is not one (a plain callable, an eager step, a callable wrapping a tf.function: whatever it
+  calls in graph ops is traced through); nested function calls are followed, a conditional counts its
+  costlier branch, a loop body once. ``traces``: the traces the reference batches need; a step that
+  counts its traces (a tf.function, ``tracing_count()``) is run on them to count them, as a benchmark
+  runs it.
 
 What it cannot see: a slower kernel, a slower disk, contention, Python work the counter cannot reach
 (ufuncs and operators between library calls, pure-Python loops). That is the timing's job.
@@ -670,23 +671,24 @@ def _spec_text(spec) -> Any:
 
 
 def step_work(step: Callable[[Any], Any], batch, *, name: str = "step",
-              batches: Sequence[Any] | None = None) -> WorkFingerprint:
+              batches: Sequence[Any] | None = None, run: bool = True) -> WorkFingerprint:
     """The work fingerprint of a training step at ``batch`` (a tensor, tuple, dict or nested structure of
-    them, as the step takes it): traced, never run (see the module docstring). ``batches``: the
-    reference batches whose traces are counted (default: ``batch`` alone); a step retracing for their
-    shapes shows as more than one trace."""
+    them, as the step takes it): traced, not run, for its work (see the module docstring). ``batches``: the
+    reference batches whose traces are counted: a step that can count its traces is run on each of them
+    (its variables then move as in training; ``run=False``: traced on them only, which a retrace its trace
+    cache hides escapes); a step retracing for them shows as more than one trace."""
     if not callable(step):
         raise WorkUnavailable(name, "a callable step", type(step).__name__)
     with _unreadable(name, "a step that traces at its batch's shapes"):
-        return _step_work(step, batch, name, batches)
+        return _step_work(step, batch, name, batches, run)
 
 
-def _step_work(step, batch, name, batches) -> WorkFingerprint:
+def _step_work(step, batch, name, batches, run) -> WorkFingerprint:
     tf = tensorflow()
     is_function = hasattr(step, "get_concrete_function")
     traced = step if is_function else tf.function(lambda b: step(b), autograph=False)
     concrete = _concrete(traced, batch)
-    traces = _traces(step, traced, concrete, batches)
+    traces = _traces(step, traced, concrete, batches, run)
     if is_function and not _static_inputs(concrete):
         # an input signature with unknown dimensions: its float ops are counted on its Python function
         # traced again at the batch's shapes (the traces above are the step's own)
@@ -718,13 +720,18 @@ def _step_work(step, batch, name, batches) -> WorkFingerprint:
     return _fingerprint(name, "step", reference, work, flops, histogram, structure)
 
 
-def _traces(step, traced, concrete, batches) -> int:
-    """The traces the reference batches need. A tf.function step: its distinct concrete functions for
-    them. A step that says how often it traced (``tracing_count()``, as the training step does): that count
-    after it was traced through on every reference batch, so its own retraces count. Otherwise: the
-    distinct traces of the wrapper around it. A trace taken before this call (by the timed rounds) counts."""
+def _traces(step, traced, concrete, batches, run: bool) -> int:
+    """The traces the reference batches need. A step that can say how often it traced (a tf.function, or
+    ``tracing_count()`` as the training step has): traced at ``batch``, then run on each of ``batches`` as
+    the benchmark runs it, its count after them, so a retrace its trace cache would hide (a Python value that
+    changes per call, a function made anew) shows. Otherwise: the distinct traces of the wrapper around it.
+    A trace taken before this call (by the timed rounds) counts."""
     from perfsuite.measure.timing import tracing_count
 
+    if run and batches and tracing_count(step) is not None:
+        for reference in batches:
+            step(reference)
+        return tracing_count(step)
     distinct = len({id(concrete), *(id(_concrete(traced, other)) for other in batches or ())})
     own = None if traced is step else tracing_count(step)
     return distinct if own is None else own
