@@ -26,7 +26,7 @@ from perfsuite.measure.speech import (
     measure_batch,
 )
 from perfsuite.options import batch_spec, frame_hop
-from perfsuite.verdict.diagnosis import (
+from perfsuite.verdict.pipeline_findings import (
     FIXED_PADDING_WASTE,
     fixed_padding_finding,
     layout_finding,

@@ -36,7 +36,6 @@ What it cannot see: a slower kernel, a slower disk, contention, Python work the 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,30 +43,32 @@ from typing import Any, ClassVar
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError
+from perfsuite.measure.float_ops import (
+    FLOAT_OPS_METHOD,
+    count_graph,
+    float_ops_at,
+    function_registry,
+    typed_op,
+)
 from perfsuite.measure.python_work import PYTHON_WORK_METHOD, PythonCounts, count_python, python_body
 from perfsuite.records import Record
 from perfsuite.workload.pipeline_model import (
     BOOKKEEPING_OPS,
     CALL_OPS,
-    OP_TABLE,
     PRINT_OPS,
     PYTHON_FUNCTION_OPS,
+    TENSOR_SLICES_OP,
     TFRECORD_OPS,
     Pipeline,
     PipelineModel,
-    function_names,
     read_pipeline,
 )
 
 FINGERPRINT_VERSION = 2  # 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version
-FLOAT_OPS_METHOD = ("TensorFlow's registered 'flops' statistics per op (what tf.compat.v1.profiler's "
-                    "float_operation sums) at shapes resolved on the reference inputs, plus FFT ops at "
-                    "2.5*N*log2(N) per real transform (5*N*log2(N) complex)")
 METHOD = f"float ops: {FLOAT_OPS_METHOD}; Python bodies: {PYTHON_WORK_METHOD}"
 AUTOTUNE = "autotune"
-FFT_OPS = {"RFFT": (1, 2.5), "RFFT2D": (2, 2.5), "RFFT3D": (3, 2.5), "IRFFT": (1, 2.5), "IRFFT2D": (2, 2.5),
-           "IRFFT3D": (3, 2.5), "FFT": (1, 5.0), "FFT2D": (2, 5.0), "FFT3D": (3, 5.0), "IFFT": (1, 5.0),
-           "IFFT2D": (2, 5.0), "IFFT3D": (3, 5.0)}  # op: (transformed dimensions, flops per N*log2(N))
+
+
 
 class WorkUnavailable(PerfsuiteError, ValueError):
     """The work of a pipeline or step cannot be read: names it, the expectation and what was found."""
@@ -111,136 +112,6 @@ class WorkFingerprint(Record):
     def extra_info(self) -> dict:
         """Flat figures for pytest-benchmark's extra_info: ``work_<figure>`` and the whole fingerprint."""
         return {**{f"work_{key}": value for key, value in self.work.items()}, "work_fingerprint": self.snapshot()}
-
-
-# ------------------------------------------------------------------------------------ float ops
-
-
-def _registered_float_ops(graph, op) -> int | None:
-    """The op's float ops at its graph's shapes: TF's registered statistic, our FFT estimate, 0 for an op
-    with neither, None when a shape it needs is unknown."""
-    from tensorflow.python.framework import ops as tf_ops
-    from tensorflow.python.util import deprecation
-
-    if op.type in FFT_OPS:
-        return _fft_float_ops(op)
-    try:
-        with deprecation.silence():  # the registry's v1 shape helper warns on every first use
-            stats = tf_ops.get_stats_for_node_def(graph, op.node_def, "flops")
-    except (ValueError, TypeError):
-        return None
-    return int(stats.value or 0)
-
-
-def _fft_float_ops(op) -> int | None:
-    dims, per = FFT_OPS[op.type]
-    shape = op.inputs[0].shape if not op.type.startswith("I") or op.type.startswith("IFFT") else op.outputs[0].shape
-    if not shape.is_fully_defined():
-        return None
-    sizes = shape.as_list()
-    n = math.prod(sizes[-dims:])
-    transforms = math.prod(sizes[:-dims])
-    return round(transforms * per * n * math.log2(n)) if n > 1 else 0
-
-
-def _count_graph(graph, functions: dict, flops: Counter, histogram: Counter, unresolved: Counter,
-                 depth: int = 0, skip: frozenset | set = frozenset()) -> int:
-    """Float ops of one traced graph (nested calls followed, those in ``skip`` left to the caller),
-    adding to the counters; returns its total. A call whose body cannot be found is unresolved."""
-    total = 0
-    for op in graph.get_operations():
-        key = typed_op(op.node_def)
-        if op.type not in BOOKKEEPING_OPS:
-            histogram[key] += 1
-        if op.name in skip:
-            continue
-        if op.type in OP_TABLE and function_names(op.node_def):  # a dataset built inside the function:
-            unresolved[f"{op.type} (its functions run per element of a dataset built here)"] += 1
-            continue  # its functions run once per element it reads, unknown here
-        bodies = _bodies(op, functions)
-        if bodies is None or (bodies and depth >= 32):
-            unresolved[op.type] += 1
-            continue
-        if bodies:
-            totals = []
-            for body in bodies:
-                body_flops = Counter()
-                totals.append((_count_graph(body, functions, body_flops, histogram, unresolved, depth + 1),
-                               body_flops))
-            chosen, chosen_flops = max(totals, key=lambda item: item[0])
-            flops.update(chosen_flops)
-            total += chosen
-            continue
-        value = _registered_float_ops(graph, op)
-        if value is None:
-            unresolved[op.type] += 1
-        elif value:
-            flops[key] += value
-            total += value
-    return total
-
-
-def typed_op(node_def) -> str:
-    """'MatMul:float32', 'Cast:float16', 'RFFT:complex128': an op kind with its dtype (its ``T`` or ``dtype``
-    attr, else its first output's type), so a change of precision shows; the op kind alone where it has none."""
-    from tensorflow.python.framework import dtypes, op_def_registry
-
-    attrs = node_def.attr
-    for key in ("T", "dtype"):
-        if key in attrs and attrs[key].type:
-            return f"{node_def.op}:{dtypes.as_dtype(attrs[key].type).name}"
-    op_def = op_def_registry.get(node_def.op)
-    output = op_def.output_arg[0] if op_def is not None and op_def.output_arg else None
-    if output is not None:
-        kind = output.type or (attrs[output.type_attr].type if output.type_attr in attrs else 0)
-        if not kind and output.type_list_attr in attrs and attrs[output.type_list_attr].list.type:
-            kind = attrs[output.type_list_attr].list.type[0]
-        if kind:
-            with contextlib.suppress(TypeError, ValueError):
-                return f"{node_def.op}:{dtypes.as_dtype(kind).name}"
-    return node_def.op
-
-
-def _bodies(op, functions: dict) -> list | None:
-    """The traced graphs an op runs: a call's function, a conditional's branches, a loop's body, each at
-    the shapes of the op's inputs; None when one of them cannot be found (its float ops cannot be counted).
-    A function imported from a GraphDef has no graph of its own: it is built from its definition."""
-    names = []
-    for key in ("f", "then_branch", "else_branch", "body"):
-        if key in op.node_def.attr and op.node_def.attr[key].func.name:
-            names.append(op.node_def.attr[key].func.name)
-    if "branches" in op.node_def.attr:
-        names += [f.name for f in op.node_def.attr["branches"].list.func]
-    arguments = list(op.inputs)[1:] if op.type.endswith(("If", "Case")) else list(op.inputs)
-    graphs = [_body(functions.get(name), arguments) for name in names]
-    return None if None in graphs else graphs
-
-
-def _body(function, arguments: list):
-    graph = getattr(function, "graph", None)
-    definition = getattr(function, "definition", None)
-    if graph is not None or definition is None:
-        return graph
-    from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
-
-    with contextlib.suppress(ValueError, TypeError, KeyError):
-        return function_def_to_graph(definition, input_shapes=[t.shape for t in arguments])
-    return None
-
-
-def _function_registry(graph) -> dict:
-    """Every function a traced graph can call, by name, nested ones included."""
-    found, stack = {}, [graph]
-    while stack:
-        current = stack.pop()
-        for name, function in getattr(current, "_functions", {}).items():
-            key = name.decode() if isinstance(name, bytes) else name
-            if key not in found:
-                found[key] = function
-                inner = getattr(function, "graph", None)
-                if inner is not None:
-                    stack.append(inner)
-    return found
 
 
 # ------------------------------------------------------------------------------------ pipelines
@@ -430,7 +301,7 @@ def _stage_record_read(node, nodes: dict, readers: dict[str, str]):
         return constant(node.input[0]), constant(node.input[1]) or ""
     function = node.attr["f"].func.name if "f" in node.attr else ""
     upstream = nodes.get(node.input[0].split(":")[0]) if node.input else None
-    if function in readers and upstream is not None and upstream.op == "TensorSliceDataset":
+    if function in readers and upstream is not None and upstream.op == TENSOR_SLICES_OP:
         return constant(upstream.input[0]), readers[function]
     return None
 
@@ -514,7 +385,7 @@ class _GraphRun:
         """Runs the graph on ``flat`` (its inputs), adds its float ops, reads and unresolved ops to
         ``counts`` and returns its outputs."""
         shapes, lengths, arguments, outputs = self.resolve(flat)
-        flops, unresolved = _float_ops_at(self.graph_def, self.tensors, [s.numpy().tolist() for s in shapes],
+        flops, unresolved = float_ops_at(self.graph_def, self.tensors, [s.numpy().tolist() for s in shapes],
                                           {op.name for op in self.calls})
         counts.flops.update(flops)
         counts.unresolved.update(unresolved)
@@ -584,7 +455,7 @@ def _record_reads(operations, readers: dict[str, str]) -> list[tuple[Any, Any]]:
         if op.type in TFRECORD_OPS:
             out.append((op.inputs[0], op.inputs[1]))
         elif "f" in op.node_def.attr and op.node_def.attr["f"].func.name in readers and op.inputs \
-                and op.inputs[0].op.type == "TensorSliceDataset":
+                and op.inputs[0].op.type == TENSOR_SLICES_OP:
             out.append((op.inputs[0].op.inputs[0], readers[op.node_def.attr["f"].func.name]))
     return out
 
@@ -598,19 +469,6 @@ def record_bytes(names, compression, count: int) -> int:
     sizes = [len(record) + 16 for name in names
              for record in tf.data.TFRecordDataset(name, compression_type=compression).take(count).as_numpy_iterator()]
     return round(sum(sizes) / len(sizes)) if sizes else 0
-
-
-def _float_ops_at(graph_def, tensors: Sequence[str], shapes: Sequence[list], run_apart: set) -> tuple[Counter, Counter]:
-    """Float ops of a graph at the given shapes; the calls in ``run_apart`` are counted by running them."""
-    tf = tensorflow()
-    graph = tf.Graph()
-    flops, unresolved = Counter(), Counter()
-    with graph.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
-        for tensor, shape in zip(tensors, shapes):
-            graph.get_tensor_by_name(tensor).set_shape(shape)
-        _count_graph(graph, _function_registry(graph), flops, Counter(), unresolved, skip=run_apart)
-    return flops, unresolved
 
 
 def _numpy(value):
@@ -697,14 +555,14 @@ def _step_work(step, batch, name, batches, run) -> WorkFingerprint:
         concrete = again.get_concrete_function(tf.nest.map_structure(_spec_of, batch))
     graph = concrete.graph
     flops, histogram, unresolved = Counter(), Counter(), Counter()
-    total = _count_graph(graph, _function_registry(graph), flops, histogram, unresolved)
+    total = count_graph(graph, function_registry(graph), flops, histogram, unresolved)
     samples = _leading_dimension(batch)
     work = {"float_ops_per_step": total, "input_bytes_per_step": _bytes_of(batch),
             "variable_bytes": sum(v.shape.num_elements() * v.dtype.size for v in concrete.graph.variables
                                   if v.shape.is_fully_defined())}
     if samples:
         work["float_ops_per_sample"] = round(total / samples)
-    xla = bool(getattr(traced, "_jit_compile", False)) or _calls_xla(graph, _function_registry(graph))
+    xla = bool(getattr(traced, "_jit_compile", False)) or _calls_xla(graph, function_registry(graph))
     nested = _calls_function(graph)
     structure = {
         "mode": "xla" if xla else "graph" if is_function or nested else "eager",

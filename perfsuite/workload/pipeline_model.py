@@ -111,6 +111,10 @@ OP_TABLE: dict[str, OpKind] = {
         "WrapDatasetVariant": "variant", "UnwrapDatasetVariant": "variant", "IgnoreErrorsDataset": "ignore_errors"}),
 }
 UNKNOWN_KIND = OpKind("", "stage", "other")
+# The ops diagnose's rewrites turn a stage into or recognise (tools/diagnose/rewrite.py), named here with the table.
+SEQUENTIAL_MAP_OP, PARALLEL_MAP_OP = "MapDataset", "ParallelMapDatasetV2"
+FLAT_MAP_OP, PARALLEL_INTERLEAVE_OP = "FlatMapDataset", "ParallelInterleaveDatasetV4"
+TENSOR_SLICES_OP = "TensorSliceDataset"  # a constant list of file names the fingerprint's reader bytes follow
 
 # Op arguments read as a stage's parameters: the op_def argument name -> the Stage field.
 _ARGS = {"num_parallel_calls": "parallelism", "buffer_size": "buffer", "batch_size": "batch_size",
@@ -279,6 +283,10 @@ class PipelineModel(Record):
         ops = set(self.op_counts(stage.functions)) | {stage.op}
         return not any(word in op for op in ops for word in RANDOM_WORDS) and not ops & PYTHON_FUNCTION_OPS
 
+    def sequential_maps(self) -> tuple[Stage, ...]:
+        """Maps without parallel calls (what the map-parallelism rewrite makes parallel)."""
+        return tuple(stage for stage in self.stages if stage.op == SEQUENTIAL_MAP_OP)
+
     def sequential_reads(self) -> tuple[tuple[Stage, tuple[str, ...]], ...]:
         """(stage, the file reads it runs) for every interleave or flat_map without parallel calls whose
         functions read files (a TFRecordDataset over several files is a flat_map of one reader per file)."""
@@ -386,6 +394,12 @@ def object_functions(dataset) -> tuple[str, ...]:
     names = [value.function.name for value in vars(dataset).values()
              if isinstance(value, structured_function.StructuredFunctionWrapper)]
     return tuple(n.decode() if isinstance(n, bytes) else n for n in names)
+
+
+def class_words(dataset) -> str:
+    """A Python dataset object's class in tf.data's words: _ParallelMapDataset -> 'parallel_map'."""
+    name = type(dataset).__name__.strip("_").removesuffix("Dataset").removesuffix("V2")
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).strip("_") or type(dataset).__name__
 
 
 def op_of_class(dataset) -> str:

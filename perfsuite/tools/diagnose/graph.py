@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from perfsuite.measure.batch_spec import leaves
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.records import Record
-from perfsuite.verdict.diagnosis import (
+from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate
+from perfsuite.verdict.pipeline_findings import (
     cache_after_repeat_finding,
     fixed_padding_finding,
     graph_finding,
@@ -25,13 +26,11 @@ from perfsuite.verdict.diagnosis import (
     sequential_map_finding,
     sequential_read_finding,
 )
-from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate
 from perfsuite.workload.pipeline_model import AUTOTUNE, Pipeline, PythonOp, read_pipeline, shape_words
 from perfsuite.workload.pipeline_model import Stage as GraphStage
 
 __all__ = ["AUTOTUNE", "DynamicShape", "GraphFindings", "GraphStage", "PythonOp", "dynamic_shapes",
            "graph_findings", "inspect_graph"]
-COPY_TO_DEVICE = "CopyToDeviceDataset"
 
 
 @dataclass(frozen=True)
@@ -107,11 +106,11 @@ def inspect_graph(dataset) -> GraphFindings:
 def _after_copy_to_device(stages: tuple[GraphStage, ...]) -> tuple[str, ...]:
     """The real stages after the last copy_to_device, its own prefetch (prefetch_to_device's second
     half) left out."""
-    positions = [i for i, s in enumerate(stages) if s.op == COPY_TO_DEVICE]
+    positions = [i for i, s in enumerate(stages) if s.family == "copy"]
     if not positions:
         return ()
     after = [s for s in stages[positions[-1] + 1:] if s.kind != "wrapper"]
-    if after and after[0].op == "PrefetchDataset":
+    if after and after[0].family == "prefetch":
         after = after[1:]
     return tuple(s.method for s in after)
 

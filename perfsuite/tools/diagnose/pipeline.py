@@ -62,7 +62,6 @@ from perfsuite.verdict.diagnosis import (
     feed_verdict,
     feed_words,
     frame_assumed,
-    layout_finding,
     lost_words,
     percent,
     ranked_changes,
@@ -88,6 +87,7 @@ from perfsuite.verdict.diagnosis_figures import (
     gpu_stats_6_to_7,
     without_kind,
 )
+from perfsuite.verdict.pipeline_findings import layout_finding
 from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
 PIPELINE_SCHEMA_VERSION = 6

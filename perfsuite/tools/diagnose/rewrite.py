@@ -23,9 +23,13 @@ import numpy as np
 
 from perfsuite.tools.diagnose.targets import one_line_error
 from perfsuite.workload.pipeline_model import (
+    FLAT_MAP_OP,
+    PARALLEL_INTERLEAVE_OP,
+    PARALLEL_MAP_OP,
     PYTHON_FUNCTION_OPS,
     RANDOM_WORDS,
     Pipeline,
+    class_words,
     kind_of,
     object_functions,
     op_of_class,
@@ -50,8 +54,7 @@ class Prefix:
 
 def stage_words(dataset) -> str:
     """A stage in words: its tf.data method (from the Python class) and the function it maps when known."""
-    name = type(dataset).__name__.strip("_").removesuffix("Dataset").removesuffix("V2")
-    words = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).strip("_") or type(dataset).__name__
+    words = class_words(dataset)
     function = getattr(getattr(dataset, "_map_func", None), "_func", None)
     label = getattr(function, "__name__", None)
     if label and label != "<lambda>":
@@ -130,23 +133,29 @@ def add_prefetch(dataset):
     return dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
 
 
-def parallel_maps(dataset):
-    """dataset rebuilt with every MapDataset a ParallelMapDatasetV2 of AUTOTUNE calls."""
+def _const(node, name: str, value: int, added: list) -> str:
+    """A Const node of an int64 value beside node (appended to added), by its name."""
     from perfsuite._tensorflow import tensorflow
 
     tf = tensorflow()
+    made = type(node)()
+    made.name, made.op = f"{node.name}/perfsuite_{name}", "Const"
+    made.attr["dtype"].type = tf.int64.as_datatype_enum
+    made.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
+    added.append(made)
+    return made.name
+
+
+def parallel_maps(dataset):
+    """dataset rebuilt with every sequential map a parallel one of AUTOTUNE calls, order kept."""
     graph = _graph(dataset)
+    sequential = {stage.node for stage in read_pipeline(dataset).model.sequential_maps()}
     added = []
     for node in graph.node:
-        if node.op != "MapDataset":
+        if node.name not in sequential:
             continue
-        const = type(node)()
-        const.name, const.op = f"{node.name}/perfsuite_parallel_calls", "Const"
-        const.attr["dtype"].type = tf.int64.as_datatype_enum
-        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(-1, tf.int64))
-        added.append(const)
-        node.op = "ParallelMapDatasetV2"
-        node.input.append(const.name)
+        node.op = PARALLEL_MAP_OP
+        node.input.append(_const(node, "parallel_calls", -1, added))
         if "force_synchronous" in node.attr:
             del node.attr["force_synchronous"]
         node.attr["deterministic"].s = b"true"
@@ -156,31 +165,20 @@ def parallel_maps(dataset):
 
 def parallel_reads(dataset):
     """dataset rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
-    (ParallelInterleaveDatasetV4) of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a
-    time, one element each in turn, so its order differs; an interleave keeps its cycle and order)."""
-    from perfsuite._tensorflow import tensorflow
-
-    tf = tensorflow()
+    of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a time, one element each in
+    turn, so its order differs; an interleave keeps its cycle and order)."""
     graph = _graph(dataset)
     sequential = {stage.node for stage, _ in read_pipeline(dataset).model.sequential_reads()}
     added = []
-
-    def const(node, name: str, value: int) -> str:
-        made = type(node)()
-        made.name, made.op = f"{node.name}/perfsuite_{name}", "Const"
-        made.attr["dtype"].type = tf.int64.as_datatype_enum
-        made.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
-        added.append(made)
-        return made.name
-
     for node in graph.node:
         if node.name not in sequential:
             continue
-        if node.op == "FlatMapDataset":
-            node.input.extend([const(node, "cycle_length", -1), const(node, "block_length", 1)])
-        node.input.extend([const(node, name, -1) for name in ("buffer_output_elements", "prefetch_input_elements",
-                                                               "num_parallel_calls")])
-        node.op = "ParallelInterleaveDatasetV4"
+        if node.op == FLAT_MAP_OP:
+            node.input.extend([_const(node, "cycle_length", -1, added), _const(node, "block_length", 1, added)])
+        node.input.extend([_const(node, name, -1, added) for name in ("buffer_output_elements",
+                                                                      "prefetch_input_elements",
+                                                                      "num_parallel_calls")])
+        node.op = PARALLEL_INTERLEAVE_OP
         node.attr["deterministic"].s = b"true"
     graph.node.extend(added)
     return _from_graph(graph, dataset.element_spec), _nothing
@@ -190,7 +188,7 @@ def sequential_maps(dataset) -> int:
     pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
     if pipeline.graph_def is None:
         raise ValueError("TensorFlow cannot serialize this dataset's graph")
-    return sum(1 for stage in pipeline.model.stages if stage.op == "MapDataset")
+    return len(pipeline.model.sequential_maps())
 
 
 def cache_after(dataset, prefix):

@@ -19,7 +19,7 @@ from perfsuite.measure.stats import Cycle
 from perfsuite.records import Record
 from perfsuite.tools.diagnose.plan import Stage, calls_that_fit, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import samples_in, steady_stream, timed_next
-from perfsuite.verdict.diagnosis import estimate_evidence, percent, span_words, speech_finding, why_undecided
+from perfsuite.verdict.diagnosis import estimate_evidence, percent, span_words, why_undecided
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
     UNSTABLE_VARIATION,
@@ -28,6 +28,7 @@ from perfsuite.verdict.diagnosis_figures import (
     RoundsEstimate,
     estimate,
 )
+from perfsuite.verdict.pipeline_findings import speech_finding
 
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
