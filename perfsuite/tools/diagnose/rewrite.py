@@ -104,15 +104,20 @@ class NotApplied:
 
 
 def _graph(dataset):
-    """A copy of the dataset's serialized graph, to rewrite (the model's own reading of it)."""
+    """A copy of the serialized graph of a dataset or a Pipeline already read, to rewrite (the model's own
+    reading of it)."""
     from perfsuite._tensorflow import tensorflow
 
-    graph = read_pipeline(dataset).graph_def
+    graph = _pipeline(dataset).graph_def
     if graph is None:
         raise ValueError("TensorFlow cannot serialize this dataset's graph")
     copy = tensorflow().compat.v1.GraphDef()
     copy.CopyFrom(graph)
     return copy
+
+
+def _pipeline(dataset) -> Pipeline:
+    return dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
 
 
 def _from_graph(graph, element_spec):
@@ -148,8 +153,9 @@ def _const(node, name: str, value: int, added: list) -> str:
 
 def parallel_maps(dataset):
     """dataset rebuilt with every sequential map a parallel one of AUTOTUNE calls, order kept."""
-    graph = _graph(dataset)
-    sequential = {stage.node for stage in read_pipeline(dataset).model.sequential_maps()}
+    pipeline = read_pipeline(dataset)
+    graph = _graph(pipeline)
+    sequential = {stage.node for stage in pipeline.model.sequential_maps()}
     added = []
     for node in graph.node:
         if node.name not in sequential:
@@ -167,8 +173,9 @@ def parallel_reads(dataset):
     """dataset rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
     of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a time, one element each in
     turn, so its order differs; an interleave keeps its cycle and order)."""
-    graph = _graph(dataset)
-    sequential = {stage.node for stage, _ in read_pipeline(dataset).model.sequential_reads()}
+    pipeline = read_pipeline(dataset)
+    graph = _graph(pipeline)
+    sequential = {stage.node for stage, _ in pipeline.model.sequential_reads()}
     added = []
     for node in graph.node:
         if node.name not in sequential:
@@ -185,7 +192,7 @@ def parallel_reads(dataset):
 
 
 def sequential_maps(dataset) -> int:
-    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    pipeline = _pipeline(dataset)
     if pipeline.graph_def is None:
         raise ValueError("TensorFlow cannot serialize this dataset's graph")
     return len(pipeline.model.sequential_maps())
@@ -199,9 +206,10 @@ def cache_after(dataset, prefix):
     cache_model = read_pipeline(cached)
     cache_nodes = {node.name: node for node in cache_model.graph_def.node}
     cache_node = cache_nodes[cache_model.model.stages[-1].node]
-    graph = _graph(dataset)
+    pipeline = read_pipeline(dataset)
+    graph = _graph(pipeline)
     nodes = {node.name: node for node in graph.node}
-    chain = [nodes[stage.node] for stage in read_pipeline(dataset).model.chain()]
+    chain = [nodes[stage.node] for stage in pipeline.model.chain()]
     cut = len(cache_model.model.chain()) - 2  # the prefix's own last node, below the cache
     if cut < 0 or cut >= len(chain) - 1 or chain[cut].op != cache_nodes[cache_node.input[0].split(":")[0]].op:
         raise ValueError("the prefix was not found in the dataset's graph")
@@ -232,7 +240,7 @@ def cache_after(dataset, prefix):
 def deterministic_prefix(dataset) -> tuple[Any | None, str]:
     """(the longest prefix of dataset's chain with no shuffle, random op or stateful Python op, ending
     before its first repeat; or None) and why it ends where it does."""
-    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    pipeline = _pipeline(dataset)
     last, why = None, "the pipeline ends"
     for node in pipeline.python_chain:
         op = op_of_class(node)
@@ -279,7 +287,7 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float 
     considered, why not. samples_per_s (the pipeline's
     measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
     fixes, skipped = [], []
-    dataset = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    dataset = _pipeline(dataset)
     if ends_with_prefetch:
         skipped.append(NotApplied("prefetch", "the pipeline already ends with a prefetch"))
     else:
