@@ -191,6 +191,7 @@ def test_options_parse_into_settings():
     assert (settings.alpha, settings.min_effect) == (command.DEFAULT_ALPHA, command.DEFAULT_MIN_EFFECT)
     defaults = command.settings_of(_parse())
     assert defaults.paths == ("gates", "saved") and defaults.budget_s == command.DEFAULT_BUDGET_S
+    assert command.settings_of(_parse("--levels", "0.1,0")).levels == (0.0, 0.1)
     shares = command.budget_shares(defaults)
     assert shares["saved"] == pytest.approx(2 * shares["gates"]) and sum(shares.values()) == pytest.approx(1200)
 
@@ -202,6 +203,8 @@ def test_options_parse_into_settings():
     (["--trials", "0"], "integer >= 1"),
     (["--history-runs", "2"], "integer >= 3"),
     (["--alpha", "1.5"], "between 0 and 1"),
+    (["--levels", "0.05,0.1"], "including 0"),
+    (["--levels", "0,0.03"], "a multiple of 1/20"),
     (["--results", "notes.txt"], "ending in .md"),
     (["--results", "no/such/dir/x.md"], "existing directory"),
 ])

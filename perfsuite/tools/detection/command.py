@@ -37,6 +37,23 @@ def paths(text: str) -> tuple[str, ...]:
     return tuple(path for path in PATHS if path in names)
 
 
+def levels(text: str) -> tuple[float, ...]:
+    """--levels: comma-separated planted shares, each a whole number of the plant's utterances (a multiple
+    of 1/BATCH), none twice, 0 among them (the false-alarm share every curve is read against); sorted."""
+    from perfsuite.tools.detection.plant import BATCH, extra_units
+
+    try:
+        shares = [float(item) for item in text.split(",") if item.strip()]
+        for share in shares:
+            extra_units(share)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected comma-separated shares, each a multiple of 1/{BATCH} "
+                                         f"(e.g. 0,0.1), found {text!r}: {error}") from None
+    if 0.0 not in shares or len(set(shares)) != len(shares):
+        raise argparse.ArgumentTypeError(f"expected distinct shares including 0 (the false-alarm share), found {text!r}")
+    return tuple(sorted(shares))
+
+
 def results_file(text: str) -> Path:
     """--results: a Markdown file (.md) whose directory exists; the run appends its section."""
     path = Path(text)
@@ -58,6 +75,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--budget", type=seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help="time for the whole run, shared by the paths (gates 1, saved 2, ab 4 parts); a path "
                              "stops starting trials when its share is spent (default: %(default).0f)")
+    parser.add_argument("--levels", type=levels, default=LEVELS, metavar="LIST",
+                        help="planted shares, comma-separated, 0 among them (default: "
+                             f"{','.join(f'{level:g}' for level in LEVELS)}; fewer shares cost less, e.g. for ab)")
     parser.add_argument("--trials", type=integer(1), default=DEFAULT_TRIALS, metavar="N",
                         help="trials per planted share and path (default: %(default)s)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick",
@@ -82,7 +102,7 @@ def add_arguments(parser) -> None:
 
 def settings_of(args) -> Settings:
     """The parsed options as Settings."""
-    return Settings(paths=args.paths, levels=LEVELS, trials=args.trials, budget_s=args.budget, profile=args.profile,
+    return Settings(paths=args.paths, levels=args.levels, trials=args.trials, budget_s=args.budget, profile=args.profile,
                     history_runs=args.history_runs, alpha=args.alpha, min_effect=args.min_effect)
 
 
