@@ -18,9 +18,10 @@ one side, not as a difference of two noisy sides, so it decides in fewer rounds.
 
 ``InputBoundRounds`` runs one round at a time (its sides through the round engine,
 rounds.InterleavedRounds), so a caller can add rounds while a gate on the share is undecided;
-``measure_input_bound`` runs a fixed number. The result, ``InputBound``, is one frozen record. The same
-rounds measure diagnose --pipeline's share (tools/diagnose/pipeline.py), with its options: a fresh
-iterator per side and round, its own twin (the first batch it read, repeated), the twin first.
+``measure_input_bound`` runs a fixed number. The result, ``InputBound``, is one frozen record. It is the one
+input-bound measurement: the fixture's (pytest_plugin/recorder.py, which the benchmarks use) and diagnose's
+on both its paths (tools/diagnose/input_bound.py: a dataset's loaders and --pipeline), the latter with its
+options: a fresh iterator per side and round, its own twin (a batch it read, repeated), the twin first.
 """
 
 from __future__ import annotations

@@ -30,23 +30,33 @@ from perfsuite.verdict.diagnosis_figures import (
     SweepAxis,
 )
 
+_percent = "{:.1%}".format
+_times = "{:.2f}x".format
+_yes_no = {True: "yes", False: "no"}
+
 
 def write_report(diagnosis, directory: Path) -> Path:
     """Write the PNG plots and summary.md into directory; return the summary's path. diagnosis: a
     Diagnosis, a diagnose.pipeline.PipelineDiagnosis (--pipeline), or the dict of either's JSON."""
     if isinstance(diagnosis, dict):
         diagnosis = load_diagnosis(diagnosis)
-    if not isinstance(diagnosis, Diagnosis):
-        return write_pipeline_report(diagnosis, directory)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    plots = [plot_batch_timeline(diagnosis, directory / "batch_timeline.png")] if diagnosis.pipelines else []
-    plots += [plot_sweep(axis, directory / f"throughput_vs_{axis.axis}.png") for axis in diagnosis.sweep]
-    if diagnosis.gpu is not None and diagnosis.gpu.available and diagnosis.gpu.timeline:
-        plots.append(plot_gpu_timeline(diagnosis.gpu.timeline, directory / "gpu_utilisation.png"))
-    plots += _feed_plots(diagnosis.feed, directory)
+    timelines = _timelines(diagnosis)
+    plots = [plot_batch_timeline(timelines, directory / "batch_timeline.png")] if timelines else []
+    if isinstance(diagnosis, Diagnosis):
+        plots += [plot_sweep(axis, directory / f"throughput_vs_{axis.axis}.png") for axis in diagnosis.sweep]
+        if diagnosis.gpu is not None and diagnosis.gpu.available and diagnosis.gpu.timeline:
+            plots.append(plot_gpu_timeline(diagnosis.gpu.timeline, directory / "gpu_utilisation.png"))
+    for figures in _feeds(diagnosis):
+        if figures.timeline:
+            name = "".join(c if c.isalnum() or c in "-_" else "_" for c in figures.pipeline)
+            plots.append(plot_gpu_timeline(figures.timeline, directory / f"emulated_{name}.png",
+                                           title=f"{figures.pipeline} feeding a {figures.step_s * 1e3:.3g} ms "
+                                                 f"step ({figures.step_time})"))
     summary = directory / "summary.md"
-    summary.write_text(markdown_summary(diagnosis, [p.name for p in plots]), encoding="utf-8")
+    write = markdown_summary if isinstance(diagnosis, Diagnosis) else pipeline_summary
+    summary.write_text(write(diagnosis, [p.name for p in plots]), encoding="utf-8")
     return summary
 
 
@@ -60,23 +70,36 @@ def load_diagnosis(data: dict):
     return Diagnosis.from_dict(data)
 
 
-def plot_batch_timeline(diagnosis: Diagnosis, path: Path) -> Path:
-    """Per-batch time of every pipeline's steady batches; a detected cycle's period marked by dotted lines."""
+def _timelines(diagnosis) -> list[tuple]:
+    """plot_batch_timeline's panels: each loader's steady batches, or the --pipeline's (none when not read)."""
+    if isinstance(diagnosis, Diagnosis):
+        per_round = diagnosis.settings.batches
+        return [(p.pipeline.label, p.loader.batch_s, p.loader.samples_per_s, p.loader.cycle,
+                 [per_round] * (p.loader.batches // per_round)) for p in diagnosis.pipelines]
+    throughput = diagnosis.throughput
+    if throughput is None or not throughput.batch_s:
+        return []
+    per_round = throughput.batches_per_round
+    return [(diagnosis.target.pipeline, throughput.batch_s, throughput.rate.median, throughput.cycle,
+             [per_round] * (len(throughput.batch_s) // per_round))]
+
+
+def _feeds(diagnosis) -> tuple[FeedFigures, ...]:
+    """The feed-rate figures: a Diagnosis holds one per pipeline, a PipelineDiagnosis one or None."""
+    feed = diagnosis.feed
+    return (feed,) if isinstance(feed, FeedFigures) else tuple(feed or ())
+
+
+def plot_batch_timeline(timelines: list[tuple], path: Path) -> Path:
+    """One panel of per-batch times per (label, batch_s, samples/s, stats.Cycle or None, batches per round);
+    a significant cycle's period marked by dotted lines, the rounds' boundaries by grey ones."""
     plt = pyplot()
-    pipelines = diagnosis.pipelines
-    figure, axes = plt.subplots(len(pipelines), 1, figsize=(9, 2.2 * len(pipelines)), squeeze=False)
-    batches = diagnosis.settings.batches
-    for ax, figures in zip(axes[:, 0], pipelines):
-        loader = figures.loader
-        draw_timeline(ax, figures.pipeline.label, loader.batch_s, loader.samples_per_s, _period(loader.cycle),
-                      round_lengths=[batches] * (loader.batches // batches))
+    figure, axes = plt.subplots(len(timelines), 1, figsize=(9, 0.4 + 2.2 * len(timelines)), squeeze=False)
+    for ax, (label, batch_s, rate, cycle, rounds) in zip(axes[:, 0], timelines):
+        period = cycle.period if cycle is not None and cycle.significant else None
+        draw_timeline(ax, label, batch_s, rate, period, round_lengths=rounds)
     axes[-1, 0].set_xlabel("steady batch (rounds joined; grey lines: round boundaries)")
     return save(plt, figure, path)
-
-
-def _period(cycle) -> int | None:
-    """A stats.Cycle's period when it is significant, else None (no cycle, or none measured)."""
-    return cycle.period if cycle is not None and cycle.significant else None
 
 
 def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
@@ -98,29 +121,27 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
         if point.current:
             left.plot([x], [point.samples_per_s], "s", markersize=11, markerfacecolor="none", color="tab:orange",
                       label="current setting")
-    left.set_xticks(xs, names, fontsize=7)
-    left.set_xlabel(label)
-    left.set_ylabel("samples/s")
-    left.set_ylim(bottom=0)
-    left.legend(fontsize=7, loc="lower right")
-    left.set_title(f"tf_native WAV loader vs {label} ({sweep.rounds} interleaved rounds)", fontsize=9)
-    for x, point in zip(xs, points):
         gain = point.vs_current
         ratios = [1.0] * sweep.rounds if gain is None else gain.ratios
         colour = "tab:orange" if gain is None else ("tab:green" if gain.significant else "tab:grey")
         right.plot([x] * len(ratios), ratios, "o", color=colour, alpha=0.8)
         if gain is not None:
             right.plot([x - 0.2, x + 0.2], [gain.summary.median] * 2, color=colour, linewidth=2)
+    left.set_ylabel("samples/s")
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=7, loc="lower right")
+    left.set_title(f"tf_native WAV loader vs {label} ({sweep.rounds} interleaved rounds)", fontsize=9)
     right.axhline(1.0, color="black", linewidth=0.8)
     right.axhline(1 + sweep.min_gain, color="tab:green", linestyle="--", linewidth=0.8,
                   label=f"+{sweep.min_gain:.0%}: minimum gain")
-    right.set_xticks(xs, names, fontsize=7)
-    right.set_xlabel(label)
     right.set_ylabel("samples/s ÷ current, per round")
     right.legend(fontsize=7)
     clear = [name for name, point in zip(names, points) if point.vs_current and point.vs_current.significant]
     verdict = f"clear gain: {', '.join(clear)}" if clear else "no clear winner over the current setting"
     right.set_title(f"same-round ratio to current ({verdict})", fontsize=9)
+    for ax in (left, right):
+        ax.set_xticks(xs, names, fontsize=7)
+        ax.set_xlabel(label)
     return save(plt, figure, path)
 
 
@@ -139,66 +160,7 @@ def plot_gpu_timeline(timeline: GpuTimeline, path: Path, title: str | None = Non
     return save(plt, figure, path)
 
 
-def _feed_plots(feed, directory: Path) -> list[Path]:
-    """The emulated accelerator's utilisation in each pipeline's round at the step asked for."""
-    return [plot_gpu_timeline(figures.timeline, directory / f"emulated_{_file_name(figures.pipeline)}.png",
-                              title=f"{figures.pipeline} feeding a {figures.step_s * 1e3:.3g} ms step "
-                                    f"({figures.step_time})")
-            for figures in feed if figures.timeline]
-
-
-def _file_name(label: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
-
-
-def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
-    if not feed:
-        return []
-    lines = ["", "## Emulated accelerator", "",
-             ("The shortest step each pipeline keeps >= 90 % busy (three interleaved bisections; docs/emulated.md), "
-              "and one round at the step asked for."), ""]
-    rows = []
-    for figures in feed:
-        fed = feed_words(figures)
-        if figures.step_s is None:
-            rows.append((figures.pipeline, fed, figures.reason, "-", "-", "-", "-", "-"))
-            continue
-        stats = figures.stats
-        period = stats.oscillation_period_s
-        keeps = {True: "yes", False: "no", None: "undecided"}[figures.keeps_busy]
-        step = f"{figures.step_s * 1e3:.3g} ms ({figures.step_time})"
-        rows.append((figures.pipeline, fed, f"assumed: {step}, a stand-in" if stand_in_step(figures) else step,
-                     f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
-                     f"every {period:.3g} s" if stats.oscillation.significant else "none", keeps))
-    return [*lines, _markdown(("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle", "oscillation", "keeps it busy"), rows)]
-
-
-def _markdown(headers, rows, alignments=()) -> str:
-    """A Markdown table through perfsuite.tables ('|' in a cell escaped)."""
-    return Table.of(headers, rows, alignments).markdown()
-
-
-def _current_samples_per_s(sweep: SweepAxis) -> float:
-    return next(point.samples_per_s for point in sweep.points if point.current)
-
-
-def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
-    """The current setting's tf_native WAV loader is measured three times, a minute or so apart: in the
-    loader comparison and in both sweeps. When the figures differ, say so: it shows how far absolute
-    figures drift on this machine, and why the verdicts use same-round ratios."""
-    figures = {}
-    for p in diagnosis.pipelines:
-        if p.pipeline == Pipeline("tf_native", "wav"):
-            figures["the loader comparison"] = p.loader.samples_per_s
-    figures.update({f"the {sweep.axis.replace('_', '-')} sweep": _current_samples_per_s(sweep)
-                    for sweep in diagnosis.sweep})
-    values = list(figures.values())
-    if len(values) < 2 or min(values) <= 0 or max(values) / min(values) < 1.2:
-        return []
-    measured = ", ".join(f"{value:.0f} samples/s in {where}" for where, value in figures.items())
-    return ["", (f"The current setting's tf_native WAV loader was measured {len(values)} times in this run: "
-                 f"{measured}. Absolute figures moved that much within one run on this machine (other load, "
-                 "what ran just before); the verdicts use ratios measured within the same rounds.")]
+# ----------------------------------------------------------------------------- summary.md
 
 
 def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
@@ -206,7 +168,7 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
     lines = [f"# perfsuite diagnose: {diagnosis.dataset}", ""]
     lines += _stage_lines(diagnosis)
     lines += _data_lines(diagnosis)
-    lines += _findings_lines(diagnosis)
+    lines += _findings_lines("## Findings", diagnosis.verdicts)
     lines += _pipeline_lines(diagnosis)
     lines += _input_bound_lines(diagnosis)
     lines += _step_lines(diagnosis)
@@ -216,9 +178,46 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
         lines += _sweep_lines(sweep)
     gpu = diagnosis.gpu
     if gpu is not None:
-        lines += ["", "## GPU", "", "sampled" if gpu.available else f"not available: {gpu.reason}", ""]
-    lines += ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
-    return "\n".join(lines)
+        lines += [*_section("GPU", "sampled" if gpu.available else f"not available: {gpu.reason}"), ""]
+    return "\n".join(lines + _plot_lines(plot_names))
+
+
+def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
+    """summary.md of a --pipeline run: what to change first (the changes measured on the pipeline, ranked by
+    gain), completeness, stages, the other findings, the graph, the figures, the plots."""
+    target, graph = diagnosis.target, diagnosis.graph
+    lines = [f"# perfsuite diagnose --pipeline {target.pipeline}", ""]
+    if target.step or target.args:
+        lines += [f"Step: {target.step or '(none: throughput only)'}; arguments: {target.args or '(none)'}.", ""]
+    changes, rest = ranked_changes(list(diagnosis.verdicts))
+    lines += [f"## {CHANGE_FIRST.capitalize()}", "", f"{change_first_words(changes).capitalize()}.", ""]
+    for rank, change in enumerate(changes, 1):
+        lines += _finding_lines(change, f"{rank}. ")
+    lines += ["", *_stage_lines(diagnosis), *_findings_lines("## The other findings", rest)]
+    lines += [*_section("Dataset graph", f"Transformations: {' -> '.join(graph.transformations)}", "",
+                        f"Element: `{graph.element_spec}`"), ""]
+    if graph.python_ops:
+        lines.append(_markdown(("Python op", "node", "in", "transformation node", "calls"),
+                               [(op.op, op.node, op.transformation, op.transformation_node, op.python or "-")
+                                for op in graph.python_ops]))
+    throughput, step, bound = diagnosis.throughput, diagnosis.step, diagnosis.input_bound
+    if throughput is not None:
+        warmup = ", ".join(f"{s:.3f}" for s in throughput.warmup_s)
+        lines += _section("Throughput", (
+            f"First batch {throughput.first_batch_s:.3f} s; warm-up {warmup} s; {throughput.batches_per_round} "
+            f"batches per round; {throughput.restarts} restart(s) of the dataset."),
+            "", f"- {throughput.unit}/s: {interval_cell(throughput.rate, '{:.4g}'.format)}",
+            f"- per-batch variation: {interval_cell(throughput.variation, _percent)}")
+    if step is not None:
+        retraces = "not countable" if step.retraces is None else step.retraces
+        lines += _section("Step", f"First call {step.first_s:.3f} s, then {step.first_steady_s:.4f} s; "
+                                  f"{step.calls} calls; retraces: {retraces}.")
+    if bound is not None:
+        lines += _section("Input-bound share", (
+            f"- share: {interval_cell(bound.share, _percent)} ({bound.classification} at the median); wait share "
+            f"{interval_cell(bound.wait, _percent)}; s/step fed {bound.t_real:.4f}, synthetic "
+            f"{bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} timed steps per side"))
+    return "\n".join([*lines, *_feed_lines(_feeds(diagnosis)), "", *_plot_lines(plot_names)])
 
 
 def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> str:
@@ -231,29 +230,33 @@ def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> st
     return cell + ")"
 
 
-def _percent(value: float) -> str:
-    return f"{value:.1%}"
+def _markdown(headers, rows, alignments=()) -> str:
+    """A Markdown table through perfsuite.tables ('|' in a cell escaped)."""
+    return Table.of(headers, rows, alignments).markdown()
 
 
-def _times(value: float) -> str:
-    return f"{value:.2f}x"
+def _section(title: str, *lines: str) -> list[str]:
+    """A '## title' section: a blank line, the heading, a blank line, then lines."""
+    return ["", f"## {title}", "", *lines]
 
 
-def _stage_lines(diagnosis: Diagnosis) -> list[str]:
-    budget = diagnosis.settings.budget_s
+def _plot_lines(plot_names: list[str]) -> list[str]:
+    return ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
+
+
+def _stage_lines(diagnosis) -> list[str]:
     lines = []
     if not diagnosis.complete:
         ran = ", ".join(stage.name for stage in diagnosis.stages) or "none"
         lines += [(f"**Incomplete**: the run ended early (interrupted); stages that ran: {ran}. Parts not measured "
                   "are left out."), ""]
-    lines += [(f"Budget {budget:.0f} s, {diagnosis.elapsed_s:.0f} s spent. Each stage measures until its figures "
-               f"are decided or its share is spent; a figure of fewer than {MIN_ROUNDS} rounds is not enough to "
-               "decide."), ""]
+    lines += [(f"Budget {diagnosis.settings.budget_s:.0f} s, {diagnosis.elapsed_s:.0f} s spent. Each stage measures "
+               f"until its figures are decided or its share is spent; a figure of fewer than {MIN_ROUNDS} rounds is "
+               "not enough to decide."), ""]
     rows = [(stage.name, stage.status, f"{stage.share_s:.0f}", f"{stage.spent_s:.0f}", stage.rounds, stage.plan)
             for stage in diagnosis.stages]
-    lines.append(_markdown(("stage", "status", "share s", "spent s", "rounds", "plan"), rows,
-                           ("left", "left", RIGHT, RIGHT, RIGHT, "left")))
-    return [*lines, ""]
+    return [*lines, _markdown(("stage", "status", "share s", "spent s", "rounds", "plan"), rows,
+                              ("left", "left", RIGHT, RIGHT, RIGHT, "left")), ""]
 
 
 def _data_lines(diagnosis: Diagnosis) -> list[str]:
@@ -267,12 +270,9 @@ def _data_lines(diagnosis: Diagnosis) -> list[str]:
     return lines
 
 
-def _findings_lines(diagnosis: Diagnosis, heading: str = "## Findings", verdicts=None) -> list[str]:
-    """A heading and each finding of verdicts (default: all the diagnosis') as a bullet."""
-    lines = [heading, ""]
-    for verdict in diagnosis.verdicts if verdicts is None else verdicts:
-        lines += _finding_lines(verdict, "- ")
-    return lines
+def _findings_lines(heading: str, verdicts) -> list[str]:
+    """A heading and each finding as a bullet."""
+    return [heading, "", *(line for verdict in verdicts for line in _finding_lines(verdict, "- "))]
 
 
 def _finding_lines(verdict, marker: str) -> list[str]:
@@ -280,48 +280,34 @@ def _finding_lines(verdict, marker: str) -> list[str]:
     figures = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in verdict.evidence.items())
     lines, indent = [f"{marker}**{verdict.topic}**: {verdict.finding} ({figures})"], " " * len(marker)
     if verdict.interval is not None:
-        lines.append(f"{indent}- interval: {interval_cell(verdict.interval, lambda v: f'{v:.4g}')}, "
+        lines.append(f"{indent}- interval: {interval_cell(verdict.interval, '{:.4g}'.format)}, "
                      f"{verdict.interval.coverage:.0%} coverage")
     if verdict.recommendation:
         lines.append(f"{indent}- recommendation: {verdict.recommendation}")
     return lines
 
 
-def _change_first_lines(changes: list) -> list[str]:
-    """What to change first: the changes measured on a --pipeline run, numbered in their rank."""
-    lines = [f"## {CHANGE_FIRST.capitalize()}", "", f"{change_first_words(changes).capitalize()}.", ""]
-    for rank, change in enumerate(changes, 1):
-        lines += _finding_lines(change, f"{rank}. ")
-    return [*lines, ""]
-
-
 def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
     if not diagnosis.pipelines:
         return []
-    loaders = [(figures.pipeline.label, interval_cell(figures.samples_per_s, lambda v: f"{v:.1f}"),
+    loaders = [(figures.pipeline.label, interval_cell(figures.samples_per_s, "{:.1f}".format),
                 interval_cell(figures.variation, _percent),
                 f"every {figures.loader.cycle.period}" if figures.loader.cycle.significant else "none")
                for figures in diagnosis.pipelines]
     compared = [(f"{comparison.a.label} over {comparison.b.label}", interval_cell(comparison.ratio, _times),
-                 "yes" if comparison.ratio.decided else "no") for comparison in diagnosis.comparisons]
-    return ["", "## Loaders", "", _markdown(("pipeline", "samples/s", "per-batch variation", "cycle"), loaders),
-            "", _markdown(("compared", "same-round ratio", "decided"), compared)]
+                 _yes_no[comparison.ratio.decided]) for comparison in diagnosis.comparisons]
+    return _section("Loaders", _markdown(("pipeline", "samples/s", "per-batch variation", "cycle"), loaders),
+                    "", _markdown(("compared", "same-round ratio", "decided"), compared))
 
 
 def _input_bound_lines(diagnosis: Diagnosis) -> list[str]:
     if not diagnosis.input_bound:
         return []
     rows = [(figures.pipeline.label, interval_cell(figures.share, _percent), figures.classification,
-             "yes" if figures.share.decided else "no", _wait_cell(figures), f"{figures.t_real:.4f}",
+             _yes_no[figures.share.decided], interval_cell(figures.wait, _percent), f"{figures.t_real:.4f}",
              f"{figures.t_synthetic:.4f}") for figures in diagnosis.input_bound]
-    return ["", "## Input-bound share", "",
-            _markdown(("pipeline", "share", "class (at the median)", "decided", "wait share", "s/step fed",
-                       "s/step synthetic"), rows)]
-
-
-def _wait_cell(figures) -> str:
-    """The wait share's interval, or '-' in a file before it was measured (schema 8)."""
-    return "-" if figures.wait is None else interval_cell(figures.wait, _percent)
+    return _section("Input-bound share", _markdown(("pipeline", "share", "class (at the median)", "decided",
+                                                    "wait share", "s/step fed", "s/step synthetic"), rows))
 
 
 def _step_lines(diagnosis: Diagnosis) -> list[str]:
@@ -329,91 +315,66 @@ def _step_lines(diagnosis: Diagnosis) -> list[str]:
     if step is None:
         return []
     rows = [(mode, f"{figures.first_s:.3f}", f"{figures.first_steady_s:.4f}",
-             interval_cell(figures.step_s, lambda v: f"{v:.4f}")) for mode, figures in step.modes.items()]
-    lines = ["", "## Training step", "", f"{step.calls_per_round} call(s) per mode and round.", "",
-             _markdown(("mode", "first call s", "first steady call s", "s/step"), rows)]
-    for name, ratio in step.ratios.items():
-        lines.append(f"\n{name.replace('_', ' ')}: {interval_cell(ratio.ratio, _times)}")
-    return lines
+             interval_cell(figures.step_s, "{:.4f}".format)) for mode, figures in step.modes.items()]
+    return [*_section("Training step", f"{step.calls_per_round} call(s) per mode and round.", "",
+                      _markdown(("mode", "first call s", "first steady call s", "s/step"), rows)),
+            *(f"\n{name.replace('_', ' ')}: {interval_cell(ratio.ratio, _times)}"
+              for name, ratio in step.ratios.items())]
+
+
+def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
+    if not feed:
+        return []
+    return _section("Emulated accelerator", (
+        "The shortest step each pipeline keeps >= 90 % busy (three interleaved bisections; docs/emulated.md), "
+        "and one round at the step asked for."), "", _markdown(
+        ("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle", "oscillation",
+         "keeps it busy"), [_feed_row(figures) for figures in feed]))
+
+
+def _feed_row(figures: FeedFigures) -> tuple:
+    if figures.step_s is None:
+        return (figures.pipeline, feed_words(figures), figures.reason, "-", "-", "-", "-", "-")
+    stats = figures.stats
+    step = f"{figures.step_s * 1e3:.3g} ms ({figures.step_time})"
+    return (figures.pipeline, feed_words(figures), f"assumed: {step}, a stand-in" if stand_in_step(figures) else step,
+            f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
+            f"every {stats.oscillation_period_s:.3g} s" if stats.oscillation.significant else "none",
+            {**_yes_no, None: "undecided"}[figures.keeps_busy])
+
+
+def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
+    """The current setting's tf_native WAV loader is measured three times, a minute or so apart: in the
+    loader comparison and in both sweeps. When the figures differ, say so: it shows how far absolute
+    figures drift on this machine, and why the verdicts use same-round ratios."""
+    wav = [p.loader.samples_per_s for p in diagnosis.pipelines if p.pipeline == Pipeline("tf_native", "wav")]
+    figures = {"the loader comparison": wav[-1]} if wav else {}
+    figures.update({f"the {sweep.axis.replace('_', '-')} sweep": next(
+        point.samples_per_s for point in sweep.points if point.current) for sweep in diagnosis.sweep})
+    values = list(figures.values())
+    if len(values) < 2 or min(values) <= 0 or max(values) / min(values) < 1.2:
+        return []
+    measured = ", ".join(f"{value:.0f} samples/s in {where}" for where, value in figures.items())
+    return ["", (f"The current setting's tf_native WAV loader was measured {len(values)} times in this run: "
+                 f"{measured}. Absolute figures moved that much within one run on this machine (other load, "
+                 "what ran just before); the verdicts use ratios measured within the same rounds.")]
 
 
 def _sweep_lines(sweep: SweepAxis) -> list[str]:
     label = sweep.axis.replace("_", " ")
-    lines = ["", f"## tf_native WAV loader vs {label}", "",
-             (f"{sweep.rounds} interleaved round(s), current setting {point_label(sweep.axis, sweep.current)}. "
-              f"A point is recommended only with a median gain ≥ {sweep.min_gain:.0%}, "
-              f"≥ {sweep.min_win_share:.0%} of rounds faster and a paired t-test p < {sweep.alpha}."), ""]
-    rows = []
-    for point in sweep.points:
-        gain, name = point.vs_current, point_label(sweep.axis, point.point)
-        spread = f"{point.samples_per_s_low:.1f}–{point.samples_per_s_high:.1f}"
-        if gain is None:
-            rows.append((f"{name} (current)", f"{point.samples_per_s:.1f}", spread, "1", "-", "-", "-"))
-            continue
-        p_value = "-" if gain.p_value is None else f"{gain.p_value:.2g}"
-        rows.append((name, f"{point.samples_per_s:.1f}", spread, interval_cell(point.ratio, _times),
-                     f"{gain.wins}/{gain.rounds}", p_value, "yes" if gain.significant else "no"))
-    return [*lines, _markdown((label, "samples/s (median)", "per-round range", "ratio to current (median, interval)", "rounds faster", "p", "clear gain"), rows)]
+    return _section(f"tf_native WAV loader vs {label}", (
+        f"{sweep.rounds} interleaved round(s), current setting {point_label(sweep.axis, sweep.current)}. "
+        f"A point is recommended only with a median gain ≥ {sweep.min_gain:.0%}, "
+        f"≥ {sweep.min_win_share:.0%} of rounds faster and a paired t-test p < {sweep.alpha}."), "", _markdown(
+        (label, "samples/s (median)", "per-round range", "ratio to current (median, interval)", "rounds faster",
+         "p", "clear gain"), [_sweep_row(sweep, point) for point in sweep.points]))
 
 
-# ----------------------------------------------------------------------------- --pipeline reports
-
-
-def write_pipeline_report(diagnosis, directory: Path) -> Path:
-    """summary.md (and batch_timeline.png when batches were measured) of a PipelineDiagnosis."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    plots = []
-    throughput = diagnosis.throughput
-    if throughput is not None and throughput.batch_s:
-        plt = pyplot()
-        figure, ax = plt.subplots(figsize=(9, 2.6))
-        rounds = len(throughput.batch_s) // throughput.batches_per_round
-        draw_timeline(ax, diagnosis.target.pipeline, throughput.batch_s, throughput.rate.median,
-                      _period(throughput.cycle), round_lengths=[throughput.batches_per_round] * rounds)
-        ax.set_xlabel("steady batch (rounds joined; grey lines: round boundaries)")
-        plots.append(save(plt, figure, directory / "batch_timeline.png"))
-    if diagnosis.feed is not None:
-        plots += _feed_plots((diagnosis.feed,), directory)
-    summary = directory / "summary.md"
-    summary.write_text(pipeline_summary(diagnosis, [p.name for p in plots]), encoding="utf-8")
-    return summary
-
-
-def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
-    """summary.md of a --pipeline run: what to change first (the changes measured on the pipeline, ranked by
-    gain), completeness, stages, the other findings, the graph, the figures, the plots."""
-    target, graph = diagnosis.target, diagnosis.graph
-    lines = [f"# perfsuite diagnose --pipeline {target.pipeline}", ""]
-    if target.step or target.args:
-        lines += [f"Step: {target.step or '(none: throughput only)'}; arguments: {target.args or '(none)'}.", ""]
-    changes, rest = ranked_changes(list(diagnosis.verdicts))
-    lines += _change_first_lines(changes)
-    lines += _stage_lines(diagnosis)
-    lines += _findings_lines(diagnosis, "## The other findings", rest)
-    lines += ["", "## Dataset graph", "", f"Transformations: {' -> '.join(graph.transformations)}", "",
-              f"Element: `{graph.element_spec}`", ""]
-    if graph.python_ops:
-        lines.append(_markdown(("Python op", "node", "in", "transformation node", "calls"),
-                               [(op.op, op.node, op.transformation, op.transformation_node, op.python or "-")
-                                for op in graph.python_ops]))
-    throughput = diagnosis.throughput
-    if throughput is not None:
-        lines += ["", "## Throughput", "", (f"First batch {throughput.first_batch_s:.3f} s; warm-up "
-                  f"{', '.join(f'{s:.3f}' for s in throughput.warmup_s)} s; {throughput.batches_per_round} batches "
-                  f"per round; {throughput.restarts} restart(s) of the dataset."), "",
-                  f"- {throughput.unit}/s: {interval_cell(throughput.rate, lambda v: f'{v:.4g}')}",
-                  f"- per-batch variation: {interval_cell(throughput.variation, _percent)}"]
-    bound, step = diagnosis.input_bound, diagnosis.step
-    if step is not None:
-        lines += ["", "## Step", "", (f"First call {step.first_s:.3f} s, then {step.first_steady_s:.4f} s; "
-                  f"{step.calls} calls; retraces: {'not countable' if step.retraces is None else step.retraces}.")]
-    if bound is not None:
-        lines += ["", "## Input-bound share", "", (f"- share: {interval_cell(bound.share, _percent)} "
-                  f"({bound.classification} at the median); wait share {_wait_cell(bound)}; s/step fed "
-                  f"{bound.t_real:.4f}, synthetic {bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} "
-                  "timed steps per side")]
-    if diagnosis.feed is not None:
-        lines += _feed_lines((diagnosis.feed,))
-    lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
-    return "\n".join(lines)
+def _sweep_row(sweep: SweepAxis, point) -> tuple:
+    gain, name = point.vs_current, point_label(sweep.axis, point.point)
+    spread = f"{point.samples_per_s_low:.1f}–{point.samples_per_s_high:.1f}"
+    if gain is None:
+        return (f"{name} (current)", f"{point.samples_per_s:.1f}", spread, "1", "-", "-", "-")
+    return (name, f"{point.samples_per_s:.1f}", spread, interval_cell(point.ratio, _times),
+            f"{gain.wins}/{gain.rounds}", "-" if gain.p_value is None else f"{gain.p_value:.2g}",
+            _yes_no[gain.significant])

@@ -19,6 +19,7 @@ from perfsuite.verdict.diagnosis_figures import (
     MAX_ROUNDS,
     MIN_ROUNDS,
     STEP_MODES,
+    STEP_RATIOS,
     SWEEP_ALPHA,
     SWEEP_MIN_GAIN,
     SWEEP_MIN_WIN_SHARE,
@@ -40,7 +41,7 @@ from perfsuite.verdict.diagnosis_figures import (
     format_figure,
 )
 
-LOADER_STRENGTHS = {"tf_native": "graph ops: no GIL, no Python per sample"}
+LOADER_STRENGTHS = {"tf_native": " (graph ops: no GIL, no Python per sample)"}  # said after a loader to switch to
 
 
 # ------------------------------------------------------------------------------------------ verdicts
@@ -56,15 +57,11 @@ def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
             *input_bound_verdicts(diagnosis.input_bound, diagnosis.pipelines),
             *variation_verdicts(diagnosis.pipelines), *sweep_verdicts(diagnosis.sweep),
             *(gpu_verdicts(diagnosis.gpu) if diagnosis.gpu is not None else []),
-            *feed_verdicts(diagnosis.feed)]
+            *map(feed_verdict, diagnosis.feed)]
 
 
-def _times(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-def percent(value: float) -> str:
-    return f"{value:.0%}"
+_times = "{:.2f}x".format
+percent = "{:.0%}".format  # a share in words: '12%'
 
 
 def why_undecided(figure: RoundsEstimate, fmt: Callable[[float], str] = format_figure) -> str | None:
@@ -91,9 +88,9 @@ def data_verdicts(data: DataSummary) -> list[DiagnosisFinding]:
     out = []
     if data.skipped:
         out.append(DiagnosisFinding("data", f"{data.skipped} unreadable file(s) skipped; measured on the rest",
-                           {"checked": data.checked, "skipped": data.skipped, "usable": data.usable},
-                           "fix or convert the files listed by `perfsuite check-data` (16-bit PCM mono at the "
-                           "expected sample rate); until then they are missing from training"))
+                                    {"checked": data.checked, "skipped": data.skipped, "usable": data.usable},
+                                    "fix or convert the files listed by `perfsuite check-data` (16-bit PCM mono at "
+                                    "the expected sample rate); until then they are missing from training"))
     repeat = data.repeat
     if repeat.copies > 1:
         out.append(DiagnosisFinding(
@@ -117,25 +114,26 @@ def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[
     spent, or its rounds at their most with time left (no longer budget would decide it then)."""
     out = []
     for stage in stages:
-        topic = f"stage-{stage.name.replace('_', '-')}"
-        evidence = {"share_s": round(stage.share_s, 1), "spent_s": round(stage.spent_s, 1), "rounds": stage.rounds,
-                    "needs_s": None if stage.needs_s is None else round(stage.needs_s, 1)}
+        share, rounds, narrows = f"{stage.share_s:.0f} s share", stage.rounds, "a longer --budget narrows the intervals"
         if stage.status == INTERRUPTED:
-            out.append(DiagnosisFinding(topic, "interrupted: the figures of this stage are missing", evidence, None))
+            words, recommendation = "interrupted: the figures of this stage are missing", None
         elif stage.status == TOO_SHORT:
-            out.append(DiagnosisFinding(topic, f"{TOO_SHORT}: {stage.rounds} round(s) in its {stage.share_s:.0f} s share; a "
-                               f"decision needs {MIN_ROUNDS}", evidence, _more_budget(stage, budget_s)))
-        elif stage.status == UNDECIDED and stage.rounds >= MAX_ROUNDS and stage.spent_s < STOPPED_EARLY * stage.share_s:
-            out.append(DiagnosisFinding(topic, f"undecided after {stage.rounds} rounds, the most its rounds take, in "
-                               f"{stage.spent_s:.0f} s of its {stage.share_s:.0f} s share: a figure sits on a class "
-                               "boundary (see the findings below)", evidence, None))
+            words = f"{TOO_SHORT}: {rounds} round(s) in its {share}; a decision needs {MIN_ROUNDS}"
+            recommendation = _more_budget(stage, budget_s)
+        elif stage.status == UNDECIDED and rounds >= MAX_ROUNDS and stage.spent_s < STOPPED_EARLY * stage.share_s:
+            words = (f"undecided after {rounds} rounds, the most its rounds take, in {stage.spent_s:.0f} s of its "
+                     f"{share}: a figure sits on a class boundary (see the findings below)")
+            recommendation = None
         elif stage.status == UNDECIDED:
-            out.append(DiagnosisFinding(topic, f"its {stage.share_s:.0f} s share was spent after {stage.rounds} rounds, "
-                               "before every figure was decided (see the findings below)", evidence,
-                               _more_budget(stage, budget_s, "to decide, as its intervals narrow",
-                                            "a longer --budget narrows the intervals")
-                               if stage.needs_s is not None and stage.needs_s > stage.spent_s else
-                               "a longer --budget narrows the intervals"))
+            words = (f"its {share} was spent after {rounds} rounds, before every figure was decided (see the "
+                     "findings below)")
+            recommendation = (_more_budget(stage, budget_s, "to decide, as its intervals narrow", narrows)
+                              if stage.needs_s is not None and stage.needs_s > stage.spent_s else narrows)
+        else:
+            continue
+        evidence = {"share_s": round(stage.share_s, 1), "spent_s": round(stage.spent_s, 1), "rounds": rounds,
+                    "needs_s": None if stage.needs_s is None else round(stage.needs_s, 1)}
+        out.append(DiagnosisFinding(f"stage-{stage.name.replace('_', '-')}", words, evidence, recommendation))
     return out
 
 
@@ -150,46 +148,63 @@ def _more_budget(stage: StageRecord, budget_s: float, what: str = f"for {MIN_ROU
     return f"raise --budget to about {budget} s (this stage needs about {stage.needs_s:.0f} s {what} on this machine)"
 
 
-def loader_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
-    return [_loader_verdict(c) for c in comparisons if c.a.source == c.b.source]
+# Each verdict on a same-round ratio (_ratio_verdict): its threshold; what was compared, said before why it is
+# undecided; the finding and recommendation at or above the threshold; those at or below its inverse, told by the
+# inverse ratio (None: no such class); the finding in between. str.format templates of ratio, span, threshold and
+# the caller's names.
+RATIO_WORDS: dict[str, tuple[float, str, tuple[str, str | None], tuple[str, str | None] | None, str]] = {
+    "loader": (
+        MATERIAL_SPEEDUP, "{a} vs {b} {source} loader",
+        ("{b} {source} loader is {ratio:.1f}x slower than {a} ({span})", "switch the {source} loader to {a}{strength}"),
+        ("{a} {source} loader is {ratio:.1f}x slower than {b} ({span})",
+         "keep the {b} {source} loader on this machine"),
+        "{a} and {b} {source} loaders are within {threshold:.1f}x of each other ({ratio:.2f}x, {span})"),
+    "cache": (
+        MATERIAL_SPEEDUP, "{kind} .npy cache vs WAV",
+        ("the .npy cache loads {ratio:.1f}x faster than decoding WAVs ({span})",
+         "precompute the mels once (perfsuite.data.corpus.build_cache) and train from the cache"),
+        None, "the .npy cache is not materially faster than the WAVs ({ratio:.2f}x, {span})"),
+    "graph_over_eager": (
+        MATERIAL_STEP_SPEEDUP, "graph vs eager step",
+        ("eager step is {ratio:.1f}x slower than tf.function ({span})", "wrap the training step in tf.function"),
+        ("tf.function step is {ratio:.1f}x slower than eager ({span})", None),
+        "eager and graph steps are within {threshold:.1f}x of each other ({ratio:.2f}x, {span})"),
+    "xla_over_graph": (
+        MATERIAL_STEP_SPEEDUP, "XLA vs graph step",
+        ("XLA step is {ratio:.1f}x faster than graph mode ({span}; first call {first_s:.2f} s)",
+         "compile the step with tf.function(jit_compile=True) and static input shapes"),
+        ("XLA step is {ratio:.1f}x slower than graph mode ({span})",
+         "keep jit_compile off for this model on this machine"),
+        "XLA and graph steps are within {threshold:.1f}x of each other ({ratio:.2f}x, {span})"),
+}
 
 
-def _loader_verdict(comparison: LoaderComparison) -> DiagnosisFinding:
-    a, b, source, figure = comparison.a.kind, comparison.b.kind, comparison.a.source, comparison.ratio
-    ratio, topic = figure.median, f"loader-{source}"
-    evidence = estimate_evidence(f"{a}_over_{b}", figure)
-    why = why_undecided(figure, _times)
+def _ratio_verdict(verdict: str, topic: str, figure: RoundsEstimate, evidence: dict, **names) -> DiagnosisFinding:
+    threshold, compared, above, below, within = RATIO_WORDS[verdict]
+    ratio, why = figure.median, why_undecided(figure, _times)
     if why:
-        return DiagnosisFinding(topic, f"{a} vs {b} {source} loader: {why}; median {ratio:.2f}x", evidence, None, figure)
-    span = span_words(figure, _times)
-    if ratio >= MATERIAL_SPEEDUP:
-        strength = f" ({LOADER_STRENGTHS[a]})" if a in LOADER_STRENGTHS else ""
-        return DiagnosisFinding(topic, f"{b} {source} loader is {ratio:.1f}x slower than {a} ({span})", evidence,
-                       f"switch the {source} loader to {a}{strength}", figure)
-    if ratio <= 1 / MATERIAL_SPEEDUP:
-        return DiagnosisFinding(topic, f"{a} {source} loader is {1 / ratio:.1f}x slower than {b} ({span})", evidence,
-                       f"keep the {b} {source} loader on this machine", figure)
-    return DiagnosisFinding(topic, f"{a} and {b} {source} loaders are within {MATERIAL_SPEEDUP:.1f}x of each other "
-                   f"({ratio:.2f}x, {span})", evidence, None, figure)
+        return DiagnosisFinding(topic, f"{compared.format(**names)}: {why}; median {ratio:.2f}x", evidence, None,
+                                figure)
+    words, recommendation = within, None
+    if ratio >= threshold:
+        words, recommendation = above
+    elif below is not None and ratio <= 1 / threshold:
+        (words, recommendation), ratio = below, 1 / ratio
+    names |= {"ratio": ratio, "span": span_words(figure, _times), "threshold": threshold}
+    return DiagnosisFinding(topic, words.format(**names), evidence, recommendation and recommendation.format(**names),
+                            figure)
+
+
+def loader_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
+    return [_ratio_verdict("loader", f"loader-{c.a.source}", c.ratio,
+                           estimate_evidence(f"{c.a.kind}_over_{c.b.kind}", c.ratio), a=c.a.kind, b=c.b.kind,
+                           source=c.a.source, strength=LOADER_STRENGTHS.get(c.a.kind, ""))
+            for c in comparisons if c.a.source == c.b.source]
 
 
 def cache_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
-    return [_cache_verdict(c) for c in comparisons if c.a.kind == c.b.kind and c.a.source == "cache"]
-
-
-def _cache_verdict(comparison: LoaderComparison) -> DiagnosisFinding:
-    figure, kind = comparison.ratio, comparison.a.kind
-    ratio = figure.median
-    evidence = estimate_evidence("cache_over_wav", figure)
-    why = why_undecided(figure, _times)
-    if why:
-        return DiagnosisFinding("cache", f"{kind} .npy cache vs WAV: {why}; median {ratio:.2f}x", evidence, None, figure)
-    if ratio >= MATERIAL_SPEEDUP:
-        return DiagnosisFinding("cache", f"the .npy cache loads {ratio:.1f}x faster than decoding WAVs "
-                       f"({span_words(figure, _times)})", evidence,
-                       "precompute the mels once (perfsuite.data.corpus.build_cache) and train from the cache", figure)
-    return DiagnosisFinding("cache", f"the .npy cache is not materially faster than the WAVs ({ratio:.2f}x, "
-                   f"{span_words(figure, _times)})", evidence, None, figure)
+    return [_ratio_verdict("cache", "cache", c.ratio, estimate_evidence("cache_over_wav", c.ratio), kind=c.a.kind)
+            for c in comparisons if c.a.kind == c.b.kind and c.a.source == "cache"]
 
 
 def step_verdicts(step: StepFigures) -> list[DiagnosisFinding]:
@@ -200,48 +215,17 @@ def step_verdicts(step: StepFigures) -> list[DiagnosisFinding]:
     if not step.ratios:
         out.append(DiagnosisFinding("step", f"{TOO_SHORT}: no round of steady calls fit after the first calls", {
             **firsts, **{f"{mode}_first_steady_s": modes[mode].first_steady_s for mode in STEP_MODES}}, None))
-    if "graph_over_eager" in step.ratios:
-        out.append(_graph_verdict(step.ratios["graph_over_eager"].ratio, firsts))
-    if "xla_over_graph" in step.ratios:
-        out.append(_xla_verdict(step.ratios["xla_over_graph"].ratio, modes["xla"].first_s, firsts))
+    for name, (mode, _) in STEP_RATIOS.items():
+        if name in step.ratios:
+            figure = step.ratios[name].ratio
+            out.append(_ratio_verdict(name, f"step-{mode}", figure, {**estimate_evidence(name, figure), **firsts},
+                                      first_s=modes[mode].first_s))
     retraces = {mode: modes[mode].retraces for mode in ("graph", "xla")}
     if any(retraces.values()):
         out.append(DiagnosisFinding("retracing", "the step retraced in the steady state", {"retraces": retraces},
-                           "pad batches to static shapes (LoaderConfig(static_shapes=True)) or bucket lengths"))
+                                    "pad batches to static shapes (LoaderConfig(static_shapes=True)) or bucket "
+                                    "lengths"))
     return out
-
-
-def _graph_verdict(figure: RoundsEstimate, firsts: dict) -> DiagnosisFinding:
-    gain, evidence = figure.median, {**estimate_evidence("graph_over_eager", figure), **firsts}
-    why = why_undecided(figure, _times)
-    if why:
-        return DiagnosisFinding("step-graph", f"graph vs eager step: {why}; median {gain:.2f}x", evidence, None, figure)
-    span = span_words(figure, _times)
-    if gain >= MATERIAL_STEP_SPEEDUP:
-        return DiagnosisFinding("step-graph", f"eager step is {gain:.1f}x slower than tf.function ({span})", evidence,
-                       "wrap the training step in tf.function", figure)
-    if gain <= 1 / MATERIAL_STEP_SPEEDUP:
-        return DiagnosisFinding("step-graph", f"tf.function step is {1 / gain:.1f}x slower than eager ({span})", evidence,
-                       None, figure)
-    return DiagnosisFinding("step-graph", f"eager and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
-                   f"({gain:.2f}x, {span})", evidence, None, figure)
-
-
-def _xla_verdict(figure: RoundsEstimate, first_s: float, firsts: dict) -> DiagnosisFinding:
-    gain, evidence = figure.median, {**estimate_evidence("xla_over_graph", figure), **firsts}
-    why = why_undecided(figure, _times)
-    if why:
-        return DiagnosisFinding("step-xla", f"XLA vs graph step: {why}; median {gain:.2f}x", evidence, None, figure)
-    span = span_words(figure, _times)
-    if gain >= MATERIAL_STEP_SPEEDUP:
-        return DiagnosisFinding("step-xla", f"XLA step is {gain:.1f}x faster than graph mode ({span}; first call "
-                       f"{first_s:.2f} s)", evidence,
-                       "compile the step with tf.function(jit_compile=True) and static input shapes", figure)
-    if gain <= 1 / MATERIAL_STEP_SPEEDUP:
-        return DiagnosisFinding("step-xla", f"XLA step is {1 / gain:.1f}x slower than graph mode ({span})", evidence,
-                       "keep jit_compile off for this model on this machine", figure)
-    return DiagnosisFinding("step-xla", f"XLA and graph steps are within {MATERIAL_STEP_SPEEDUP:.1f}x of each other "
-                   f"({gain:.2f}x, {span})", evidence, None, figure)
 
 
 def input_bound_verdicts(figures: tuple[InputBoundFigures, ...],
@@ -298,14 +282,14 @@ def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[Diagnosis
         evidence = {**estimate_evidence("variation", figure), "batches": loader.batches,
                     "cycle_period": loader.cycle.period}
         if loader.cycle.significant:
-            out.append(DiagnosisFinding(f"cycle-{name}", f"{name}: per-batch times repeat every {loader.cycle.period} "
-                               "batches", evidence,
-                               "periodic stalls: a slow element every period (long files, GC, a shared disk); "
-                               "raise prefetch or parallelism so the stall is hidden"))
+            out.append(DiagnosisFinding(f"cycle-{name}", f"{name}: per-batch times repeat every "
+                                        f"{loader.cycle.period} batches", evidence,
+                                        "periodic stalls: a slow element every period (long files, GC, a shared "
+                                        "disk); raise prefetch or parallelism so the stall is hidden"))
         elif figure.median >= UNSTABLE_VARIATION:
             why = why_undecided(figure, percent)
-            out.append(DiagnosisFinding(f"variation-{name}", f"{name}: per-batch times vary by {figure.median:.0%} of the "
-                               f"mean ({why or span_words(figure, percent)})", evidence, None, figure))
+            out.append(DiagnosisFinding(f"variation-{name}", f"{name}: per-batch times vary by {figure.median:.0%} "
+                                        f"of the mean ({why or span_words(figure, percent)})", evidence, None, figure))
     return out
 
 
@@ -330,7 +314,7 @@ def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
     chosen = max(clear or compared, key=lambda point: point.ratio.median)
     gain, figure = chosen.vs_current, chosen.ratio
     best, now = point_label(axis, chosen.point), point_label(axis, figures.current)
-    prefix = "w" if axis == "workers" else "bs"
+    prefix, setting = ("w", "worker count") if axis == "workers" else ("bs", "batch size")
     evidence = {f"{prefix}{point.point}_samples_per_s": point.samples_per_s for point in figures.points}
     evidence.update({"current": now, "best": best, "ratio_median": figure.median, "ratio_low": figure.low,
                      "ratio_high": figure.high, "rounds_faster": f"{gain.wins}/{rounds}",
@@ -340,32 +324,25 @@ def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
     per_round = (f"{figure.median:.2f}x (interval {figure.low:.2f}-{figure.high:.2f}x, "
                  f"faster in {gain.wins}/{rounds} rounds"
                  + (f", p={gain.p_value:.2g})" if gain.p_value is not None else ")"))
-    setting = "worker count" if axis == "workers" else "batch size"
     if clear:
+        point = chosen.point
+        recommendation = (f"set num_parallel_calls={'tf.data.AUTOTUNE' if point == -1 else point}" if axis == "workers"
+                          else f"batch {point} if the step is input-bound and training allows it (batch size also "
+                          "changes the optimisation)")
         return DiagnosisFinding(axis, f"the tf_native WAV loader with {best} delivers {per_round} the samples/s "
-                       f"of the current {now}", evidence, _sweep_recommendation(axis, chosen.point), figure)
+                                f"of the current {now}", evidence, recommendation, figure)
     why = why_undecided(figure, _times)
-    if rounds < MIN_ROUNDS:
-        return DiagnosisFinding(axis, f"{why}: no {setting} recommendation (best: {best} at {per_round} vs {now})", evidence,
-                       None, figure)
     undecided = f"; {why}" if why else ""
-    if figure.median < 1:
-        return DiagnosisFinding(axis, f"no {setting} was faster than the current {now} in the same rounds (closest: "
-                       f"{best} at {per_round}){undecided}", evidence, None, figure)
-    return DiagnosisFinding(axis, f"no {setting} beats the current {now} beyond the round-to-round noise (best: {best} at "
-                   f"{per_round}; a recommendation needs a median gain >= {SWEEP_MIN_GAIN:.0%}, >= "
-                   f"{SWEEP_MIN_WIN_SHARE:.0%} of rounds faster and p < {SWEEP_ALPHA}){undecided}", evidence, None,
-                   figure)
-
-
-def _sweep_recommendation(axis: str, point: int) -> str:
-    if axis == "workers":
-        return f"set num_parallel_calls={'tf.data.AUTOTUNE' if point == -1 else point}"
-    return f"batch {point} if the step is input-bound and training allows it (batch size also changes the optimisation)"
-
-
-def feed_verdicts(feed: tuple[FeedFigures, ...]) -> list[DiagnosisFinding]:
-    return [feed_verdict(figures) for figures in feed]
+    if rounds < MIN_ROUNDS:
+        words = f"{why}: no {setting} recommendation (best: {best} at {per_round} vs {now})"
+    elif figure.median < 1:
+        words = (f"no {setting} was faster than the current {now} in the same rounds (closest: {best} at "
+                 f"{per_round}){undecided}")
+    else:
+        words = (f"no {setting} beats the current {now} beyond the round-to-round noise (best: {best} at "
+                 f"{per_round}; a recommendation needs a median gain >= {SWEEP_MIN_GAIN:.0%}, >= "
+                 f"{SWEEP_MIN_WIN_SHARE:.0%} of rounds faster and p < {SWEEP_ALPHA}){undecided}")
+    return DiagnosisFinding(axis, words, evidence, None, figure)
 
 
 def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
@@ -394,8 +371,8 @@ def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
                                 None)
     if figures.keeps_busy is False:
         return DiagnosisFinding(topic, f"{assumed}{label} would starve {step}: it {fed}; {measured}", evidence,
-                       "the GPU would wait for input: a faster loader (see the loader findings), more parallel "
-                       "calls, prefetch, or the .npy cache")
+                                "the GPU would wait for input: a faster loader (see the loader findings), more "
+                                "parallel calls, prefetch, or the .npy cache")
     return DiagnosisFinding(topic, f"{assumed}{label} vs {step}: undecided, the step lies inside the feed rate's "
                             f"interval: it {fed}; {measured}", evidence, None)
 
@@ -408,7 +385,7 @@ def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
                 "oscillation_period_s": stats.oscillation_period_s}
     if stats.util_median < GPU_IDLE_MEDIAN_PCT:
         return [DiagnosisFinding("gpu", f"GPU busy only {stats.util_median:.0f}% (median) while training", evidence,
-                        "the GPU waits: see the input-bound findings above")]
+                                 "the GPU waits: see the input-bound findings above")]
     return [DiagnosisFinding("gpu", f"GPU busy {stats.util_median:.0f}% (median)", evidence, None)]
 
 
@@ -455,21 +432,19 @@ PUSHES: dict[str, tuple[str, ...]] = {
 }
 # The step retraced (diagnose/pipeline.py): one trace for every length, never padding back to a fixed shape, which
 # [fixed-padding] and the padding fix push against.
-RETRACE_RECOMMENDATION = (
-    "give the step an input_signature with None on the axes that vary (tf.function(input_signature=[tf.TensorSpec("
-    "[None, None, ...])])) or tf.function(reduce_retracing=True), so one trace serves every length; where shapes "
-    "must stay static (jit_compile), bucket by length to a few fixed boundaries (bucket_by_sequence_length with "
-    "pad_to_bucket_boundary=True): one trace per bucket")
-RETRACE_RECOMMENDATION_BUCKETED = (
-    "give the step an input_signature with None on the axes that vary (tf.function(input_signature=[tf.TensorSpec("
-    "[None, None, ...])])) or tf.function(reduce_retracing=True), so one trace serves every length; where shapes "
-    "must stay static (jit_compile), pad each of the pipeline's buckets to its boundary "
-    "(pad_to_bucket_boundary=True): one trace per bucket")
+_ONE_TRACE = ("give the step an input_signature with None on the axes that vary (tf.function(input_signature=["
+              "tf.TensorSpec([None, None, ...])])) or tf.function(reduce_retracing=True), so one trace serves every "
+              "length; where shapes must stay static (jit_compile), ")
+RETRACE_RECOMMENDATION = _ONE_TRACE + ("bucket by length to a few fixed boundaries (bucket_by_sequence_length with "
+                                       "pad_to_bucket_boundary=True): one trace per bucket")
 
 
 def retrace_recommendation(buckets: bool) -> str:
     """The retracing advice; a pipeline that already buckets is never told to bucket."""
-    return RETRACE_RECOMMENDATION_BUCKETED if buckets else RETRACE_RECOMMENDATION
+    if buckets:
+        return _ONE_TRACE + ("pad each of the pipeline's buckets to its boundary (pad_to_bucket_boundary=True): "
+                             "one trace per bucket")
+    return RETRACE_RECOMMENDATION
 
 
 # Directions no two recommendations of one diagnosis may push together.

@@ -4,6 +4,7 @@ verdict/diagnosis.py; docs/diagnose.md gives the reasons behind each threshold."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -14,13 +15,12 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     parse_step_time,
 )
 from perfsuite.measure.machine import MachineFingerprint
-from perfsuite.measure.stats import PairedGain
+from perfsuite.measure.stats import PairedGain, median_interval
 from perfsuite.measure.timing import Measurement, measurement_from_times
 from perfsuite.measure.utilisation import GpuStats, GpuTimeline, gpu_stats
 from perfsuite.records import Record, RecordError, migrate, migration
 
 SCHEMA_VERSION = 8
-SOURCES = ("wav", "cache")
 STEP_MODES = ("eager", "graph", "xla")
 STEP_RATIOS = {"graph_over_eager": ("graph", "eager"), "xla_over_graph": ("xla", "graph")}
 SWEEP_AXES = ("workers", "batch_size")
@@ -55,6 +55,7 @@ TOO_SHORT = "not enough time to decide"
 INTERRUPTED = "interrupted"
 DONE = "done"  # a stage with nothing to decide (the trace)
 
+
 def without_kind(data: Any, kind: str, where: str) -> dict:
     """data (a JSON object, already migrated) less its 'kind' key, after checking that it names `kind`:
     the two diagnose JSON files (a dataset's, a --pipeline run's) say which they are."""
@@ -71,8 +72,7 @@ def without_kind(data: Any, kind: str, where: str) -> dict:
 class RoundsEstimate(Record):
     """A figure measured over rounds: the median of its per-round values, the distribution-free interval
     of that median (stats.median_interval) with its coverage, and the rounds behind it. boundaries: the
-    class boundaries of the verdict that reads it; straddles: those inside the interval. Decided: at
-    least MIN_ROUNDS rounds and no boundary inside the interval."""
+    class boundaries of the verdict that reads it; straddles: those inside the interval."""
 
     median: float
     low: float
@@ -90,8 +90,6 @@ class RoundsEstimate(Record):
 def estimate(values, boundaries: tuple[float, ...] = ()) -> RoundsEstimate:
     """The RoundsEstimate of per-round values (at least one) against a verdict's class boundaries. A boundary b
     is straddled when low < b <= high: values on both sides of it are inside the interval."""
-    from perfsuite.measure.stats import median_interval
-
     interval = median_interval([float(v) for v in values])
     straddles = tuple(b for b in boundaries if interval.low < b <= interval.high)
     return RoundsEstimate(median=interval.median, low=interval.low, high=interval.high, coverage=interval.coverage,
@@ -203,62 +201,53 @@ class StaticShapes(Record):
 
 @dataclass(frozen=True)
 class PipelineFigures(Record):
-    """One loader measured alone. loader: its steady batches, rounds joined (a timing.Measurement:
-    per-batch times, variation, cycle). samples_per_s, variation: over the rounds (per-round samples/s,
-    per-round standard deviation / mean of the batch times)."""
+    """One loader measured alone."""
 
     pipeline: Pipeline
-    loader: Measurement
-    samples_per_s: RoundsEstimate
-    variation: RoundsEstimate
+    loader: Measurement  # its steady batches, rounds joined: per-batch times, variation, cycle
+    samples_per_s: RoundsEstimate  # of the per-round samples/s
+    variation: RoundsEstimate  # of the per-round standard deviation / mean of the batch times
 
 
 @dataclass(frozen=True)
 class LoaderComparison(Record):
-    """Two loaders measured in the same interleaved rounds. ratios: a's samples/s over b's, per round;
-    ratio: their RoundsEstimate against LOADER_BOUNDARIES (two kinds, one source) or CACHE_BOUNDARIES (one
-    kind, cache over WAV)."""
+    """Two loaders measured in the same interleaved rounds."""
 
     a: Pipeline
     b: Pipeline
-    ratios: tuple[float, ...]
-    ratio: RoundsEstimate
+    ratios: tuple[float, ...]  # a's samples/s over b's, per round
+    ratio: RoundsEstimate  # against LOADER_BOUNDARIES (one source) or CACHE_BOUNDARIES (one kind, cache over WAV)
 
 
 @dataclass(frozen=True)
 class StepMode(Record):
-    """One mode of the training step on a fixed batch. first_s: the first call (trace, compile);
-    first_steady_s: the call after the warm-up, which sizes the rounds. call_s: every timed call of the
-    rounds; step_s: per-round mean seconds per call (None when no round fit). traces / retraces: of a
-    tf.function, in all / in the rounds (None in eager mode)."""
+    """One mode of the training step on a fixed batch."""
 
-    first_s: float
-    first_steady_s: float
-    call_s: tuple[float, ...]
-    step_s: RoundsEstimate | None
-    traces: int | None
-    retraces: int | None
+    first_s: float  # the first call (trace, compile)
+    first_steady_s: float  # the call after the warm-up, which sizes the rounds
+    call_s: tuple[float, ...]  # every timed call of the rounds
+    step_s: RoundsEstimate | None  # of the per-round mean seconds per call; None when no round fit
+    traces: int | None  # of a tf.function, in all; None in eager mode
+    retraces: int | None  # of a tf.function, in the rounds; None in eager mode
 
 
 @dataclass(frozen=True)
 class StepRatio(Record):
-    """One mode's speed over another's (seconds per call of the other over its own), per round, and
-    their RoundsEstimate against STEP_BOUNDARIES."""
+    """One mode's speed over another's: seconds per call of the other over its own."""
 
-    rounds: tuple[float, ...]
-    ratio: RoundsEstimate
+    rounds: tuple[float, ...]  # per round
+    ratio: RoundsEstimate  # against STEP_BOUNDARIES
 
 
 @dataclass(frozen=True)
 class StepFigures(Record):
     """The training step on one fixed batch in every STEP_MODES mode, in interleaved rounds of
-    calls_per_round calls per mode. ratios: per STEP_RATIOS name (empty when no round fit).
-    input_bound_mode: the faster compiled mode, used for the input-bound share and the trace."""
+    calls_per_round calls per mode."""
 
     modes: dict[str, StepMode]
-    ratios: dict[str, StepRatio]
+    ratios: dict[str, StepRatio]  # per STEP_RATIOS name; empty when no round fit
     calls_per_round: int
-    input_bound_mode: str
+    input_bound_mode: str  # the faster compiled mode, used for the input-bound share and the trace
 
     def __post_init__(self):
         if set(self.modes) != set(STEP_MODES):
@@ -274,36 +263,30 @@ class StepFigures(Record):
 @dataclass(frozen=True)
 class InputBoundFigures(Record):
     """The compiled step fed by one pipeline vs by the synthetic twin (one cached batch repeated), in
-    the same rounds. share: per-round 1 - t_synthetic / t_real against INPUT_BOUND_BOUNDARIES;
-    classification: of its median (TF's profiler classes). t_real, t_synthetic: medians of the
-    per-round mean seconds per step. batches: timed steps per side and round, after warmup untimed.
-    pipeline: which loader; None for a --pipeline run's own pipeline (diagnose/pipeline.py). wait: the
-    per-round share of the fed step's time spent fetching its batch (the profiler's input time; on a
-    CPU-only machine the share also holds the pipeline's CPU contention, the wait does not) against the
-    same boundaries; None in files before schema 8 (pipeline schema 5)."""
+    the same rounds. wait: the per-round share of the fed step's time spent fetching its batch (the profiler's
+    input time; on a CPU-only machine the share also holds the pipeline's CPU contention, the wait does not)."""
 
-    share: RoundsEstimate
-    classification: str
-    t_real: float
+    share: RoundsEstimate  # per-round 1 - t_synthetic / t_real, against INPUT_BOUND_BOUNDARIES
+    classification: str  # of the share's median (TF's profiler classes)
+    t_real: float  # t_real, t_synthetic: medians of the per-round mean seconds per step
     t_synthetic: float
     real_round_s: tuple[float, ...]
     synthetic_round_s: tuple[float, ...]
-    batches: int
+    batches: int  # timed steps per side and round, after warmup untimed
     warmup: int
-    pipeline: Pipeline | None = None
-    wait: RoundsEstimate | None = None
+    pipeline: Pipeline | None = None  # None for a --pipeline run's own pipeline (diagnose/pipeline.py)
+    wait: RoundsEstimate | None = None  # against INPUT_BOUND_BOUNDARIES; None before schema 8 (pipeline schema 5)
 
 
 @dataclass(frozen=True)
 class SweepPoint(Record):
     """tf_native WAV samples/s at one point of a sweep axis over the rounds: median, range, relative
-    spread, per round, and interval (a RoundsEstimate). vs_current: the stats.PairedGain against the
-    current setting in the same rounds, and ratio its RoundsEstimate against SWEEP_BOUNDARIES (both None for
-    the current point). batches: steady batches per round (None when not recorded)."""
+    spread, per round, and interval. vs_current and ratio (its RoundsEstimate against SWEEP_BOUNDARIES): against
+    the current setting in the same rounds; both None for the current point."""
 
     point: int
     current: bool
-    batches: int | None
+    batches: int | None  # steady batches per round; None when not recorded
     samples_per_s: float
     samples_per_s_low: float
     samples_per_s_high: float
@@ -342,53 +325,45 @@ class GpuFigures(Record):
 
 @dataclass(frozen=True)
 class FeedFigures(Record):
-    """One pipeline feeding an emulated accelerator (perfsuite.measure.emulated). feed: the shortest step
-    the pipeline keeps >= 90 % busy with its interval. step_time: the step asked for (a
-    preset or seconds); step_s: that step on this data (the median over a round's batches); keeps_busy:
-    whether step_s is at or above the feed interval (True), below it (False), or inside it (None);
-    round: the figures of one round at the step (EmulatedRun.figures()), stats its utilisation statistics
-    (emulated_stats), timeline its utilisation timeline. reason: why the round at the step is missing
-    (its fields are None then)."""
+    """One pipeline feeding an emulated accelerator (perfsuite.measure.emulated). keeps_busy: whether step_s
+    is at or above the feed interval (True), below it (False), or inside it (None). round, stats, timeline:
+    one round at the step, its utilisation statistics (emulated_stats) and timeline; None with reason."""
 
     pipeline: str
-    feed: FeedRate
-    step_time: str | None
-    step_s: float | None
+    feed: FeedRate  # the shortest step the pipeline keeps >= 90 % busy, with its interval
+    step_time: str | None  # the step asked for: a preset or seconds
+    step_s: float | None  # that step on this data (the median over a round's batches)
     keeps_busy: bool | None
-    round: RunFigures | None
+    round: RunFigures | None  # EmulatedRun.figures()
     stats: GpuStats | None
     timeline: GpuTimeline | None
-    reason: str | None = None
+    reason: str | None = None  # why the round at the step is missing
 
 
 @dataclass(frozen=True)
 class StageRecord(Record):
-    """One stage as it ran: its share of the budget when it started, the seconds it spent, its measured
-    rounds, its status (DECIDED, UNDECIDED, TOO_SHORT, INTERRUPTED, DONE), its plan in words, and
-    needs_s: about the seconds it needs on this machine (None when unknown): for MIN_ROUNDS rounds, or, for
-    a --pipeline stage left undecided, to decide (its rounds so far plus plan.more_rounds' estimate);
-    what a "raise --budget" recommendation quotes."""
+    """One stage as it ran. needs_s: about the seconds it needs on this machine (None when unknown), what a
+    "raise --budget" recommendation quotes: for MIN_ROUNDS rounds, or, for a --pipeline stage left
+    undecided, to decide (its rounds so far plus plan.more_rounds' estimate)."""
 
     name: str
-    share_s: float
+    share_s: float  # of the budget, when it started
     spent_s: float
     rounds: int
-    status: str
-    plan: str
+    status: str  # DECIDED, UNDECIDED, TOO_SHORT, INTERRUPTED or DONE
+    plan: str  # in words
     needs_s: float | None
 
 
 @dataclass(frozen=True)
 class DiagnosisFinding(Record):
-    """One finding: topic (what was looked at), finding (in words), evidence (the figures behind it),
-    recommendation (None when the figures call for no change or do not decide), interval (the RoundsEstimate
-    the finding rests on; None for counts, such as unreadable files, and for tests such as the cycle)."""
+    """One finding, on its topic (what was looked at), in words, with the figures behind it (evidence)."""
 
     topic: str
     finding: str
     evidence: dict
-    recommendation: str | None
-    interval: RoundsEstimate | None = None
+    recommendation: str | None  # None when the figures call for no change or do not decide
+    interval: RoundsEstimate | None = None  # the figure it rests on; None for counts and tests (such as the cycle)
 
     def lines(self) -> list[str]:
         figures = ", ".join(f"{key}={format_figure(value)}" for key, value in self.evidence.items())
@@ -415,17 +390,15 @@ def interval_words(figure: RoundsEstimate) -> str:
 
 @dataclass(frozen=True)
 class Diagnosis(Record):
-    """Everything one diagnosis measured and concluded. complete: False while stages are missing (an
-    interrupted run's checkpoint); stages: those that ran, in order. The measured parts are empty (or
-    None) until their stage has ended. fingerprint: the machine's.
-    trace: the profiler trace directory, if one was written."""
+    """Everything one diagnosis measured and concluded. The measured parts are empty (or None) until their
+    stage has ended."""
 
     dataset: str
     settings: DiagnoseSettings
-    fingerprint: MachineFingerprint
-    complete: bool
+    fingerprint: MachineFingerprint  # the machine's
+    complete: bool  # False while stages are missing (an interrupted run's checkpoint)
     elapsed_s: float
-    stages: tuple[StageRecord, ...]
+    stages: tuple[StageRecord, ...]  # those that ran, in order
     data: DataSummary
     cache: CacheUse
     static_shapes: StaticShapes
@@ -436,7 +409,7 @@ class Diagnosis(Record):
     sweep: tuple[SweepAxis, ...]
     gpu: GpuFigures | None
     feed: tuple[FeedFigures, ...]
-    trace: str | None
+    trace: str | None  # the profiler trace directory, if one was written
     verdicts: tuple[DiagnosisFinding, ...]
 
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
@@ -457,22 +430,31 @@ def migrate_4_to_5(data: dict) -> dict:
     return {**data, "kind": "dataset"}
 
 
+def _migrate_parts(data: Any, **parts: Callable[[Any], Any]) -> Any:
+    """data (a JSON object) with each named part migrated: a list item by item, an object whole. Anything
+    missing or mistyped is left for the validator to name."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for key, function in parts.items():
+        if isinstance(data.get(key), list):
+            data[key] = [function(item) for item in data[key]]
+        elif isinstance(data.get(key), dict):
+            data[key] = function(data[key])
+    return data
+
+
 @migration(Diagnosis, 5, 6)
 def migrate_5_to_6(data: dict) -> dict:
     """Schema 6 holds each feed rate as its record (FeedRate's fields), not its flat feed_* figures, and
     each utilisation timeline as its record (without the derived 'source' schema 5 wrote beside them)."""
-    data = dict(data)  # a missing or mistyped key is left for the validator to name
-    if isinstance(data.get("gpu"), dict) and "timeline" in data["gpu"]:
-        data["gpu"] = {**data["gpu"], "timeline": _timeline_5_to_6(data["gpu"]["timeline"])}
-    if isinstance(data.get("feed"), list):
-        data["feed"] = [feed_figures_5_to_6(f) for f in data["feed"]]
-    return data
+    return _migrate_parts(data, gpu=_timeline_5_to_6, feed=feed_figures_5_to_6)
 
 
-def _timeline_5_to_6(timeline: Any) -> Any:
-    if not isinstance(timeline, dict):
-        return timeline
-    return {key: value for key, value in timeline.items() if key != "source"}
+def _timeline_5_to_6(figures: Any) -> Any:
+    if not (isinstance(figures, dict) and isinstance(figures.get("timeline"), dict)):
+        return figures
+    return {**figures, "timeline": {key: value for key, value in figures["timeline"].items() if key != "source"}}
 
 
 # FeedRate's fields under their flat schema-5 names; the rest of those keys were derived from them.
@@ -488,10 +470,8 @@ def feed_figures_5_to_6(figures: Any) -> Any:
     if not (isinstance(figures, dict) and isinstance(figures.get("feed"), dict)):
         return figures
     flat = figures["feed"]
-    figures = {**figures, "feed": {name: flat[old] for name, old in _FEED_FIELDS_5.items() if old in flat}}
-    if "timeline" in figures:
-        figures["timeline"] = _timeline_5_to_6(figures["timeline"])
-    return figures
+    feed = {name: flat[old] for name, old in _FEED_FIELDS_5.items() if old in flat}
+    return _timeline_5_to_6({**figures, "feed": feed})
 
 
 @migration(Diagnosis, 6, 7)
@@ -499,22 +479,12 @@ def migrate_6_to_7(data: dict) -> dict:
     """Schema 7 holds every measured result as its record, not as flat figures read back by key: a
     loader's timing.Measurement, a sweep point's stats.PairedGain, the utilisation statistics as
     utilisation.GpuStats. The fingerprint and an emulated round's figures keep their shape."""
-    data = dict(data)  # a missing or mistyped key is left for the validator to name
-    if isinstance(data.get("pipelines"), list):
-        data["pipelines"] = [_pipeline_6_to_7(p) for p in data["pipelines"]]
-    if isinstance(data.get("sweep"), list):
-        data["sweep"] = [_sweep_6_to_7(axis) for axis in data["sweep"]]
-    if isinstance(data.get("gpu"), dict):
-        data["gpu"] = gpu_stats_6_to_7(data["gpu"])
-    if isinstance(data.get("feed"), list):
-        data["feed"] = [gpu_stats_6_to_7(f) for f in data["feed"]]
-    return data
+    return _migrate_parts(data, pipelines=_pipeline_6_to_7, gpu=gpu_stats_6_to_7, feed=gpu_stats_6_to_7,
+                          sweep=lambda axis: _migrate_parts(axis, points=_point_6_to_7))
 
 
-@migration(Diagnosis, 7, 8)
-def migrate_7_to_8(data: dict) -> dict:
-    """Schema 8 adds each input-bound figure's wait share; a file before it has none (None)."""
-    return data
+# Schema 8 adds each input-bound figure's wait share: a file before it has none (None), so nothing changes.
+migration(Diagnosis, 7, 8)(lambda data: data)
 
 
 def _pipeline_6_to_7(figures: Any) -> Any:
@@ -534,12 +504,6 @@ def _pipeline_6_to_7(figures: Any) -> Any:
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return figures  # not what schema 6 wrote: the validator names it
     return {**figures, "loader": loader.as_dict()}
-
-
-def _sweep_6_to_7(axis: Any) -> Any:
-    if not (isinstance(axis, dict) and isinstance(axis.get("points"), list)):
-        return axis
-    return {**axis, "points": [_point_6_to_7(point) for point in axis["points"]]}
 
 
 # PairedGain's summary (stats.RatioSummary) under its flat schema-6 names.

@@ -57,16 +57,17 @@ def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[st
     padded_batch stages that pad to a fixed length, in words (the graph's side of it). Without measured
     batches (not_measured says why), the graph's padding is named with no figure; None: no such padding.
     buckets: the pipeline already batches by length, so it is never told to bucket."""
-    evidence = {"padded_batch": "; ".join(graph_shapes) or None}
+    shapes = "; ".join(graph_shapes)
+    evidence = {"padded_batch": shapes or None}
     if padding is None:
-        if not graph_shapes:
+        if not shapes:
             return None
-        return DiagnosisFinding("fixed-padding", f"{'; '.join(graph_shapes)} pads to a fixed length; its waste is not "
-                                f"measured: {not_measured or 'no batches were read'}", evidence, None)
+        return DiagnosisFinding("fixed-padding", f"{shapes} pads to a fixed length; its waste is not measured: "
+                                f"{not_measured or 'no batches were read'}", evidence, None)
     if padding.beyond_longest < FIXED_PADDING_WASTE:
         return None
     lengths = " or ".join(str(t) for t in padding.time_axes)
-    where = f" ({'; '.join(graph_shapes)})" if graph_shapes else ""
+    where = f" ({shapes})" if shapes else ""
     evidence |= {"beyond_longest": padding.beyond_longest, "padding_efficiency": padding.efficiency,
                  "to_longest_efficiency": padding.to_longest, "time_axes": list(padding.time_axes),
                  "length_source": padding.source_words()}
@@ -74,8 +75,7 @@ def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[st
         "fixed-padding", f"clips padded to a fixed {lengths} frames{where}, not to each batch's longest: "
         f"{padding.beyond_longest:.0%} of the padded frames lie past each batch's longest clip; batches are "
         f"{padding.efficiency:.0%} real frames, and would be {padding.to_longest:.0%} padded to their longest "
-        f"({padding_source_words(padding)})", evidence,
-        _less_padding(buckets))
+        f"({padding_source_words(padding)})", evidence, _less_padding(buckets))
 
 
 def _less_padding(buckets: bool) -> str:
@@ -104,8 +104,8 @@ def sequential_map_finding(maps: tuple[str, ...], waits: bool | None, why_not: s
     if not maps:
         return None
     return _when_waiting("parallelism", f"{len(maps)} map(s) run one element at a time (no num_parallel_calls): "
-                         f"{', '.join(maps)}", {"maps": list(maps)}, "give each map num_parallel_calls=tf.data.AUTOTUNE",
-                         waits, why_not, share)
+                         f"{', '.join(maps)}", {"maps": list(maps)},
+                         "give each map num_parallel_calls=tf.data.AUTOTUNE", waits, why_not, share)
 
 
 def _when_waiting(topic: str, finding: str, evidence: dict, recommendation: str, waits: bool | None, why_not: str,

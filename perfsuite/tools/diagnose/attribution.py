@@ -62,14 +62,8 @@ def counted(dataset, *, batched: bool):
     from perfsuite._tensorflow import tensorflow
 
     tf = tensorflow()
-
-    def samples(*element):
-        if not batched:
-            return tf.constant(1, tf.int64)
-        return tf.cast(tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0], tf.int64)
-
     if batched:
-        counts = dataset.map(samples)
+        counts = dataset.map(lambda *element: tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0])
     else:  # a scan, not a map: tf.data would fuse a map with the batch after it and call the prefix from threads
         counts = dataset.scan(tf.constant(0, tf.int64), lambda state, *element: (state, tf.constant(1, tf.int64)))
         counts = counts.batch(UNBATCHED_READ)
@@ -160,8 +154,6 @@ class BottleneckRounds:
         started = time.perf_counter()
         sources = {index: counted(cut.dataset.repeat(), batched=cut.batched) for index, cut in enumerate(cuts)}
         sources.update(reading_cost(cuts))
-        for key in sources:
-            rates.setdefault(key, [])
         streams = {index: Stream(source, self.spec) for index, source in sources.items()}
         drains = {index: self.warmup + buffered_elements(source) for index, source in sources.items()}
         whole = {index: pass_reads(cut) for index, cut in enumerate(cuts)}  # the reading's own: endless
@@ -234,39 +226,37 @@ def consistent(stages: tuple[StageShare, ...]) -> bool:
 
 def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
     """The stage that limits throughput, with its share of the time per sample and its interval."""
-    if bottleneck is None:
+    if bottleneck is None or not (bottleneck.stages or bottleneck.no_work_rounds):
         return []
+    no_work = bottleneck.no_work_rounds
     if not bottleneck.stages:
-        if not bottleneck.no_work_rounds:
-            return []
-        return [DiagnosisFinding("bottleneck", f"nothing to attribute: in all {bottleneck.no_work_rounds} round(s) "
-                                 "the whole pipeline read no slower per sample than a dataset that does no work, so "
-                                 "its stages cost less than the reading can tell apart", {"no_work_rounds":
-                                 bottleneck.no_work_rounds}, None, None)]
-    shares = {s.stage: s.share for s in bottleneck.stages}
+        return [DiagnosisFinding("bottleneck", f"nothing to attribute: in all {no_work} round(s) the whole pipeline "
+                                 "read no slower per sample than a dataset that does no work, so its stages cost less "
+                                 "than the reading can tell apart", {"no_work_rounds": no_work}, None, None)]
     listing = ", ".join(f"{s.stage} {s.share.median:.0%} [{s.share.low:.0%}, {s.share.high:.0%}]"
                         for s in bottleneck.stages)
     evidence = {"stages": [s.stage for s in bottleneck.stages],
                 "shares": [s.share.median for s in bottleneck.stages],
                 "rates": [s.rate.median for s in bottleneck.stages]}
-    top = shares[bottleneck.limiting]
-    if bottleneck.no_work_rounds:
-        evidence["no_work_rounds"] = bottleneck.no_work_rounds
-        listing += (f"; {bottleneck.no_work_rounds} more round(s) left out, where the whole pipeline read no slower "
-                    "than a dataset that does no work")
+    top = {s.stage: s.share for s in bottleneck.stages}[bottleneck.limiting]
+    if no_work:
+        evidence["no_work_rounds"] = no_work
+        listing += (f"; {no_work} more round(s) left out, where the whole pipeline read no slower than a dataset "
+                    "that does no work")
+    recommendation = None
     if bottleneck.decided:
-        return [DiagnosisFinding("bottleneck", f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} "
-                                 f"[{top.low:.0%}, {top.high:.0%}] of the time per sample (over {top.rounds} rounds; "
-                                 f"each stage's share: {listing})", evidence, None, top)]
-    if bottleneck.no_work_rounds > top.rounds:
-        return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided: in {bottleneck.no_work_rounds} of "
-                                 f"{bottleneck.no_work_rounds + top.rounds} rounds the whole pipeline read no slower "
-                                 "than a dataset that does no work, so its stages cost about what reading them costs "
-                                 f"({listing})", evidence, None, top)]
-    if not consistent(bottleneck.stages):
-        return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): a longer "
-                                 "prefix read faster per sample than a shorter one it contains, so the shares do not "
-                                 f"add up ({listing})", evidence, "run again on a machine with nothing else running",
-                                 top)]
-    return [DiagnosisFinding("bottleneck", f"the limiting stage is undecided after {top.rounds} round(s): the shares' "
-                             f"intervals overlap ({listing})", evidence, "a longer --budget separates them", top)]
+        finding = (f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} [{top.low:.0%}, "
+                   f"{top.high:.0%}] of the time per sample (over {top.rounds} rounds; each stage's share: {listing})")
+    elif no_work > top.rounds:
+        finding = (f"the limiting stage is undecided: in {no_work} of {no_work + top.rounds} rounds the whole "
+                   "pipeline read no slower than a dataset that does no work, so its stages cost about what reading "
+                   f"them costs ({listing})")
+    elif not consistent(bottleneck.stages):
+        finding = (f"the limiting stage is undecided after {top.rounds} round(s): a longer prefix read faster per "
+                   f"sample than a shorter one it contains, so the shares do not add up ({listing})")
+        recommendation = "run again on a machine with nothing else running"
+    else:
+        finding = (f"the limiting stage is undecided after {top.rounds} round(s): the shares' intervals overlap "
+                   f"({listing})")
+        recommendation = "a longer --budget separates them"
+    return [DiagnosisFinding("bottleneck", finding, evidence, recommendation, top)]

@@ -75,9 +75,7 @@ class RewriteComparison:
         self.name, self.words = fix.name, fix.words
         self.fix, self.dataset, self.spec, self.warmup, self.step = fix, dataset, spec, warmup, step
         self.unit = "samples/s of the pipeline" if step is None else "steps/s of the step fed by the pipeline"
-        self.sides: dict = {}
-        self.streams: dict = {}
-        self.drains: dict = {}
+        self.sides, self.streams, self.drains = {}, {}, {}  # by side; streams and drains: the pipeline alone
 
     def prepare(self) -> None:
         try:

@@ -1,13 +1,8 @@
 """The user's tf.data graph as diagnose reports it, asked of the pipeline model
 (perfsuite.workload.pipeline_model, which reads the graph once): its stages from the source to the output,
-each with what it does (parallelism, buffer, cache, padding), the Python functions it calls, and the
-element's dynamic shapes.
-
-Rules (docs/diagnose.md): the *last real stage* skips wrappers (options, model, thread pools, asserts,
-stats: they do no work per element) and pass-through stages (repeat, take, skip: they hand elements on
-untouched), so a pipeline ending ``.prefetch(50).repeat().with_options(opts)`` ends with a prefetch.
-``prefetch_to_device`` must be the last transformation (TensorFlow's rule); any real stage after it is
-flagged.
+each with what it does (parallelism, buffer, cache, padding), the Python functions it calls, the element's
+dynamic shapes, and the findings they give. The rules (the last real stage, prefetch_to_device last, ...):
+docs/diagnose.md, "The graph read as it runs".
 """
 
 from __future__ import annotations

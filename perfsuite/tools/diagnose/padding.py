@@ -11,9 +11,15 @@ op to each new batch's longest."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from perfsuite._tensorflow import tensorflow
+from perfsuite.measure.batch_spec import leaves
+from perfsuite.measure.speech import canonical_batch
 from perfsuite.measure.step_model import StepModel
+from perfsuite.measure.timing import leading_dim
 from perfsuite.tools.diagnose.fixes import NotApplicable
 from perfsuite.tools.diagnose.streams import Stream
 from perfsuite.tools.diagnose.targets import one_line_error
@@ -39,8 +45,6 @@ def replaced(batch, values: dict):
 
 def true_lengths(batches: list, layout) -> list[np.ndarray]:
     """Per batch, its samples' true lengths (speech.canonical_batch's)."""
-    from perfsuite.measure.speech import canonical_batch
-
     return [np.asarray(canonical_batch(batch, layout)["mel_len"], np.int64) for batch in batches]
 
 
@@ -53,67 +57,35 @@ def boundaries(lengths: np.ndarray, buckets: int = BUCKETS) -> list[int]:
     lengths = np.asarray(lengths)
     if lengths.size == 0:
         return []
-    quantiles = np.quantile(lengths, [i / buckets for i in range(1, buckets)]) if buckets > 1 else []
-    return sorted({int(np.ceil(q)) for q in quantiles if int(np.ceil(q)) > lengths.min()})
+    edges = {int(np.ceil(q)) for q in np.quantile(lengths, [i / buckets for i in range(1, buckets)])}
+    return sorted(edge for edge in edges if edge > lengths.min())
 
 
-def samples(batches: list, layout, lengths: list[np.ndarray]):
-    """A tf.data.Dataset of (sample, true length): every sample of batches in order, its audio cut to its true
-    length and its length tensor (where the layout has one) holding it in its own dtype; every other component
-    as sliced from its batch. Raises what TensorFlow raises when a batch does not split into its samples."""
-    from perfsuite._tensorflow import tensorflow
-
+def bucketed(batches: list, layout, *, batch_size: int, buckets: int = BUCKETS) -> list:
+    """Every sample of batches, cut to its true length as the module docstring says, batched again by
+    bucket_by_sequence_length: boundaries at the quantiles of the true lengths, batch_size a batch, each padded
+    to its own longest, none dropped. Raises what TensorFlow raises when a batch does not split into samples."""
     tf = tensorflow()
+    lengths = true_lengths(batches, layout)
+    edges = boundaries(np.concatenate(lengths), buckets)
     datasets = [tf.data.Dataset.from_tensor_slices((batch, count)) for batch, count in zip(batches, lengths)]
-    dataset = datasets[0]
-    for more in datasets[1:]:
-        dataset = dataset.concatenate(more)
 
     def cut(sample, length):
-        parts = dict(_leaves(sample))
+        parts = dict(leaves(sample))
         audio = parts[layout.mel]  # one sample: its time axis is the batch's less one
         values = {layout.mel: tf.gather(audio, tf.range(length), axis=layout.axis - 1)}
         if layout.mel_len is not None:
             values[layout.mel_len] = tf.cast(length, parts[layout.mel_len].dtype)
         return replaced(sample, values), length
 
-    return dataset.map(cut)
-
-
-def bucketed(batches: list, layout, *, batch_size: int, buckets: int = BUCKETS) -> list:
-    """The samples of batches (see samples) batched again by tf.data's bucket_by_sequence_length: boundaries at
-    the quantiles of their true lengths, batch_size a batch, each padded to its own longest, none dropped."""
-    from perfsuite._tensorflow import tensorflow
-
-    tf = tensorflow()
-    lengths = true_lengths(batches, layout)
-    edges = boundaries(np.concatenate(lengths), buckets)
-
-    def length_of(sample, length):
-        return tf.cast(length, tf.int32)  # the op compares it with int32 boundaries
-
-    def sample_of(sample, length):
-        return sample
-
-    grouped = samples(batches, layout, lengths).bucket_by_sequence_length(
-        length_of, edges, [batch_size] * (len(edges) + 1), pad_to_bucket_boundary=False, drop_remainder=False)
-    return list(grouped.map(sample_of))
-
-
-def _leaves(batch):
-    from perfsuite.measure.batch_spec import leaves
-
-    return leaves(batch)
-
-
-def _samples_in(batch) -> int:
-    from perfsuite.measure.timing import leading_dim
-
-    return leading_dim(batch)
+    grouped = functools.reduce(tf.data.Dataset.concatenate, datasets).map(cut).bucket_by_sequence_length(
+        lambda sample, length: tf.cast(length, tf.int32),  # the op compares it with int32 boundaries
+        edges, [batch_size] * (len(edges) + 1), pad_to_bucket_boundary=False, drop_remainder=False)
+    return list(grouped.map(lambda sample, length: sample))
 
 
 def _shapes(batch) -> tuple:
-    return tuple(tuple(getattr(value, "shape", ())) for _, value in _leaves(batch))
+    return tuple(tuple(getattr(value, "shape", ())) for _, value in leaves(batch))
 
 
 class PaddingComparison:
@@ -147,14 +119,14 @@ class PaddingComparison:
         stream.close()
         try:
             lengths = np.concatenate(true_lengths(padded, self.layout))
-            after = bucketed(padded, self.layout, batch_size=_samples_in(padded[0]), buckets=self.buckets)
+            after = bucketed(padded, self.layout, batch_size=leading_dim(padded[0]), buckets=self.buckets)
         except Exception as error:  # noqa: BLE001 -- a batch TensorFlow cannot split into samples: said
             raise NotApplicable(f"the batches could not be split into samples: {one_line_error(error)}") from None
         self._try_step(after)
         self.words = self._words(len(boundaries(lengths, self.buckets)) + 1)
         self.unit = f"samples/s of the step on {lengths.size} of the pipeline's samples"
         self.sides = {"before": padded, "after": after}
-        self.counts = {side: sum(_samples_in(batch) for batch in batches) for side, batches in self.sides.items()}
+        self.counts = {side: sum(leading_dim(batch) for batch in batches) for side, batches in self.sides.items()}
 
     def _check(self) -> None:
         layout, padding = self.layout, self.padding
@@ -170,11 +142,7 @@ class PaddingComparison:
     def _try_step(self, batches: list) -> None:
         """The step called once on a batch of each shape among batches (each traced before the rounds);
         NotApplicable naming the error, in one line, when it refuses one."""
-        seen = set()
-        for batch in batches:
-            if _shapes(batch) in seen:
-                continue
-            seen.add(_shapes(batch))
+        for batch in {_shapes(batch): batch for batch in reversed(batches)}.values():  # the first of each shape
             try:
                 self.step.call_s(batch)
             except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said

@@ -12,7 +12,6 @@ was found.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,7 +19,6 @@ from typing import Any, ClassVar
 
 from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
-from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.machine import MachineFingerprint
 from perfsuite.measure.speech import canonical_batch
 from perfsuite.measure.step_model import StepModel
@@ -29,22 +27,18 @@ from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import Bottleneck, BottleneckRounds, bottleneck_verdicts
 from perfsuite.tools.diagnose.fixes import FixGain, FixRounds, RewriteComparison, fix_verdicts
 from perfsuite.tools.diagnose.graph import graph_findings
+from perfsuite.tools.diagnose.input_bound import InputBoundStage, twin_of
 from perfsuite.tools.diagnose.padding import PaddingComparison
 from perfsuite.tools.diagnose.plan import (
-    MAX_STEP_CALLS,
-    MIN_STEP_BATCHES,
     Budget,
     Event,
     Progress,
     Resumable,
     Stage,
     StageLog,
-    calls_that_fit,
-    more_rounds_for,
     no_progress,
-    status_from,
 )
-from perfsuite.tools.diagnose.stages import feed_figures, wait_estimate
+from perfsuite.tools.diagnose.stages import feed_figures
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, steady_stream, timed_next
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
@@ -74,15 +68,12 @@ from perfsuite.verdict.diagnosis import (
 )
 from perfsuite.verdict.diagnosis_figures import (
     DEFAULT_BUDGET_S,
-    INPUT_BOUND_BOUNDARIES,
     TOO_SHORT,
     DiagnosisFinding,
     FeedFigures,
     InputBoundFigures,
-    RoundsEstimate,
     StageRecord,
     check_step_time,
-    estimate,
     feed_figures_5_to_6,
     gpu_stats_6_to_7,
     without_kind,
@@ -93,7 +84,6 @@ from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 PIPELINE_SCHEMA_VERSION = 6
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "fixes": 4.0, "feed": 2.0}
 MIN_FEED_S = 0.5  # a feed-rate search needs at least this share
-MAX_STEP_CALLS_AGAIN = 16 * MAX_STEP_CALLS  # step calls per side of a second input-bound pass's round, at most
 
 
 # ----------------------------------------------------------------------------------- the records
@@ -189,16 +179,14 @@ def migrate_3_to_4(data: dict) -> dict:
     return {**data, "feed": gpu_stats_6_to_7(data["feed"])} if "feed" in data else data
 
 
-@migration(PipelineDiagnosis, 4, 5)
-def migrate_4_to_5(data: dict) -> dict:
-    """Schema 5 adds the input-bound figure's wait share (diagnose's schema 8 change); before it, None."""
+def fields_added(data: dict) -> dict:
+    """Schemas 5 (the input-bound figure's wait share, diagnose's schema 8 change) and 6 (the start-up's
+    seconds, the bottleneck, the measured fixes, the work) only add fields; their defaults say 'not measured'."""
     return data
 
 
-@migration(PipelineDiagnosis, 5, 6)
-def migrate_5_to_6(data: dict) -> dict:
-    """Schema 6 adds the start-up's seconds, the bottleneck, the measured fixes and the work; before it, not measured."""
-    return data
+migration(PipelineDiagnosis, 4, 6)(fields_added)
+migration(PipelineDiagnosis, 5, 6)(fields_added)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -253,12 +241,12 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     run.tell_plan(after="the start-up" + (" and the step's first calls" if step is not None else ""))
     throughput = ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
                                    drain=settings.warmup + buffered)
-    bound = _InputBoundRounds(model, first_step, first_batch, dataset, settings, target) if model else None
+    bound = _input_bound_pass(model, first_step, first_batch, dataset, settings, target) if model else None
     with run.stage("throughput") as stage:
         run.parts["throughput"] = throughput.run(stage)
     if bound is not None:
         with run.stage("input_bound") as stage:
-            run.parts.update(zip(("input_bound", "step"), bound.run(stage)))
+            run.parts.update(bound.run(stage))
     bottleneck = BottleneckRounds(pipeline, target.pipeline, warmup=settings.warmup)
     with run.stage("bottleneck") as stage:
         run.parts["bottleneck"] = bottleneck.run(stage)
@@ -268,8 +256,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
               "bottleneck": Resumable(lambda stage: {"bottleneck": bottleneck.run(stage)}, bottleneck.more_rounds),
               "fixes": Resumable(lambda stage: {"fixes": fixes.run(stage)}, fixes.more_rounds)}
     if bound is not None:
-        passes["input_bound"] = Resumable(lambda stage: dict(zip(("input_bound", "step"), bound.run(stage))),
-                                          bound.more_rounds)
+        passes["input_bound"] = bound
     with run.stage("fixes", held=tuple(n for n in run.undecided() if n in passes)) as stage:
         run.parts["fixes"] = fixes.run(stage)
     with run.stage("feed", held=tuple(n for n in run.undecided() if n in passes)) as stage:
@@ -369,74 +356,23 @@ def _first_calls(step: StepModel, batch) -> StepRun:
                    retraces=None if first.traces is None else 0)
 
 
-class _InputBoundRounds:
-    """The step fed by the pipeline vs by the first batch repeated, measured by measure.input_bound's
-    InputBoundRounds (the alternating measurement the benchmarks and the fixture use) with diagnose's
-    contract: a fresh iterator per side and round (a Stream, made right before it, closed inside it: its
-    buffers fill only while its own round runs), the twin first in even rounds, rounds until the share is
-    decided or the share of the budget is spent; the step's traces counted over the rounds. A second pass
-    adds rounds to the first, its sides' steps sized afresh by the time left."""
+def _input_bound_pass(step: StepModel, first: StepRun, batch, dataset, settings: PipelineSettings,
+                      target: Target) -> Resumable:
+    """The input-bound stage (input_bound.InputBoundStage: the pipeline, a fresh Stream per side and round, vs
+    the first batch repeated), each pass's parts its figures and the step's run: the rounds' calls added, the
+    traces counted over them (those since the first calls, the work fingerprint's, left out)."""
+    bound = InputBoundStage(step, first.first_steady_s, dataset, twin_of(batch), warmup=settings.warmup,
+                            fresh=lambda data: Stream(data, target.pipeline))
+    retraces_before = step.retraces
 
-    def __init__(self, step: StepModel, first: StepRun, batch, dataset, settings: PipelineSettings,
-                 target: Target):
-        from perfsuite._tensorflow import tensorflow
-
-        self.step, self.first, self.dataset, self.settings, self.target = step, first, dataset, settings, target
-        self.twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
-        self.measurement: InputBoundRounds | None = None
-        self.retraces_before = step.retraces  # traces since the first calls (the work fingerprint's) left out
-
-    def measured(self) -> InputBound | None:
-        """The rounds so far; None before the first."""
-        return self.measurement.result() if self.measurement is not None and self.measurement.rounds else None
-
-    def figure(self) -> RoundsEstimate:
-        return estimate(self.measured().shares, INPUT_BOUND_BOUNDARIES)
-
-    def decided(self) -> bool:
-        return self.measured() is not None and self.figure().decided
-
-    def more_rounds(self) -> float:
-        return more_rounds_for(self.figure() if self.measured() is not None else None)
-
-    def run(self, stage: Stage) -> tuple[InputBoundFigures | None, StepRun]:
-        warmup, call_s, so_far = self.settings.warmup, self.first.first_steady_s, self.measured()
-        if so_far is not None:  # a second pass: its rounds sized by the time left, up to MAX_STEP_CALLS_AGAIN a side
-            call_s = statistics.median(so_far.real_round_s + so_far.synthetic_round_s)  # seconds per step, measured
-        most = MAX_STEP_CALLS if so_far is None else MAX_STEP_CALLS_AGAIN
-        batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), 2 * call_s, most=most) - warmup)
-        stage.plan = (f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
-                      f"{batches} timed steps of about {call_s:.3g} s (about {2 * (warmup + batches) * call_s:.1f} s "
-                      "per round), until the share is decided")
-        stage.tell("note", stage.plan)
-        if self.measurement is None:
-            spec = self.target.pipeline
-            self.measurement = InputBoundRounds(step=self.step, dataset=self.dataset, warmup=warmup, batches=batches,
-                                                twin=self.twin, twin_first=True,
-                                                fresh=lambda dataset: Stream(dataset, spec))
-        self.measurement.batches = batches
-        stage.rounds_until_decided(lambda index: self.measurement.one_round(), decided=self.decided,
-                                   first_estimate_s=2 * (warmup + batches) * call_s)
-        stage.status = status_from(self.decided(), self.measurement.rounds)
-        return self.figures()
-
-    def figures(self) -> tuple[InputBoundFigures | None, StepRun]:
-        from perfsuite.measure import stats
-
-        first, measured = self.first, self.measured()
-        calls = 0 if self.measurement is None else self.measurement.calls
-        retraces = None if self.retraces_before is None else self.step.retraces - self.retraces_before
-        used = replace(first, calls=first.calls + calls,
+    def run(stage: Stage) -> dict:
+        figures = bound.run(stage)
+        retraces = None if retraces_before is None else step.retraces - retraces_before
+        used = replace(first, calls=first.calls + bound.measurement.calls,
                        traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
-        if measured is None:
-            return None, used
-        share = self.figure()
-        label = stats.classify_input_bound(share.median) if share.decided else "undecided"
-        return InputBoundFigures(share=share, classification=label, t_real=measured.t_real,
-                                 t_synthetic=measured.t_synthetic, real_round_s=measured.real_round_s,
-                                 synthetic_round_s=measured.synthetic_round_s, batches=measured.batches,
-                                 warmup=self.settings.warmup,
-                                 wait=wait_estimate(measured.wait_round_s, measured.real_round_s)), used
+        return {"input_bound": figures, "step": used}
+
+    return Resumable(run, bound.more_rounds)
 
 
 # ------------------------------------------------------------------------------------------ verdicts
@@ -448,42 +384,64 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     measured here where one went their way. The changes measured on this pipeline come first, ranked by gain
     (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed seconds per frame says
     so first; the feed verdict at a stand-in step is left out where the user gave --step (the real one)."""
-    bound, graph = diagnosis.input_bound, diagnosis.graph
+    bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
     out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
-    if diagnosis.layout is not None:
-        out.append(layout_finding(diagnosis.layout))
+    if layout is not None:
+        out.append(layout_finding(layout))
     out += _startup_verdicts(diagnosis)
     if diagnosis.throughput is not None:
         out += throughput_verdicts(diagnosis.throughput)
-    out += _input_bound_verdicts(diagnosis)
+    out += _input_bound_verdicts(bound, target)
     out += bottleneck_verdicts(diagnosis.bottleneck)
     out += fix_verdicts(diagnosis.fixes)
-    out += [_python_op_verdict(op, bound, diagnosis.target) for op in graph.python_ops]
-    out += _prefetch_verdicts(graph, bound, diagnosis.target)
-    padding = None if diagnosis.throughput is None else diagnosis.throughput.padding
-    out += graph_findings(graph, padding=padding, not_measured=_no_padding_because(diagnosis),
-                          waits=_waits(bound), why_not=_no_change_because(bound, diagnosis.target),
+    out += [_python_op_verdict(op, bound, target) for op in graph.python_ops]
+    out += _prefetch_verdicts(graph, bound, target)
+    out += graph_findings(graph, padding=None if diagnosis.throughput is None else diagnosis.throughput.padding,
+                          not_measured=layout.mel_rule if layout is not None and layout.mel is None
+                          else "the throughput stage read no batches",
+                          waits=_waits(bound), why_not=_no_change_because(bound, target),
                           share=None if bound is None else bound.share)
-    out += _shape_verdicts(graph, diagnosis.step, diagnosis.target)
-    if diagnosis.feed is not None and not (diagnosis.target.step and stand_in_step(diagnosis.feed)):
+    out += _shape_verdicts(graph, diagnosis.step, target)
+    if diagnosis.feed is not None and not (target.step and stand_in_step(diagnosis.feed)):
         out.append(feed_verdict(diagnosis.feed))
     out += work_verdicts(diagnosis.work)
-    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, diagnosis.layout) for f in out]))
+    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, layout) for f in out]))
     return changes + rest
 
 
 def _waits(bound: InputBoundFigures | None) -> bool | None:
     """True / False when the share is decided input-bound / not; None when not measured or undecided."""
-    if bound is None or not bound.share.decided:
-        return None
-    return bound.classification != "not input-bound"
+    return None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
 
 
-def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
-    bound = diagnosis.input_bound
-    if diagnosis.target.step is None:
+def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
+    """Why a graph finding calls for no change: the input-bound share not measured, undecided, or low."""
+    if target.step is None:
+        return "whether it costs training time needs --step (the input-bound share)"
+    if bound is None:
+        return "the input-bound share was not measured (no time)"
+    why = why_undecided(bound.share, percent)
+    if why:
+        return f"whether it costs training time is {why}"
+    return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
+
+
+def _judged(topic: str, finding: str, evidence: dict, bound: InputBoundFigures | None,
+            recommendation: str | None, why_not: str) -> DiagnosisFinding:
+    """A graph finding with the input-bound share (evidence and interval, where measured): recommendation
+    when there is one and the step is measured to wait for input, else why_not and no recommendation."""
+    share = None if bound is None else bound.share
+    if share is not None:
+        evidence = {**evidence, "input_bound_share": share.median}
+    waits = bool(recommendation and _waits(bound))
+    words = f"the step waits for input ({share.median:.0%})" if waits else why_not
+    return DiagnosisFinding(topic, f"{finding}; {words}", evidence, recommendation if waits else None, share)
+
+
+def _input_bound_verdicts(bound: InputBoundFigures | None, target: Target) -> list[DiagnosisFinding]:
+    if target.step is None:
         return [DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to feed "
-                        "(--step MODULE:FUNCTION); throughput only", {}, None)]
+                                 "(--step MODULE:FUNCTION); throughput only", {}, None)]
     if bound is None:
         return []
     figure, label = bound.share, bound.classification
@@ -492,9 +450,8 @@ def _input_bound_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding
     if why:
         return [DiagnosisFinding("input-bound", f"whether the step waits for input is {why}; no class is given "
                                  "from an undecided figure", evidence, None, figure)]
-    recommendation = None
-    if label != "not input-bound":
-        recommendation = "the step waits for input: see the Python-function, prefetch and parallelism findings"
+    recommendation = None if label == "not input-bound" else (
+        "the step waits for input: see the Python-function, prefetch and parallelism findings")
     return [DiagnosisFinding("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time "
                              f"{lost_words(bound)}; {span_words(figure, percent)}){wait_words(bound)}", evidence,
                              recommendation, figure)]
@@ -515,75 +472,44 @@ def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
                              "them", evidence, None)]
 
 
-def _no_padding_because(diagnosis: PipelineDiagnosis) -> str:
-    if diagnosis.layout is not None and diagnosis.layout.mel is None:
-        return diagnosis.layout.mel_rule
-    return "the throughput stage read no batches"
-
-
 def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Target) -> DiagnosisFinding:
-    calls = f" calling {op.python}" if op.python else ""
-    calls += f" ({op.defined_at})" if op.defined_at else ""
-    finding = (f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, in {op.transformation} "
-               f"({op.transformation_node})")
-    evidence = {"transformation": op.transformation_node, "function": op.function, "python": op.python,
-                "defined_at": op.defined_at}
-    waits, interval = _waits(bound), None if bound is None else bound.share
-    if bound is not None:
-        evidence["input_bound_share"] = bound.share.median
-    if waits:
-        return DiagnosisFinding("python-op", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
-                       f"move {op.python or 'this function'} in {op.transformation} to TensorFlow ops (no GIL, runs "
-                       "in parallel), or precompute its output", interval)
-    return DiagnosisFinding("python-op", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)
+    calls = (f" calling {op.python}" if op.python else "") + (f" ({op.defined_at})" if op.defined_at else "")
+    return _judged("python-op", f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, in "
+                   f"{op.transformation} ({op.transformation_node})",
+                   {"transformation": op.transformation_node, "function": op.function, "python": op.python,
+                    "defined_at": op.defined_at}, bound,
+                   f"move {op.python or 'this function'} in {op.transformation} to TensorFlow ops (no GIL, runs in "
+                   "parallel), or precompute its output", _no_change_because(bound, target))
 
 
-def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
-    if target.step is None:
-        return "whether it costs training time needs --step (the input-bound share)"
-    if bound is None:
-        return "the input-bound share was not measured (no time)"
-    why = why_undecided(bound.share, percent)
-    if why:
-        return f"whether it costs training time is {why}"
-    return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
-
-
-def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None, target: Target) -> list[DiagnosisFinding]:
+def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None,
+                       target: Target) -> list[DiagnosisFinding]:
     if graph.ends_with_prefetch or not graph.transformations:
         return []
     last = graph.last_stage or graph.transformations[-1]  # wrappers (with_options, ...) are not stages
-    evidence = {"last_transformation": last, "inject_prefetch": graph.inject_prefetch}
-    if bound is not None:
-        evidence["input_bound_share"] = bound.share.median
     finding = f"no prefetch at the end of the pipeline (the last real stage is {last})"
-    interval = None if bound is None else bound.share
+    evidence = {"last_transformation": last, "inject_prefetch": graph.inject_prefetch}
     if graph.inject_prefetch:  # the measured figures already include the prefetch tf.data adds
-        return [DiagnosisFinding("prefetch", f"{finding}; tf.data's inject_prefetch (on) adds one when the iterator starts, "
-                        "so the figures measured here include it", evidence, None, interval)]
-    finding += "; inject_prefetch is off, so none is added at run time"
-    if _waits(bound):
-        return [DiagnosisFinding("prefetch", f"{finding}; the step waits for input ({bound.share.median:.0%})", evidence,
-                        "end the pipeline with .prefetch(tf.data.AUTOTUNE), so batches are prepared while the step "
-                        "runs", interval)]
-    return [DiagnosisFinding("prefetch", f"{finding}; {_no_change_because(bound, target)}", evidence, None, interval)]
+        return [_judged("prefetch", finding, evidence, bound, None, "tf.data's inject_prefetch (on) adds one when "
+                        "the iterator starts, so the figures measured here include it")]
+    return [_judged("prefetch", f"{finding}; inject_prefetch is off, so none is added at run time", evidence, bound,
+                    "end the pipeline with .prefetch(tf.data.AUTOTUNE), so batches are prepared while the step runs",
+                    _no_change_because(bound, target))]
 
 
 def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[DiagnosisFinding]:
-    shapes = graph.dynamic_shapes
-    retraces = None if step is None else step.retraces
+    shapes, retraces = graph.dynamic_shapes, None if step is None else step.retraces
     if not shapes and not retraces:
         return []
     where = ", ".join(f"{s.component or 'the element'} {s.shape}" for s in shapes) or "none in element_spec"
     evidence = {"dynamic": where, "retraces": retraces, "step_calls": None if step is None else step.calls}
     if target.step is None:
-        return [DiagnosisFinding("shapes", f"dynamic shapes ({where}) can make a tf.function step retrace; --step measures "
-                        "whether it does", evidence, None)]
-    if retraces is None:
-        return [DiagnosisFinding("shapes", f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot "
-                        "be counted", evidence, None)]
-    if retraces:
-        return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this run; "
-                        f"dynamic shapes: {where}", evidence, retrace_recommendation(graph.buckets))]
-    return [DiagnosisFinding("shapes", f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in "
-                    "this run", evidence, None)]
+        finding = f"dynamic shapes ({where}) can make a tf.function step retrace; --step measures whether it does"
+    elif retraces is None:
+        finding = f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot be counted"
+    elif retraces:
+        return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this "
+                                 f"run; dynamic shapes: {where}", evidence, retrace_recommendation(graph.buckets))]
+    else:
+        finding = f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in this run"
+    return [DiagnosisFinding("shapes", finding, evidence, None)]

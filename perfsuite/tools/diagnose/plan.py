@@ -131,13 +131,14 @@ class Budget:
     def left_s(self) -> float:
         return self.total_s - self.elapsed_s()
 
-    def plan(self) -> dict[str, float]:
-        return split_budget(self.left_s(), {name: self.needs[name] for name in self.pending})
+    def plan(self, held: tuple[str, ...] = ()) -> dict[str, float]:
+        """What is left split over the stages still pending and the stages `held` (ran, still undecided: their
+        part stays left for a second pass)."""
+        return split_budget(self.left_s(), {name: self.needs[name] for name in (*self.pending, *held)})
 
     def take(self, name: str, *, held: tuple[str, ...] = ()) -> float:
-        """name's share of what is left, over the stages still pending and the stages `held` (ran, still
-        undecided: their part stays left for a second pass)."""
-        share = split_budget(self.left_s(), {n: self.needs[n] for n in (*self.pending, *held)})[name]
+        """name's share of what is left (plan(held)); name is then no longer pending."""
+        share = self.plan(held)[name]
         self.pending.remove(name)
         return share
 
@@ -234,55 +235,53 @@ class StageLog:
                                             f"left after {after}: {split} (a stage that decides early leaves its "
                                             "time to the next)", None, 0.0, self.budget.left_s()))
 
-    @contextlib.contextmanager
-    def stage(self, name: str, *, held: tuple[str, ...] = ()) -> Iterator[Stage]:
-        """The stage `name` with its share of what is left (the stages `held` keep their part of it); its record
-        is kept and checkpointed when it ends, also when it is interrupted (then marked INTERRUPTED and the
-        interrupt goes on)."""
+    def stage(self, name: str, *, held: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[Stage]:
+        """The stage `name` with its share of what is left (the stages `held` keep their part of it)."""
         stage = Stage(name, self.budget.take(name, held=held), self.budget, self.progress)
-        stage.tell("start", f"share {stage.share_s:.0f} s")
-        try:
-            yield stage
-        except KeyboardInterrupt:
-            self.stages.append(stage.record(INTERRUPTED))
-            self.save()
-            raise
-        record = stage.record()
-        self.stages.append(record)
-        self.save()
-        stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s")
+        return self._running(stage, f"share {stage.share_s:.0f} s", index=len(self.stages))
 
     def undecided(self) -> list[str]:
         """The stages that ended with too few rounds or a figure undecided, in the order they ran."""
         return [record.name for record in self.stages if record.status in (TOO_SHORT, UNDECIDED)]
 
-    @contextlib.contextmanager
-    def again(self, name: str, *, share_s: float | None = None) -> Iterator[Stage]:
+    def again(self, name: str, *, share_s: float | None = None) -> contextlib.AbstractContextManager[Stage]:
         """The undecided stage `name` once more, with share_s (default: all the budget left); its record becomes
         one record of both passes (shares, time and rounds added, the last status)."""
-        share = self.budget.left_s() if share_s is None else share_s
-        stage = Stage(name, share, self.budget, self.progress)
-        stage.tell("start", f"again, with {stage.share_s:.0f} s of the time the other stages left")
+        stage = Stage(name, self.budget.left_s() if share_s is None else share_s, self.budget, self.progress)
         index = next(i for i, record in enumerate(self.stages) if record.name == name)
+        return self._running(stage, f"again, with {stage.share_s:.0f} s of the time the other stages left",
+                             index=index, first=self.stages[index])
+
+    @contextlib.contextmanager
+    def _running(self, stage: Stage, start: str, *, index: int, first: StageRecord | None = None
+                 ) -> Iterator[Stage]:
+        """stage as it runs; its record (joined to the first pass's, if any) is kept at index and checkpointed
+        when it ends, also when it is interrupted (then marked INTERRUPTED and the interrupt goes on)."""
+        def keep(status: str | None = None) -> StageRecord:
+            record = stage.record(status) if first is None else _joined(first, stage.record(status))
+            self.stages[index:index + 1] = [record]
+            self.save()
+            return record
+
+        stage.tell("start", start)
         try:
             yield stage
         except KeyboardInterrupt:
-            self.stages[index] = _joined(self.stages[index], stage.record(INTERRUPTED))
-            self.save()
+            keep(INTERRUPTED)
             raise
-        self.stages[index] = record = _joined(self.stages[index], stage.record())
-        self.save()
-        stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s, both passes")
+        record = keep()
+        stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s"
+                   + ("" if first is None else ", both passes"))
 
     def resume(self, passes: Mapping[str, Resumable]) -> None:
         """The budget left after every stage ran, spent on the undecided stages among `passes`: the nearest to
         deciding first (its estimated seconds to decide), each given what is left less what the stages after it
         are estimated to need; a stage that decides sooner leaves the rest to the next. A stage with no estimate
         gets at least a fair part of what is left: one with no round yet goes first, one whose figure sits on a
-        boundary goes last."""
+        boundary goes last. A stage still undecided then records the time it is estimated to need (needs_s)."""
         pending = [name for name in self.undecided() if name in passes]
         while pending and self.budget.left_s() > 0:
-            needs = {name: self.seconds_to_decide(name, passes[name]) for name in pending}
+            needs = {name: self._seconds_to_decide(self._record(name), passes[name]) for name in pending}
             pending.sort(key=lambda name: needs[name])
             name, pending = pending[0], pending[1:]
             left = self.budget.left_s()
@@ -291,31 +290,26 @@ class StageLog:
                 share = fair
             else:
                 share = max(min(needs[name], left), left - sum(needs[n] for n in pending if math.isfinite(needs[n])))
-                share = share if self.rounds_of(name) else max(share, fair)  # no round yet: no estimate either
+                share = share if self._record(name).rounds else max(share, fair)  # no round yet: no estimate either
             with self.again(name, share_s=share) as stage:
                 self.parts.update(passes[name].run(stage))
-        self._estimate_needs(passes)
-
-    def _estimate_needs(self, passes: Mapping[str, Resumable]) -> None:
-        """Each stage among `passes` still undecided (UNDECIDED: it has its rounds) records what it is estimated
-        to need to decide: its seconds so far plus seconds_to_decide (the budget its finding recommends)."""
         for index, record in enumerate(self.stages):
             if record.name in passes and record.status == UNDECIDED:
-                more = self.seconds_to_decide(record.name, passes[record.name])
+                more = self._seconds_to_decide(record, passes[record.name])
                 if math.isfinite(more):
                     self.stages[index] = replace(record, needs_s=record.spent_s + more)
 
-    def rounds_of(self, name: str) -> int:
-        return next(record.rounds for record in self.stages if record.name == name)
+    def _record(self, name: str) -> StageRecord:
+        return next(record for record in self.stages if record.name == name)
 
-    def seconds_to_decide(self, name: str, resumable: Resumable) -> float:
-        """The rounds `name` is estimated to need more, at the seconds its rounds took so far (a stage with no
-        round yet: 0, it goes first)."""
-        record = next(record for record in self.stages if record.name == name)
+    @staticmethod
+    def _seconds_to_decide(record: StageRecord, resumable: Resumable) -> float:
+        """The rounds the stage is estimated to need more, at the seconds its rounds took so far (inf: no
+        estimate; 0 with no round yet: it goes first)."""
+        if not record.rounds:
+            return 0.0
         more = resumable.more_rounds()
-        if not record.rounds or not math.isfinite(more):
-            return 0.0 if not record.rounds else math.inf
-        return more * record.spent_s / record.rounds
+        return more * record.spent_s / record.rounds if math.isfinite(more) else math.inf
 
 
 def _joined(first: StageRecord, second: StageRecord) -> StageRecord:

@@ -1,15 +1,7 @@
 """A user's dataset changed without the user's code: its stages (the prefixes a bottleneck search cuts),
-and the fixes perfsuite can apply to it, each a new dataset rebuilt from the serialized graph
-(tf.raw_ops.DatasetFromGraph) or the dataset with a transformation added at its end.
-
-What each fix does, exactly (docs/diagnose.md, "Fixes measured"):
-- prefetch: `.prefetch(tf.data.AUTOTUNE)` added at the end.
-- map parallelism: every sequential map (MapDataset) becomes a parallel map with AUTOTUNE calls
-  (ParallelMapDatasetV2, deterministic order kept). A map running Python still holds the GIL.
-- read parallelism: every interleave or flat_map reading files one at a time becomes a parallel interleave
-  of AUTOTUNE calls (a flat_map's order then alternates between files).
-- cache: a memory cache after the longest deterministic prefix (no shuffle, no random op, no stateful
-  Python op), filled once before it is measured; only when the prefix is finite and fits in memory.
+and the fixes perfsuite can apply to it (prefetch, map parallelism, read parallelism, cache: docs/diagnose.md,
+"What is measured"), each a new dataset rebuilt from the serialized graph (tf.raw_ops.DatasetFromGraph) or
+the dataset with a transformation added at its end.
 """
 
 from __future__ import annotations
@@ -21,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite._tensorflow import tensorflow
+from perfsuite.tools.diagnose.streams import samples_in
 from perfsuite.tools.diagnose.targets import one_line_error
 from perfsuite.workload.pipeline_model import (
     FLAT_MAP_OP,
@@ -63,23 +57,27 @@ def stage_words(dataset) -> str:
 
 
 def prefixes(dataset) -> list[Prefix]:
-    """dataset cut after each stage that does work (wrappers: options, prefetch, repeat, shuffle, cache ...
-    skipped), from the source to the last such stage."""
-    out, batched = [], False
-    for node in _chain(dataset):
-        batched = _batched_after(op_of_class(node), batched)
-        if _works(node):
-            out.append(Prefix(stage=stage_words(node), dataset=node, batched=batched))
-    return out
-
-
-def _chain(dataset) -> tuple:
-    return dataset.python_chain if isinstance(dataset, Pipeline) else tuple(python_chain(dataset))
+    """dataset (or a Pipeline already read) cut after each stage that does work, from the source on."""
+    chain = dataset.python_chain if isinstance(dataset, Pipeline) else python_chain(dataset)
+    return [Prefix(stage=stage_words(node), dataset=node, batched=batched)
+            for node, batched in zip(chain, _batched(chain)) if _works(node)]
 
 
 def _works(node) -> bool:
     """Whether a Python dataset object's stage does work of its own (the op table's family)."""
     return kind_of(op_of_class(node)).family not in NO_WORK_FAMILIES
+
+
+def _batched(chain) -> list[bool]:
+    """Per Python dataset of a chain, whether its elements are batches (a batching stage at or before it and
+    no unbatch after that)."""
+    out, batched = [], False
+    for node in chain:
+        op = op_of_class(node)
+        batched = not op.startswith("Unbatch") and (batched or kind_of(op).family in ("batch", "group")
+                                                     or "Batch" in op)
+        out.append(batched)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the fixes
@@ -103,11 +101,12 @@ class NotApplied:
     why: str
 
 
-def _graph(dataset):
-    """A copy of the serialized graph of a dataset or a Pipeline already read, to rewrite (the model's own
-    reading of it)."""
-    from perfsuite._tensorflow import tensorflow
+def _pipeline(dataset) -> Pipeline:
+    return dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
 
+
+def _graph(dataset):
+    """A copy of the serialized graph of a dataset or a Pipeline already read, to rewrite."""
     graph = _pipeline(dataset).graph_def
     if graph is None:
         raise ValueError("TensorFlow cannot serialize this dataset's graph")
@@ -116,13 +115,7 @@ def _graph(dataset):
     return copy
 
 
-def _pipeline(dataset) -> Pipeline:
-    return dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
-
-
 def _from_graph(graph, element_spec):
-    from perfsuite._tensorflow import tensorflow
-
     tf = tensorflow()
     variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
     return tf.data.experimental.from_variant(variant, element_spec)
@@ -133,69 +126,46 @@ def _nothing() -> None:
 
 
 def add_prefetch(dataset):
-    from perfsuite._tensorflow import tensorflow
-
     return dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
 
 
-def _const(node, name: str, value: int, added: list) -> str:
-    """A Const node of an int64 value beside node (appended to added), by its name."""
-    from perfsuite._tensorflow import tensorflow
-
+def _made_parallel(dataset, stages: Callable, op: str, inputs: Callable):
+    """dataset rebuilt from its graph with the nodes of stages(its model) made deterministic `op` nodes, each
+    input (name, int64 value) of inputs(node) a Const appended to the node's inputs."""
     tf = tensorflow()
-    made = type(node)()
-    made.name, made.op = f"{node.name}/perfsuite_{name}", "Const"
-    made.attr["dtype"].type = tf.int64.as_datatype_enum
-    made.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
-    added.append(made)
-    return made.name
+    pipeline = read_pipeline(dataset)
+    graph = _graph(pipeline)
+    names = {stage.node for stage in stages(pipeline.model)}
+    for node in [node for node in graph.node if node.name in names]:
+        for name, value in inputs(node):
+            const = graph.node.add(name=f"{node.name}/perfsuite_{name}", op="Const")
+            const.attr["dtype"].type = tf.int64.as_datatype_enum
+            const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
+            node.input.append(const.name)
+        node.op = op
+        if "force_synchronous" in node.attr:  # a sequential map's; the parallel op has none
+            del node.attr["force_synchronous"]
+        node.attr["deterministic"].s = b"true"
+    return _from_graph(graph, dataset.element_spec), _nothing
 
 
 def parallel_maps(dataset):
     """dataset rebuilt with every sequential map a parallel one of AUTOTUNE calls, order kept."""
-    pipeline = read_pipeline(dataset)
-    graph = _graph(pipeline)
-    sequential = {stage.node for stage in pipeline.model.sequential_maps()}
-    added = []
-    for node in graph.node:
-        if node.name not in sequential:
-            continue
-        node.op = PARALLEL_MAP_OP
-        node.input.append(_const(node, "parallel_calls", -1, added))
-        if "force_synchronous" in node.attr:
-            del node.attr["force_synchronous"]
-        node.attr["deterministic"].s = b"true"
-    graph.node.extend(added)
-    return _from_graph(graph, dataset.element_spec), _nothing
+    return _made_parallel(dataset, lambda model: model.sequential_maps(), PARALLEL_MAP_OP,
+                          lambda node: [("parallel_calls", -1)])
 
 
 def parallel_reads(dataset):
     """dataset rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
     of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a time, one element each in
     turn, so its order differs; an interleave keeps its cycle and order)."""
-    pipeline = read_pipeline(dataset)
-    graph = _graph(pipeline)
-    sequential = {stage.node for stage, _ in pipeline.model.sequential_reads()}
-    added = []
-    for node in graph.node:
-        if node.name not in sequential:
-            continue
-        if node.op == FLAT_MAP_OP:
-            node.input.extend([_const(node, "cycle_length", -1, added), _const(node, "block_length", 1, added)])
-        node.input.extend([_const(node, name, -1, added) for name in ("buffer_output_elements",
-                                                                      "prefetch_input_elements",
-                                                                      "num_parallel_calls")])
-        node.op = PARALLEL_INTERLEAVE_OP
-        node.attr["deterministic"].s = b"true"
-    graph.node.extend(added)
-    return _from_graph(graph, dataset.element_spec), _nothing
+    def inputs(node) -> list:
+        cycle = [("cycle_length", -1), ("block_length", 1)] if node.op == FLAT_MAP_OP else []
+        return cycle + [(name, -1) for name in ("buffer_output_elements", "prefetch_input_elements",
+                                                "num_parallel_calls")]
 
-
-def sequential_maps(dataset) -> int:
-    pipeline = _pipeline(dataset)
-    if pipeline.graph_def is None:
-        raise ValueError("TensorFlow cannot serialize this dataset's graph")
-    return len(pipeline.model.sequential_maps())
+    return _made_parallel(dataset, lambda model: [stage for stage, _ in model.sequential_reads()],
+                          PARALLEL_INTERLEAVE_OP, inputs)
 
 
 def cache_after(dataset, prefix):
@@ -213,20 +183,18 @@ def cache_after(dataset, prefix):
     cut = len(cache_model.model.chain()) - 2  # the prefix's own last node, below the cache
     if cut < 0 or cut >= len(chain) - 1 or chain[cut].op != cache_nodes[cache_node.input[0].split(":")[0]].op:
         raise ValueError("the prefix was not found in the dataset's graph")
-    node, consumer = chain[cut], chain[cut + 1]
-    added = []
+    below, consumer = chain[cut].name, chain[cut + 1]
+    consumer.input[0] = "perfsuite_cache/CacheDatasetV2"
+    inserted = graph.node.add()
+    inserted.CopyFrom(cache_node)
+    inserted.name = consumer.input[0]
+    del inserted.input[1:]
+    inserted.input[0] = below
     for name in cache_node.input[1:]:
-        const = type(node)()
+        const = graph.node.add()
         const.CopyFrom(cache_nodes[name.split(":")[0]])
         const.name = f"perfsuite_cache/{const.name}"
-        added.append(const)
-    inserted = type(node)()
-    inserted.CopyFrom(cache_node)
-    inserted.name = "perfsuite_cache/CacheDatasetV2"
-    del inserted.input[:]
-    inserted.input.extend([node.name, *(const.name for const in added)])
-    consumer.input[0] = inserted.name
-    graph.node.extend([*added, inserted])
+        inserted.input.append(const.name)
     fixed = _from_graph(graph, dataset.element_spec)
 
     def fill() -> None:
@@ -240,36 +208,29 @@ def cache_after(dataset, prefix):
 def deterministic_prefix(dataset) -> tuple[Any | None, str]:
     """(the longest prefix of dataset's chain with no shuffle, random op or stateful Python op, ending
     before its first repeat; or None) and why it ends where it does."""
-    pipeline = _pipeline(dataset)
-    last, why = None, "the pipeline ends"
+    pipeline, last = _pipeline(dataset), None
     for node in pipeline.python_chain:
         op = op_of_class(node)
         if kind_of(op).family == "repeat":
-            why = "a repeat follows"
-            break
-        if kind_of(op).family == "shuffle" or _random_or_stateful(pipeline, node, op):
-            why = f"{stage_words(node)} is not deterministic"
-            break
+            return last, "a repeat follows"
+        ops = {op, *pipeline.model.op_counts(object_functions(node))}  # a shuffle's op names one of RANDOM_WORDS
+        if any(word in name for name in ops for word in RANDOM_WORDS) or ops & PYTHON_FUNCTION_OPS:
+            return last, f"{stage_words(node)} is not deterministic"
         last = node
-    return last, why
+    return last, "the pipeline ends"
 
 
-def _random_or_stateful(pipeline: Pipeline, node, op: str) -> bool:
-    """A random op, or a Python-function op, in the stage or the functions it runs (nested ones included)."""
-    ops = {op, *pipeline.model.op_counts(object_functions(node))}
-    return any(word in name for name in ops for word in RANDOM_WORDS) or bool(ops & PYTHON_FUNCTION_OPS)
+def _cardinality(dataset) -> int:
+    return int(tensorflow().data.experimental.cardinality(dataset).numpy())
 
 
 def pass_bytes(prefix, sample) -> int | None:
     """Bytes of one pass of prefix (its cardinality x the bytes of one element, every component of it,
     strings by their length); None when not finite or unknown."""
-    from perfsuite._tensorflow import tensorflow
-
-    tf = tensorflow()
-    count = int(tf.data.experimental.cardinality(prefix).numpy())
+    count = _cardinality(prefix)
     if count < 0:
         return None
-    values = [np.asarray(leaf) for leaf in tf.nest.flatten(sample, expand_composites=True)]
+    values = [np.asarray(leaf) for leaf in tensorflow().nest.flatten(sample, expand_composites=True)]
     sizes = [sum(len(x) for x in v.ravel()) if v.dtype == object else v.nbytes for v in values]
     return count * int(sum(sizes))
 
@@ -284,100 +245,49 @@ def free_memory_bytes() -> int | None:
 def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float | None = None,
                      fill_limit_s: float | None = None) -> tuple[list[Fix], list[NotApplied]]:
     """The fixes that apply to dataset (a tf.data.Dataset or a Pipeline already read) and, for the rest
-    considered, why not. samples_per_s (the pipeline's
-    measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
-    fixes, skipped = [], []
-    dataset = _pipeline(dataset)
-    if ends_with_prefetch:
-        skipped.append(NotApplied("prefetch", "the pipeline already ends with a prefetch"))
-    else:
-        fixes.append(Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch))
-    try:
-        maps = sequential_maps(dataset)
-    except Exception as error:  # noqa: BLE001 -- a graph TensorFlow will not serialize: said, not raised
-        maps, why_not = 0, f"the graph cannot be rewritten: {one_line_error(error)}"
-    else:
-        why_not = "no sequential map in the graph"
-    if maps:
-        fixes.append(Fix("map-parallelism", f"making {maps} sequential map(s) parallel (num_parallel_calls=AUTOTUNE)",
-                         parallel_maps))
-    else:
-        skipped.append(NotApplied("map-parallelism", why_not))
-    reads = dataset.model.sequential_reads() if dataset.graph_def is not None else ()
-    if reads:
-        fixes.append(Fix("read-parallelism", f"reading files in parallel: {len(reads)} sequential interleave or "
-                         "flat_map stage(s) made parallel interleaves (num_parallel_calls=AUTOTUNE)", parallel_reads))
-    else:
-        skipped.append(NotApplied("read-parallelism", "no interleave or flat_map reads files one at a time"
-                                  if dataset.graph_def is not None else "the graph cannot be rewritten: "
-                                  + dataset.model.read_from))
-    try:
-        fix, why = _cache_fix(dataset, samples_per_s, fill_limit_s)
-    except Exception as error:  # noqa: BLE001 -- a graph TensorFlow will not serialize: said, not raised
-        fix, why = None, f"the graph cannot be rewritten: {one_line_error(error)}"
-    if fix is not None:
-        fixes.append(fix)
-    else:
-        skipped.append(NotApplied("cache", why))
-    return fixes, skipped
-
-
-def _cache_fix(pipeline: Pipeline, samples_per_s: float | None, fill_limit_s: float | None
-               ) -> tuple[Fix | None, str]:
+    considered, why not. samples_per_s (the pipeline's measured throughput) estimates how long filling a
+    cache takes; over fill_limit_s it is not tried."""
+    pipeline = _pipeline(dataset)
+    found = [NotApplied("prefetch", "the pipeline already ends with a prefetch") if ends_with_prefetch
+             else Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch)]
     if pipeline.graph_def is None:
-        return None, f"the graph cannot be rewritten: {pipeline.model.read_from}"
+        why = f"the graph cannot be rewritten: {pipeline.model.read_from}"
+        found += [NotApplied(name, why) for name in ("map-parallelism", "read-parallelism", "cache")]
+    else:
+        maps, reads = len(pipeline.model.sequential_maps()), len(pipeline.model.sequential_reads())
+        found.append(Fix("map-parallelism", f"making {maps} sequential map(s) parallel (num_parallel_calls=AUTOTUNE)",
+                         parallel_maps) if maps else NotApplied("map-parallelism", "no sequential map in the graph"))
+        found.append(Fix("read-parallelism", f"reading files in parallel: {reads} sequential interleave or flat_map "
+                         "stage(s) made parallel interleaves (num_parallel_calls=AUTOTUNE)", parallel_reads) if reads
+                     else NotApplied("read-parallelism", "no interleave or flat_map reads files one at a time"))
+        try:
+            found.append(_cache_fix(pipeline, samples_per_s, fill_limit_s))
+        except Exception as error:  # noqa: BLE001 -- a graph TensorFlow will not serialize: said, not raised
+            found.append(NotApplied("cache", f"the graph cannot be rewritten: {one_line_error(error)}"))
+    return [f for f in found if isinstance(f, Fix)], [f for f in found if isinstance(f, NotApplied)]
+
+
+def _cache_fix(pipeline: Pipeline, samples_per_s: float | None, fill_limit_s: float | None) -> Fix | NotApplied:
     prefix, ends = deterministic_prefix(pipeline)
-    if prefix is None or not _does_work(prefix):
-        return None, f"no deterministic stage to cache before the first one that is not ({ends})"
     families = {stage.family for stage in pipeline.model.stages}
+    if prefix is None or not any(_works(node) for node in python_chain(prefix)[1:]):
+        return NotApplied("cache", f"no deterministic stage to cache before the first one that is not ({ends})")
     if "cache" in families:
-        return None, "the pipeline already caches"
+        return NotApplied("cache", "the pipeline already caches")
     if "repeat" not in families:
-        return None, "the pipeline does not repeat: a cache pays only from the second pass"
+        return NotApplied("cache", "the pipeline does not repeat: a cache pays only from the second pass")
     sample = next(iter(prefix.take(1)), None)
     size = None if sample is None else pass_bytes(prefix, sample)
     free = free_memory_bytes()
     if size is None or free is None:
-        return None, f"the size of one pass of {stage_words(prefix)} is not known"
+        return NotApplied("cache", f"the size of one pass of {stage_words(prefix)} is not known")
     if size > MEMORY_SHARE * free:
-        return None, (f"one pass of {stage_words(prefix)} ({size / 2**30:.1f} GiB) exceeds {MEMORY_SHARE:.0%} of the "
-                      f"free memory ({free / 2**30:.1f} GiB)")
-    samples = int(tf_cardinality(prefix)) * (_leading(sample) if _batched(prefix) else 1)
+        return NotApplied("cache", f"one pass of {stage_words(prefix)} ({size / 2**30:.1f} GiB) exceeds "
+                          f"{MEMORY_SHARE:.0%} of the free memory ({free / 2**30:.1f} GiB)")
+    samples = _cardinality(prefix) * (samples_in(sample)[0] if _batched(python_chain(prefix))[-1] else 1)
     if samples_per_s and fill_limit_s is not None and samples / samples_per_s > fill_limit_s:
-        return None, (f"filling the cache reads a whole pass ({samples} samples, about {samples / samples_per_s:.0f} s "
-                      f"at the measured throughput), more than the {fill_limit_s:.0f} s left to measure it")
+        return NotApplied("cache", f"filling the cache reads a whole pass ({samples} samples, about "
+                          f"{samples / samples_per_s:.0f} s at the measured throughput), more than the "
+                          f"{fill_limit_s:.0f} s left to measure it")
     return Fix("cache", f"caching in memory after {stage_words(prefix)} ({size / 2**20:.1f} MiB a pass, {ends})",
-               lambda data: cache_after(data, prefix)), ""
-
-
-def _does_work(prefix) -> bool:
-    """Whether a stage after the source does work of its own."""
-    return any(_works(node) for node in python_chain(prefix)[1:])
-
-
-def tf_cardinality(dataset) -> int:
-    from perfsuite._tensorflow import tensorflow
-
-    return int(tensorflow().data.experimental.cardinality(dataset).numpy())
-
-
-def _batched(prefix) -> bool:
-    batched = False
-    for node in python_chain(prefix):
-        batched = _batched_after(op_of_class(node), batched)
-    return batched
-
-
-def _batched_after(op: str, batched: bool) -> bool:
-    """Whether elements are batches after a stage of this op, given whether they were before it."""
-    if op.startswith("Unbatch"):
-        return False
-    return batched or kind_of(op).family in ("batch", "group") or "Batch" in op
-
-
-def _leading(sample) -> int:
-    from perfsuite._tensorflow import tensorflow
-
-    leaves = tensorflow().nest.flatten(sample)
-    shape = getattr(leaves[0], "shape", ()) if leaves else ()
-    return int(shape[0]) if len(shape) else 1
+               lambda data: cache_after(data, prefix))

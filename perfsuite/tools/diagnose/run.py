@@ -1,17 +1,14 @@
 """`perfsuite diagnose`: measure a user's LJSpeech-layout dataset end to end within a time budget, and say
 what holds its training input back and how sure that is.
 
-diagnose() runs check-data, then measures the readable files in stages: loaders, training step,
-input-bound share, a workers / batch-size sweep and, on request, a profiler trace. The budget
-(settings.budget_s) is split across the stages by what each needs (split_budget); a stage measures in
-rounds until its figures are decided or its share is spent (measure.rounds.until_decided), and what a stage leaves
-goes to the stages after it. Every figure is a RoundsEstimate: the median of per-round values, its
-interval and the rounds behind it. A verdict whose interval straddles a class boundary says so, and
-one resting on fewer than MIN_ROUNDS rounds says "not enough time to decide" instead of guessing.
-After each stage the Diagnosis so far goes to checkpoint() (the CLI writes it as JSON), so an
-interrupted run keeps what it measured, marked complete=False. Diagnosis.as_dict() is the --json file
-(schema version SCHEMA_VERSION); Diagnosis.from_dict() reads one back. docs/diagnose.md gives the
-reasons behind each choice and threshold.
+diagnose() runs check-data, then measures the readable files in stages (loaders, training step, input-bound
+share, a workers / batch-size sweep and, on request, a profiler trace), each in rounds until its figures are
+decided or its share of the budget is spent; what a stage leaves goes to the stages after it (plan.py).
+Every figure is a RoundsEstimate (the median of per-round values, its interval, its rounds): a verdict whose
+interval straddles a class boundary says so, and one resting on fewer than MIN_ROUNDS rounds says "not
+enough time to decide". After each stage the Diagnosis so far goes to checkpoint() (the CLI writes it as
+JSON, schema SCHEMA_VERSION), so an interrupted run keeps what it measured, marked complete=False.
+docs/diagnose.md gives the reasons behind each choice and threshold.
 """
 
 from __future__ import annotations
@@ -47,9 +44,7 @@ from perfsuite.tools.diagnose.views import (
     round_samples,
     usable_cache,
 )
-from perfsuite.verdict.diagnosis import (
-    verdicts,
-)
+from perfsuite.verdict.diagnosis import verdicts
 from perfsuite.verdict.diagnosis_figures import (
     CacheUse,
     DataSummary,
@@ -60,8 +55,6 @@ from perfsuite.verdict.diagnosis_figures import (
     Repeat,
     StaticShapes,
 )
-
-# ------------------------------------------------------------------------------------------ the run
 
 
 def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path | None = None,
@@ -99,8 +92,12 @@ def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path |
                           max_mel_frames=max(r.mel_frames for r in records))
     head = {"dataset": str(dataset_dir), "settings": settings, "fingerprint": machine_fingerprint(),
             "data": data, "static_shapes": shapes}
-    with (usable_cache(dataset_dir, cache_dir, ids, mel_config, budget, progress) as (cache, built),
-          measured_view(dataset_dir, cache, ids, copies, budget, progress) as (measured_dir, measured_cache)):
+
+    def note(message: str) -> None:
+        progress(Event("check", "note", message, None, budget.elapsed_s(), budget.left_s()))
+
+    with (usable_cache(dataset_dir, cache_dir, ids, mel_config, note) as (cache, built),
+          measured_view(dataset_dir, cache, ids, copies, note) as (measured_dir, measured_cache)):
         head["cache"] = CacheUse(dir=None if built else str(cache), temporary=built)
         run = StageLog(make=lambda **found: _with_verdicts(Diagnosis(**head, **found, verdicts=())),
                        parts={"pipelines": (), "comparisons": (), "step": None, "input_bound": (), "sweep": (),
@@ -118,7 +115,6 @@ def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path |
 
 def _with_verdicts(diagnosis: Diagnosis) -> Diagnosis:
     return replace(diagnosis, verdicts=tuple(verdicts(diagnosis)))
-
 
 
 def _measure(run: StageLog, *, dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettings, mel_config,

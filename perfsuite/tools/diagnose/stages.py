@@ -19,12 +19,12 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     run_emulated,
 )
 from perfsuite.measure.rounds import InterleavedRounds
-from perfsuite.measure.step_model import Calls, FirstCalls, StepModel
+from perfsuite.measure.step_model import FirstCalls, StepModel
+from perfsuite.tools.diagnose.input_bound import InputBoundStage, side_steps, twin_of
 from perfsuite.tools.diagnose.plan import (
     FEED_ROUND_SAMPLES,
     FEED_SEARCH_SHARE,
     MAX_STEP_CALLS,
-    MIN_STEP_BATCHES,
     Stage,
     calls_that_fit,
     more_rounds_for,
@@ -39,7 +39,6 @@ from perfsuite.verdict.diagnosis import (
 from perfsuite.verdict.diagnosis_figures import (
     CACHE_BOUNDARIES,
     DECIDED,
-    INPUT_BOUND_BOUNDARIES,
     LOADER_BOUNDARIES,
     LOADER_PAIRS,
     LOADER_PIPELINES,
@@ -58,11 +57,9 @@ from perfsuite.verdict.diagnosis_figures import (
     DiagnoseSettings,
     FeedFigures,
     GpuFigures,
-    InputBoundFigures,
     LoaderComparison,
     Pipeline,
     PipelineFigures,
-    RoundsEstimate,
     StepFigures,
     StepMode,
     StepRatio,
@@ -75,53 +72,31 @@ from perfsuite.verdict.diagnosis_figures import (
 
 
 class LoaderRounds:
-    """Every LOADER_PIPELINES loader in interleaved rounds (A B C D, D C B A, ...; rounds.InterleavedRounds),
-    a fresh iterator per round with settings.warmup untimed batches, until every LOADER_PAIRS ratio is
-    decided or the share is spent. The first round of all is a short warm-up (start-up, first file reads:
-    one batch each), whose time only sizes the next round. run() again adds rounds to the earlier ones
-    (resume's second pass), continuing their order."""
+    """Every LOADER_PIPELINES loader in interleaved rounds (_dataset_rounds) until every LOADER_PAIRS ratio is
+    decided or the share is spent. run() again adds rounds to the earlier ones (resume's second pass),
+    continuing their order."""
 
     def __init__(self, loader, settings: DiagnoseSettings):
-        self.datasets = {pipeline: loader(pipeline) for pipeline in LOADER_PIPELINES}
         self.settings = settings
-        self.rounds = InterleavedRounds({pipeline: functools.partial(self._measure, pipeline)
-                                         for pipeline in LOADER_PIPELINES}, warmup_rounds=1)
+        self.rounds = _dataset_rounds({p: (p.label, loader(p), settings.batches) for p in LOADER_PIPELINES},
+                                      warmup=settings.warmup)
 
     @property
     def runs(self) -> dict[Pipeline, list]:
         """Each loader's measurement per round, the warm-up round's first."""
         return {p: self.rounds.warmups[p] + self.rounds.values[p] for p in LOADER_PIPELINES}
 
-    def rounds_run(self) -> int:
-        """Rounds run so far, the warm-up round included (each loader has one measurement a round)."""
-        return self.rounds.rounds_run
-
     def comparisons(self) -> tuple[LoaderComparison, ...]:
         values = self.rounds.values
         return tuple(_loader_comparison(a, b, values[a], values[b]) for a, b in LOADER_PAIRS if values[a])
-
-    def figures(self) -> dict:
-        """pipelines and comparisons, empty without a measured round."""
-        if self.rounds_run() < 2:
-            return {"pipelines": (), "comparisons": ()}
-        return {"pipelines": tuple(_pipeline_figures(p, self.runs[p]) for p in LOADER_PIPELINES),
-                "comparisons": self.comparisons()}
 
     def more_rounds(self) -> float:
         """Rounds more for every ratio to be decided (plan.more_rounds_for; MIN_ROUNDS with none yet)."""
         return max((more_rounds_for(c.ratio) for c in self.comparisons()), default=float(MIN_ROUNDS))
 
-    def _measure(self, pipeline: Pipeline):
-        """One loader's round: one batch in the warm-up round (start-up, first reads), settings.batches after."""
-        from perfsuite.measure import timing
-
-        settings = self.settings
-        batches = 1 if self.rounds.warming_up else settings.batches
-        return timing.measure_dataset(dataset=self.datasets[pipeline], name=pipeline.label,
-                                      warmup_batches=settings.warmup, measure_batches=batches)
-
     def run(self, stage: Stage) -> dict:
-        settings, done = self.settings, self.rounds_run()
+        """Rounds within the stage's share; pipelines and comparisons, empty without a measured round."""
+        settings, done = self.settings, self.rounds.rounds_run
         stage.plan = (f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per "
                       f"round, interleaved, {'after a short warm-up round' if not done else 'more rounds'}; "
                       "rounds until the same-round ratios are decided")
@@ -131,9 +106,27 @@ class LoaderRounds:
             return all(c.ratio.decided for c in self.comparisons())
 
         self.rounds.until_decided(decided, driver=stage.rounds_until_decided)
-        measured = max(0, self.rounds_run() - 1)  # both passes, less the warm-up round
+        measured = max(0, self.rounds.rounds_run - 1)  # both passes, less the warm-up round
         stage.status = status_from(measured > 0 and decided(), measured)
-        return self.figures()
+        if not measured:
+            return {"pipelines": (), "comparisons": ()}
+        return {"pipelines": tuple(_pipeline_figures(p, self.runs[p]) for p in LOADER_PIPELINES),
+                "comparisons": self.comparisons()}
+
+
+def _dataset_rounds(reads: dict, *, warmup: int) -> InterleavedRounds:
+    """Interleaved rounds (A B C, C B A, ...) of reads, {label: (name, dataset, timed batches)}: each a fresh
+    iterator, its first `warmup` batches untimed (timing.measure_dataset). The first round of all is a short
+    warm-up (start-up, first file reads: one batch each), whose time only sizes the next round."""
+    from perfsuite.measure import timing
+
+    def measure(label):
+        name, dataset, batches = reads[label]
+        return timing.measure_dataset(dataset=dataset, name=name, warmup_batches=warmup,
+                                      measure_batches=1 if rounds.warming_up else batches)
+
+    rounds = InterleavedRounds({label: functools.partial(measure, label) for label in reads}, warmup_rounds=1)
+    return rounds
 
 
 def _pipeline_figures(pipeline: Pipeline, measurements: list) -> PipelineFigures:
@@ -188,9 +181,8 @@ def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple
     stage.status = status_of(outcome)
     modes = {mode: _step_mode(first[mode], per_round[mode], models[mode].retraces) for mode in STEP_MODES}
     ratios = _step_ratios(per_round)
-    steps = {mode: model.step for mode, model in models.items()}
-    return steps, StepFigures(modes=modes, ratios=ratios, calls_per_round=calls,
-                              input_bound_mode=_input_bound_mode(modes, ratios))
+    return {mode: model.step for mode, model in models.items()}, StepFigures(
+        modes=modes, ratios=ratios, calls_per_round=calls, input_bound_mode=_input_bound_mode(modes, ratios))
 
 
 def _step_calls(model: StepModel, batch, calls: int) -> tuple[float, ...]:
@@ -203,11 +195,9 @@ def _step_ratios(per_round: dict[str, list]) -> dict[str, StepRatio]:
     if not per_round[STEP_MODES[0]]:
         return {}
     means = {mode: [statistics.fmean(calls) for calls in rounds] for mode, rounds in per_round.items()}
-    out = {}
-    for name, (faster, slower) in STEP_RATIOS.items():
-        rounds = tuple(s / f for s, f in zip(means[slower], means[faster]))
-        out[name] = StepRatio(rounds=rounds, ratio=estimate(rounds, STEP_BOUNDARIES))
-    return out
+    ratios = {name: tuple(s / f for s, f in zip(means[slower], means[faster]))
+              for name, (faster, slower) in STEP_RATIOS.items()}
+    return {name: StepRatio(rounds=rounds, ratio=estimate(rounds, STEP_BOUNDARIES)) for name, rounds in ratios.items()}
 
 
 def _step_mode(first: FirstCalls, rounds: list[tuple[float, ...]], retraces: int | None) -> StepMode:
@@ -226,81 +216,34 @@ def _input_bound_mode(modes: dict[str, StepMode], ratios: dict[str, StepRatio]) 
 
 # ------------------------------------------------------------------------------ input-bound share
 
-TWIN, TWIN_AGAIN = "twin", "twin again"  # the synthetic sides that open and close a round
-
-
 def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings: DiagnoseSettings):
     """The compiled step fed by each LOADER_PIPELINES pipeline and by the synthetic twin (the fixed batch
-    repeated: every loader pads to the same static shapes, so one batch stands for all). A round runs
-    the twin, the pipelines, and the twin again, reversed every other round (rounds.InterleavedRounds:
-    a twin side opens and closes the round either way); each pipeline's share
-    uses the mean of the two twin sides, which sit at the same mean position in the round as the
-    pipelines, so a drift within the round cancels and one slow twin side does not skew every share.
-    Each side is a fresh iterator, closed when the side ends: its start-up falls in the untimed warm-up
-    steps, and its teardown (which can take seconds) inside the round, where the round estimates see
-    it. The step's seconds per call size the rounds; a pipeline leaves the rounds once its share is
-    decided; the stage ends when all are, or when the share is spent."""
-    from perfsuite._tensorflow import tensorflow
-
-    pipelines, warmup = LOADER_PIPELINES, settings.warmup
-    sides = len(pipelines) + 2
-    batches = max(MIN_STEP_BATCHES, calls_that_fit(stage.left_s(), sides * call_s, most=MAX_STEP_CALLS) - warmup)
+    repeated: every loader pads to the same static shapes, so one batch stands for all), one
+    input_bound.InputBoundStage per pipeline. A round runs one round of each undecided pipeline's
+    measurement: its side and a twin side next to it, the twin first in every other round. The step's seconds
+    per call size the rounds; a pipeline leaves the rounds once its share is decided; the stage ends when all
+    are, or when the share is spent. Returns the figures of each pipeline measured."""
+    warmup, model, twin = settings.warmup, StepModel(step, name="step"), twin_of(batch)
+    bounds = [InputBoundStage(model, call_s, loader(pipeline), twin, warmup=warmup, fresh=iter, pipeline=pipeline)
+              for pipeline in LOADER_PIPELINES]
+    sides = 2 * len(bounds)
+    batches = side_steps(stage.left_s(), call_s, sides=sides, warmup=warmup)
     round_s = sides * (warmup + batches) * call_s
-    stage.plan = (f"rounds of {sides} sides (the synthetic twin, {len(pipelines)} pipelines, the twin again) x "
-                  f"({warmup} untimed + {batches} timed steps of about {call_s:.3g} s), about {round_s:.1f} s per "
-                  "round; a pipeline leaves the rounds once its share is decided")
+    stage.plan = (f"rounds of {sides} sides ({len(bounds)} pipelines, each beside the synthetic twin) x ({warmup} "
+                  f"untimed + {batches} timed steps of about {call_s:.3g} s), about {round_s:.1f} s per round; a "
+                  "pipeline leaves the rounds once its share is decided")
     stage.tell("note", stage.plan)
-    twin = tensorflow().data.Dataset.from_tensors(batch).repeat()
-    model = StepModel(step, name="step")
-    makers = {TWIN: lambda: twin, **{p: functools.partial(loader, p) for p in pipelines}, TWIN_AGAIN: lambda: twin}
-    rounds = InterleavedRounds({label: functools.partial(_fed_calls, model, make, warmup=warmup, batches=batches)
-                                for label, make in makers.items()})
-    synthetic_s = []
 
-    def figures(pipeline: Pipeline) -> InputBoundFigures:
-        calls = rounds.values[pipeline]
-        return _input_bound_figures(pipeline, [c.per_call_s for c in calls], synthetic_s[:len(calls)],
-                                    [c.fetch_per_call_s for c in calls], batches=batches, warmup=warmup)
+    def undecided() -> list[InputBoundStage]:
+        return [bound for bound in bounds if not bound.decided()]
 
-    def undecided() -> list[Pipeline]:
-        return [p for p in pipelines if not rounds.values[p] or not figures(p).share.decided]
-
-    def one_round(index: int) -> None:  # the twin sides first and last, whichever way the pipelines go
-        found = rounds.one_round((TWIN, *undecided(), TWIN_AGAIN))
-        synthetic_s.append((found[TWIN].per_call_s + found[TWIN_AGAIN].per_call_s) / 2)
+    def one_round(index: int) -> None:
+        for bound in undecided():
+            bound.one_round(batches)
 
     outcome = stage.rounds_until_decided(one_round, decided=lambda: not undecided(), first_estimate_s=round_s)
     stage.status = status_of(outcome)
-    return tuple(figures(p) for p in pipelines if rounds.values[p])
-
-
-def _fed_calls(model: StepModel, make, *, warmup: int, batches: int) -> Calls:
-    """The step's calls fed by a fresh iterator over make() (the side's dataset: `warmup` untimed, then
-    `batches` timed, each with its fetch), the iterator closed inside the round."""
-    batches_of = iter(make())
-    calls = model.calls(batches_of, warmup=warmup, count=batches)
-    del batches_of  # closed here, inside the round, not later in someone else's
-    return calls
-
-
-def _input_bound_figures(pipeline: Pipeline, real_s, synthetic_s, wait_s, *, batches: int,
-                         warmup: int) -> InputBoundFigures:
-    """InputBoundFigures from the same rounds' seconds per step, fed by the pipeline and by the twin, and
-    the pipeline side's seconds per step spent fetching."""
-    from perfsuite.measure import stats
-
-    shares = [stats.input_bound_share(t_synthetic=s, t_real=r) for s, r in zip(synthetic_s, real_s)]
-    share = estimate(shares, INPUT_BOUND_BOUNDARIES)
-    return InputBoundFigures(pipeline=pipeline, share=share, classification=stats.classify_input_bound(share.median),
-                             t_real=float(statistics.median(real_s)), t_synthetic=float(statistics.median(synthetic_s)),
-                             real_round_s=tuple(real_s), synthetic_round_s=tuple(synthetic_s), batches=batches,
-                             warmup=warmup, wait=wait_estimate(wait_s, real_s))
-
-
-def wait_estimate(wait_s, real_s) -> RoundsEstimate:
-    """The wait share per round (seconds per step spent fetching over seconds per fed step) as its
-    estimate against the input-bound share's boundaries."""
-    return estimate([w / r for w, r in zip(wait_s, real_s)], INPUT_BOUND_BOUNDARIES)
+    return tuple(bound.figures() for bound in bounds if bound.measured() is not None)
 
 
 # ------------------------------------------------------------------------------- the emulated GPU
@@ -366,8 +309,6 @@ def keeps_busy(fed_s: float | None, low_s: float | None, high_s: float | None, s
     return False if low_s is not None and step_s <= low_s else None
 
 
-
-
 # -------------------------------------------------------------------------------------- the sweep
 
 
@@ -380,14 +321,6 @@ def sweep_points(axis: str, settings: DiagnoseSettings) -> tuple[int, ...]:
     raise ValueError(f"axis: expected one of {SWEEP_AXES}, found {axis!r}")
 
 
-def _sweep_batches(axis: str, point: int, settings: DiagnoseSettings) -> int:
-    """Steady batches per round: on the batch-size axis, about as many samples as the current batch size's
-    round (so every point's round takes about as long), at least 2."""
-    if axis == "workers":
-        return settings.batches
-    return max(2, round(settings.batches * settings.batch_size / point))
-
-
 def sweep_stage(stage: Stage, loader, settings: DiagnoseSettings) -> tuple[SweepAxis, ...]:
     """Both SWEEP_AXES, the stage's share split between them by their number of points."""
     weights = {axis: float(len(sweep_points(axis, settings))) for axis in SWEEP_AXES}
@@ -395,41 +328,31 @@ def sweep_stage(stage: Stage, loader, settings: DiagnoseSettings) -> tuple[Sweep
                   f"{int(weights['batch_size'])} batch sizes, in interleaved rounds after a warm-up round; the "
                   "share split by points")
     stage.tell("note", stage.plan)
-    axes, statuses = [], []
+    found = []
     for axis in SWEEP_AXES:
         share = split_budget(stage.left_s(), weights)[axis]
         weights.pop(axis)
-        figures, status = _sweep_axis(stage, axis, loader, settings, share)
-        statuses.append(status)
-        if figures is not None:
-            axes.append(figures)
-    stage.status = worst_status(statuses)
-    return tuple(axes)
+        found.append(_sweep_axis(stage, axis, loader, settings, share))
+    stage.status = worst_status(status for _, status in found)
+    return tuple(figures for figures, _ in found if figures is not None)
 
 
 def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, share_s: float):
     """(SweepAxis or None without a measured round, status): tf_native WAV samples/s at every point of
-    the axis in interleaved rounds (a fresh iterator per round, its first settings.warmup batches
-    untimed), until every point's ratio to the current one is decided or share_s is spent."""
-    from perfsuite.measure import timing
-
-    points = sweep_points(axis, settings)
-    current = settings.workers if axis == "workers" else settings.batch_size
-    datasets = {point: loader(Pipeline("tf_native", "wav"), **{axis: point}) for point in points}
-    batches = {point: _sweep_batches(axis, point, settings) for point in points}
-
-    def samples_per_s(point: int) -> float:  # one batch in round 0, the warm-up
-        return timing.measure_dataset(dataset=datasets[point], warmup_batches=settings.warmup,
-                                      measure_batches=1 if rounds.warming_up else batches[point],
-                                      name=f"sweep-{axis}-{point}").samples_per_s
-
-    rounds = InterleavedRounds({point: functools.partial(samples_per_s, point) for point in points}, warmup_rounds=1)
-    values, order = rounds.values, rounds.orders
+    the axis in interleaved rounds (_dataset_rounds) until every point's ratio to the current one is decided
+    or share_s is spent. On the batch-size axis a round reads about as many samples at every point (at least
+    2 batches), so every point's round takes about as long."""
+    points, current = sweep_points(axis, settings), getattr(settings, axis)
+    batches = {point: settings.batches if axis == "workers" else max(2, round(settings.batches * current / point))
+               for point in points}
+    rounds = _dataset_rounds({point: (f"sweep-{axis}-{point}", loader(Pipeline("tf_native", "wav"), **{axis: point}),
+                                      batches[point]) for point in points}, warmup=settings.warmup)
 
     def figures() -> SweepAxis | None:
-        if not order:
+        if not rounds.orders:
             return None
-        return sweep_figures(axis=axis, current=current, values=values, order=order, batches=batches)
+        values = {point: [m.samples_per_s for m in measured] for point, measured in rounds.values.items()}
+        return sweep_figures(axis=axis, current=current, values=values, order=rounds.orders, batches=batches)
 
     def decided() -> bool:
         return all(point.ratio.decided for point in figures().points if point.ratio is not None)
@@ -473,7 +396,10 @@ def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: d
 
 
 def trace_stage(stage: Stage, step, call_s: float, dataset, trace_dir: Path, steps: int) -> str | None:
-    """A profiler trace when its steps fit the share; otherwise TOO_SHORT and no trace."""
+    """A TensorBoard profiler trace of `steps` steady steps (two untimed steps first) when they fit the share;
+    otherwise TOO_SHORT and no trace."""
+    from perfsuite._tensorflow import tensorflow
+
     need_s = (2 + steps) * call_s
     stage.plan = f"a profiler trace of {steps} steady steps after 2 untimed ones, about {need_s:.1f} s"
     if need_s > stage.left_s():
@@ -481,24 +407,16 @@ def trace_stage(stage: Stage, step, call_s: float, dataset, trace_dir: Path, ste
         stage.tell("note", f"skipped: it needs about {need_s:.0f} s, {max(stage.left_s(), 0):.0f} s are left")
         return None
     stage.tell("note", stage.plan)
-    return _trace(step, dataset, trace_dir, steps)
-
-
-def _trace(step, dataset, trace_dir: Path, steps: int) -> str:
-    """A TensorBoard profiler trace of `steps` steady steps (two untimed steps first)."""
-    from perfsuite._tensorflow import tensorflow
-
-    tf = tensorflow()
-    iterator = iter(dataset)
+    profiler, iterator = tensorflow().profiler.experimental, iter(dataset)
     for _ in range(2):
         step(next(iterator)).numpy()
     trace_dir.mkdir(parents=True, exist_ok=True)
-    tf.profiler.experimental.start(str(trace_dir))
+    profiler.start(str(trace_dir))
     try:
         for _ in range(steps):
             step(next(iterator)).numpy()
     finally:
-        tf.profiler.experimental.stop()
+        profiler.stop()
     return str(trace_dir)
 
 
@@ -516,16 +434,13 @@ class GpuWindow:
         sampler = GpuSampler()
         try:
             sampler.__enter__()
+            self._sampler = sampler
         except GpuUnavailable as error:
             self._reason = error.reason
-            return self
-        self._sampler = sampler
         return self
 
     def __exit__(self, *exc_info):
-        if self._sampler is not None:
-            return self._sampler.__exit__(*exc_info)
-        return False
+        return self._sampler is not None and self._sampler.__exit__(*exc_info)
 
     def result(self) -> GpuFigures:
         if self._sampler is None:

@@ -1,13 +1,8 @@
-"""Reading a user's dataset in its steady state, never a buffer: the iterators diagnose's --pipeline stages
-read, and how many elements a fresh or idle iterator may hold ready (its buffers) before its reads time the
-pipeline rather than what it stored.
-
-The rule (docs/diagnose.md, "Steady state, not a buffer"): a stage reads an iterator made for it, after the
-start-up and the step's first calls, never one that sat while something else ran; before its timed reads it
-reads, untimed, the warm-up batches plus every element the pipeline's buffers can hold (buffered_elements).
-An iterator that sat idle between rounds (a prefix, a fix's before and after) is drained again before each
-round. While it is read as fast as it can be, a buffer only empties, so after the drain every read waits for
-the pipeline itself.
+"""Reading a user's dataset in its steady state, never a buffer (docs/diagnose.md, "Steady state, not a
+buffer"): the iterators diagnose's --pipeline stages read, and how many elements a fresh or idle iterator may
+hold ready (its buffers) before its reads time the pipeline rather than what it stored. A stage reads an
+iterator made for it, first draining untimed the warm-up batches plus buffered_elements; one that sat idle
+between rounds is drained again before each round. Read as fast as it can be, a buffer only empties.
 """
 
 from __future__ import annotations
@@ -15,14 +10,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from perfsuite.measure.timing import host_readback, leading_dim
 from perfsuite.tools.diagnose.targets import TargetError, one_line_error
 from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
 
 def buffered_elements(dataset) -> int:
-    """At most how many elements the dataset's buffers hold ready (a tf.data.Dataset or a Pipeline already
-    read): PipelineModel.buffered_elements, what a fresh or idle iterator may hold before its reads time the
-    pipeline."""
+    """At most how many elements the buffers of a tf.data.Dataset or a Pipeline already read hold ready
+    (PipelineModel.buffered_elements)."""
     pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
     return pipeline.model.buffered_elements()
 
@@ -76,8 +71,6 @@ def steady_stream(dataset, spec: str, *, warmup: int, buffered: int) -> Stream:
 
 def timed_next(stream: Stream) -> tuple[Any, float]:
     """(the next element, its seconds up to its readback to the host)."""
-    from perfsuite.measure.timing import host_readback
-
     start = time.perf_counter()
     element = stream.next()
     host_readback(element)
@@ -86,8 +79,6 @@ def timed_next(stream: Stream) -> tuple[Any, float]:
 
 def samples_in(element) -> tuple[int, str]:
     """(samples in an element: its leading dimension, 'samples'), or (1, 'batches') when it has none."""
-    from perfsuite.measure.timing import leading_dim
-
     try:
         return leading_dim(element), "samples"
     except (ValueError, TypeError, IndexError):

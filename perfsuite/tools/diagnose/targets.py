@@ -1,7 +1,6 @@
 """The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: importing the
-user's dataset factory and step and calling the factory (the dataset's graph is read by graph.py,
-whose names are kept here for the callers that import them from this module). A target perfsuite cannot
-use raises TargetError, one line naming what was looked up and what was found."""
+user's dataset factory and step and calling the factory. A target perfsuite cannot use raises TargetError,
+one line naming what was looked up and what was found. graph.py's names are kept here for its callers."""
 
 from __future__ import annotations
 
@@ -13,17 +12,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError, one_line_error
-from perfsuite.tools.diagnose.graph import (
-    DynamicShape,
-    GraphFindings,
-    PythonOp,
-    dynamic_shapes,
-    inspect_graph,
-)
+from perfsuite.tools.diagnose.graph import GraphFindings, PythonOp, inspect_graph
 
-__all__ = ["DynamicShape", "GraphFindings", "PythonOp", "TargetError", "dynamic_shapes", "inspect_graph",
-           "load_callable", "load_step", "make_dataset", "one_line_error"]
+__all__ = ["GraphFindings", "PythonOp", "TargetError", "inspect_graph", "load_callable", "load_step", "make_dataset",
+           "one_line_error"]
 
 
 class TargetError(PerfsuiteError, ValueError):
@@ -31,21 +25,13 @@ class TargetError(PerfsuiteError, ValueError):
     looked up or expected, and what was found."""
 
     def __init__(self, option: str, target: str, expected: str, found: str):
-        self.option = option
-        self.target = target
-        self.expected = expected
-        self.found = found
+        self.option, self.target, self.expected, self.found = option, target, expected, found
         super().__init__(f"{option} {target}: expected {expected}, found {found}")
-
-
-# ------------------------------------------------------------------------------------ the targets
 
 
 def load_callable(spec: str, option: str) -> Callable:
     """The callable named by spec, 'MODULE:FUNCTION' (MODULE a module name, found from the current
     directory first, or a path to a .py file; FUNCTION may be dotted). TargetError names what is wrong."""
-    from perfsuite._tensorflow import tensorflow
-
     tensorflow()  # before the user's module imports it: perfsuite's accessor quiets TensorFlow's logs first
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -56,7 +42,8 @@ def load_callable(spec: str, option: str) -> Callable:
     for part in attribute.split("."):
         if not hasattr(found, part):
             names = ", ".join(sorted(n for n in dir(found) if not n.startswith("_"))[:12]) or "nothing public"
-            raise TargetError(option, spec, f"an attribute {attribute!r} in {_where(module)}",
+            where = f"module {module.__name__!r} ({getattr(module, '__file__', None) or 'built in'})"
+            raise TargetError(option, spec, f"an attribute {attribute!r} in {where}",
                               f"no attribute {part!r} (it has: {names})")
         found = getattr(found, part)
     if not callable(found):
@@ -69,12 +56,13 @@ def load_step(spec: str, tell: Callable[[str], None]) -> Callable:
     zero-argument factory that returns it (the usual shape of model code), told apart by signature; tell()
     says which was taken. TargetError when neither shape fits."""
     found = load_callable(spec, "--step")
-    if _required_parameters(found, spec) == 1:
+    required = _required_parameters(found, spec)
+    if required == 1:
         tell(f"--step {spec}: the step itself (it takes one argument, the batch)")
         return found
-    if _required_parameters(found, spec) != 0:
+    if required != 0:
         raise TargetError("--step", spec, "step(batch) or a factory with no required arguments returning it",
-                          f"a callable with {_required_parameters(found, spec)} required arguments")
+                          f"a callable with {required} required arguments")
     try:
         step = found()
     except Exception as error:  # noqa: BLE001 -- the user's factory may raise anything: named in one line
@@ -95,10 +83,6 @@ def _required_parameters(function: Callable, spec: str) -> int:
         raise TargetError("--step", spec, "a callable whose signature can be read", "none") from None
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return sum(1 for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty)
-
-
-def _where(module) -> str:
-    return f"module {module.__name__!r} ({getattr(module, '__file__', None) or 'built in'})"
 
 
 def _import(name: str, spec: str, option: str):
@@ -138,8 +122,6 @@ def _import_file(path: Path, spec: str, option: str):
 
 def make_dataset(factory: Callable, args: Mapping[str, str], spec: str):
     """factory(**args) (the --arg values, as strings), checked to be a tf.data.Dataset."""
-    from perfsuite._tensorflow import tensorflow
-
     try:
         dataset = factory(**args)
     except Exception as error:  # noqa: BLE001 -- the user's factory may raise anything: named in one line

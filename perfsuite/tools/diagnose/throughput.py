@@ -3,8 +3,9 @@ iterator (the start-up and the step's first calls kept apart), its record and it
 
 A round reads its batches back to back and its rate is samples per wall-clock second over the round. The
 batches' content (padding, audio) is read after the round, from every batch (evenly spaced ones where they
-would hold more than ANALYSED_BYTES); the buffers refill meanwhile, so before the next round the iterator is drained of what they can have
-refilled (the analysis's seconds at the round's batch rate, at most what they hold)."""
+would hold more than ANALYSED_BYTES); the buffers refill meanwhile, so before the next round the iterator is
+drained of what they can have refilled (the analysis's seconds at the round's batch rate, at most what they
+hold)."""
 
 from __future__ import annotations
 
@@ -38,11 +39,11 @@ ANALYSED_BYTES = 256 * 2**20  # a round's batches kept for their content read af
 
 @dataclass(frozen=True)
 class Throughput(Record):
-    """The pipeline alone: first_batch_s (start-up) and warmup_s apart, then rounds of steady batches from
-    a fresh, drained iterator per pass (batches_per_round: the last pass's; round_batches: each round's).
-    unit: 'samples' (the leading dimension of a batch) or 'batches' when a batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the
-    batch times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s;
-    restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
+    """first_batch_s (start-up) and warmup_s apart, then the rounds (batches_per_round: the last pass's;
+    round_batches: each round's). unit: 'samples' (the leading dimension of a batch) or 'batches' when a
+    batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the batch
+    times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s; restarts: times
+    the dataset ended and a new pass began (a finite dataset, measured as it is)."""
 
     first_batch_s: float
     warmup_s: tuple[float, ...]
@@ -60,31 +61,30 @@ class Throughput(Record):
 
 
 class ThroughputRounds:
-    """The pipeline alone: rounds of steady batches from a fresh iterator made when a pass starts (after the
-    start-up and the step's first calls) and drained of what its buffers can hold, until the per-round rate
-    is known to within THROUGHPUT_PRECISION or the share is spent. A second pass adds rounds to the first."""
+    """Rounds of steady batches from a fresh iterator made when a pass starts, until the per-round rate is
+    known to within THROUGHPUT_PRECISION or the share is spent. A second pass adds rounds to the first."""
 
     def __init__(self, dataset, spec: str, first_s: float, warmup_s: tuple[float, ...], *, layout: BatchLayout,
                  drain: int):
         self.dataset, self.spec, self.first_s, self.warmup_s, self.drain = dataset, spec, first_s, warmup_s, drain
-        self.layout = layout
-        self.rounds: list[list[float]] = []
-        self.unit = "batches"
-        self.frames = FrameCounter(layout=layout)
+        self.layout, self.frames, self.unit, self.restarts = layout, FrameCounter(layout=layout), "batches", 0
+        self.rounds: list[list[float]] = []  # per round: its rate, then each batch's seconds
         self.audio: list[float] = []
-        self.restarts = 0
         self.batches: int | None = None
 
+    def _rate(self) -> RoundsEstimate | None:
+        return estimate([r[0] for r in self.rounds]) if self.rounds else None
+
     def precise(self) -> bool:
-        rate = estimate([r[0] for r in self.rounds]) if self.rounds else None
+        rate = self._rate()
         return (rate is not None and rate.rounds >= MIN_ROUNDS
-                and (rate.high - rate.low) <= 2 * THROUGHPUT_PRECISION * rate.median)
+                and rate.high - rate.low <= 2 * THROUGHPUT_PRECISION * rate.median)
 
     def more_rounds(self) -> float:
         """Rounds more to know the rate within THROUGHPUT_PRECISION (plan.more_rounds)."""
         if len(self.rounds) < MIN_ROUNDS:
             return float(MIN_ROUNDS - len(self.rounds))
-        rate = estimate([r[0] for r in self.rounds])
+        rate = self._rate()
         return more_rounds(rate.rounds, rate.high - rate.low, 2 * THROUGHPUT_PRECISION * rate.median)
 
     def run(self, stage: Stage) -> Throughput:
@@ -139,14 +139,13 @@ class ThroughputRounds:
 
         rounds, frames = self.rounds, self.frames
         batch_s = tuple(s for r in rounds for s in r[1:])
-        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit,
-                          rate=estimate([r[0] for r in rounds]) if rounds else None,
+        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit, rate=self._rate(),
                           variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
                                              VARIATION_BOUNDARIES) if rounds else None,
                           batches_per_round=self.batches or 0, batch_s=batch_s,
                           round_batches=tuple(len(r) - 1 for r in rounds),
                           cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
-                          audio_s_per_s=estimate(self.audio) if self.audio and len(self.audio) == len(rounds) else None,
+                          audio_s_per_s=estimate(self.audio) if rounds and len(self.audio) == len(rounds) else None,
                           padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
                           padding=frames.figures())
 
@@ -165,36 +164,35 @@ def _bytes(batch) -> int:
 
 
 def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
+    """The steady rate, the audio it carries and its padding, and a cycle or a large variation of batch times."""
     rate, unit = figures.rate, figures.unit
     if rate is None:
         return []
     evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
                 "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
-    out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit} per wall-clock "
-                   f"second over a round ({span_words(rate, fmt_rate)}); the first batch took {figures.first_batch_s:.2f} s (start-up, "
-                   "kept apart)", evidence, None, rate)]
+    out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit} per wall-clock second "
+                            f"over a round ({span_words(rate, fmt_rate)}); the first batch took "
+                            f"{figures.first_batch_s:.2f} s (start-up, kept apart)", evidence, None, rate)]
+    audio, cycle, variation = figures.audio_s_per_s, figures.cycle, figures.variation
     if figures.padding is not None:
-        out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate))
-    elif figures.audio_s_per_s is not None:  # a file written before the layout was recorded
-        audio = figures.audio_s_per_s
+        out.append(speech_finding(audio, figures.padding, fmt_rate))
+    elif audio is not None:  # a file written before the layout was recorded
+        evidence = {**estimate_evidence("audio_s_per_s", audio), "padding_efficiency": figures.padding_efficiency}
         out.append(DiagnosisFinding("speech", f"{fmt_rate(audio.median)} seconds of audio per second "
-                           f"({span_words(audio, fmt_rate)}); batches are {figures.padding_efficiency:.0%} real "
-                           "frames, the rest padding", {**estimate_evidence("audio_s_per_s", audio),
-                                                        "padding_efficiency": figures.padding_efficiency},
-                           None, audio))
-    cycle, variation = figures.cycle, figures.variation
+                                    f"({span_words(audio, fmt_rate)}); batches are {figures.padding_efficiency:.0%} "
+                                    "real frames, the rest padding", evidence, None, audio))
     if cycle is not None and cycle.significant:
         out.append(DiagnosisFinding("cycle", f"per-batch times repeat every {cycle.period} batches", {
             "period": cycle.period, "strength": cycle.strength, "threshold": cycle.threshold},
             "periodic stalls: a slow element every period (long files, GC, a shared disk); raise prefetch or "
             "parallelism so the stall is hidden"))
     elif variation is not None and variation.median >= UNSTABLE_VARIATION:
-        why = why_undecided(variation, percent)
         out.append(DiagnosisFinding("variation", f"per-batch times vary by {variation.median:.0%} of the mean "
-                           f"({why or span_words(variation, percent)})",
-                           estimate_evidence("variation", variation), None, variation))
+                                    f"({why_undecided(variation, percent) or span_words(variation, percent)})",
+                                    estimate_evidence("variation", variation), None, variation))
     return out
 
 
 def fmt_rate(value: float) -> str:
+    """A rate in words: whole units from 100 up, three significant digits below."""
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"

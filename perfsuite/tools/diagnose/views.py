@@ -8,17 +8,10 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perfsuite.tools.diagnose.plan import (
-    Budget,
-    Event,
-    Progress,
-)
-from perfsuite.verdict.diagnosis_figures import (
-    DiagnoseSettings,
-)
+from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
 
 
 def readable_utterances(dataset_dir: Path, mel_config) -> list:
@@ -34,37 +27,33 @@ def readable_utterances(dataset_dir: Path, mel_config) -> list:
 
 
 @contextlib.contextmanager
-def usable_cache(dataset_dir: Path, cache_dir: Path | None, ids: list[str], mel_config, budget: Budget,
-                  progress: Progress) -> Iterator[tuple[Path, bool]]:
+def usable_cache(dataset_dir: Path, cache_dir: Path | None, ids: list[str], mel_config,
+                 note: Callable[[str], None]) -> Iterator[tuple[Path, bool]]:
     """(cache directory, whether it was built here): the given one, the default one, or one built in a
     temporary directory by corpus.build_cache from a view of the readable utterances only (build_cache
     stops at the first unreadable WAV)."""
     from perfsuite.data.corpus import build_cache, default_cache_dir
 
-    if cache_dir is not None:
-        yield Path(cache_dir), False
-        return
-    if default_cache_dir(dataset_dir, mel_config).is_dir():
-        yield default_cache_dir(dataset_dir, mel_config), False
+    default = default_cache_dir(dataset_dir, mel_config)
+    if cache_dir is not None or default.is_dir():
+        yield Path(cache_dir or default), False
         return
     with tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-cache-") as temporary:
-        progress(Event("check", "note", "building a temporary .npy cache from the readable files", None,
-                       budget.elapsed_s(), budget.left_s()))
+        note("building a temporary .npy cache from the readable files")
         readable = Path(temporary) / "readable"
         _write_view(dataset_dir, None, entries=[(uid, uid) for uid in ids], root=readable, view_cache=None)
         yield build_cache(readable, mel_config=mel_config, cache_dir=Path(temporary) / "cache"), True
 
 
 @contextlib.contextmanager
-def measured_view(dataset_dir: Path, cache_dir: Path, ids: list[str], copies: int, budget: Budget,
-                   progress: Progress) -> Iterator[tuple[Path, Path]]:
+def measured_view(dataset_dir: Path, cache_dir: Path, ids: list[str], copies: int,
+                  note: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
     """(dataset dir, cache dir) to measure: the dataset itself, or a temporary view listing each of ids
     `copies` times when it is smaller than one measurement round."""
     if copies == 1:
         yield dataset_dir, cache_dir
         return
-    progress(Event("check", "note", f"only {len(ids)} usable utterance(s): measuring on {copies} copies of each "
-                   "(repeated epochs)", None, budget.elapsed_s(), budget.left_s()))
+    note(f"only {len(ids)} usable utterance(s): measuring on {copies} copies of each (repeated epochs)")
     with tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-repeated-") as temporary:
         root, cache = Path(temporary) / "data", Path(temporary) / "cache"
         write_repeated_view(dataset_dir, cache_dir, ids=ids, copies=copies, root=root, view_cache=cache)

@@ -74,8 +74,9 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
     if figures is None:
         return []
     found = [DiagnosisFinding("work", f"not read: {why}", {}, None) for why in figures.unavailable]
-    for label, fingerprint, rate in (("pipeline", figures.pipeline, figures.pipeline_float_ops_per_s),
-                                     ("step", figures.step, figures.step_float_ops_per_s)):
+    for label, fingerprint, rate, per_audio_s in (
+            ("pipeline", figures.pipeline, figures.pipeline_float_ops_per_s, figures.pipeline_float_ops_per_audio_s),
+            ("step", figures.step, figures.step_float_ops_per_s, None)):
         if fingerprint is None:
             continue
         words = ", ".join(f"{format_figure(value)} {key.replace('_', ' ')}" for key, value in fingerprint.work.items()
@@ -84,9 +85,9 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
         if python:
             words += f", {format_figure(python)} array elements through library calls per sample in Python bodies"
         evidence = dict(fingerprint.work)
-        if label == "pipeline" and figures.pipeline_float_ops_per_audio_s is not None:
-            evidence["float_ops_per_audio_s"] = figures.pipeline_float_ops_per_audio_s
-            words += f", {format_figure(figures.pipeline_float_ops_per_audio_s)} float ops per audio s (measured audio)"
+        if per_audio_s is not None:
+            evidence["float_ops_per_audio_s"] = per_audio_s
+            words += f", {format_figure(per_audio_s)} float ops per audio s (measured audio)"
         finding = f"the {label}'s work: {words} (counted as {fingerprint.method.split('(')[0].strip()})"
         unresolved = fingerprint.structure.get("unresolved_float_ops") or {}
         if unresolved:

@@ -1,0 +1,112 @@
+"""diagnose's input-bound share, on both paths (a dataset's loaders: stages.input_bound_stage; --pipeline:
+pipeline.py), measured by measure.input_bound's InputBoundRounds, the alternating measurement the benchmarks
+and the fixture use, with diagnose's contract: a fresh iterator per side and round, closed inside it (its
+start-up falls in the side's untimed steps, its teardown, which can take seconds, inside the round, where the
+round's time sees it), the synthetic twin first in even rounds, rounds sized from the step's seconds per
+call and added until the share is decided or the stage's share of the budget is spent.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+
+from perfsuite.measure import stats
+from perfsuite.measure.input_bound import InputBound, InputBoundRounds
+from perfsuite.measure.step_model import StepModel
+from perfsuite.tools.diagnose.plan import (
+    MAX_STEP_CALLS,
+    MIN_STEP_BATCHES,
+    Stage,
+    calls_that_fit,
+    more_rounds_for,
+    status_from,
+)
+from perfsuite.verdict.diagnosis_figures import (
+    INPUT_BOUND_BOUNDARIES,
+    InputBoundFigures,
+    Pipeline,
+    RoundsEstimate,
+    estimate,
+)
+
+MAX_STEP_CALLS_AGAIN = 16 * MAX_STEP_CALLS  # step calls per side of a second pass's round, at most
+
+
+def twin_of(batch):
+    """The synthetic twin: ``batch`` repeated, a dataset with no input work."""
+    from perfsuite._tensorflow import tensorflow
+
+    return tensorflow().data.Dataset.from_tensors(batch).repeat()
+
+
+def side_steps(left_s: float, call_s: float, *, sides: int, warmup: int, most: int = MAX_STEP_CALLS) -> int:
+    """Timed steps per side (MIN_STEP_BATCHES at least) such that plan.TARGET_ROUNDS rounds of ``sides`` sides,
+    each ``warmup`` untimed steps and these, fit left_s at call_s per step (``most`` calls a side at most)."""
+    return max(MIN_STEP_BATCHES, calls_that_fit(left_s, sides * call_s, most=most) - warmup)
+
+
+class InputBoundStage:
+    """The step fed by ``dataset`` vs by ``twin`` (twin_of a batch it read), in rounds of the module's contract.
+    call_s: the step's steady seconds per call, which size the first pass's rounds; fresh(dataset): a fresh
+    iterator of a side; pipeline: the loader measured, for its figures (None: --pipeline's own). run(stage)
+    is one pass; a second call adds rounds to the first, sized afresh by the seconds per step measured.
+    one_round(batches) is one round of it for a caller that sizes and drives the rounds itself."""
+
+    def __init__(self, step: StepModel, call_s: float, dataset, twin, *, warmup: int,
+                 fresh: Callable[[object], Iterator], pipeline: Pipeline | None = None):
+        self.call_s, self.warmup, self.pipeline = call_s, warmup, pipeline
+        self.measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, batches=MIN_STEP_BATCHES,
+                                            twin=twin, twin_first=True, fresh=fresh)
+
+    def measured(self) -> InputBound | None:
+        """The rounds so far; None before the first."""
+        return self.measurement.result() if self.measurement.rounds else None
+
+    def figure(self) -> RoundsEstimate:
+        """The share's estimate over the rounds so far (one at least)."""
+        return estimate(self.measured().shares, INPUT_BOUND_BOUNDARIES)
+
+    def decided(self) -> bool:
+        return self.measured() is not None and self.figure().decided
+
+    def more_rounds(self) -> float:
+        return more_rounds_for(self.figure() if self.measured() is not None else None)
+
+    def one_round(self, batches: int) -> None:
+        """One round, both sides, ``batches`` timed steps each."""
+        self.measurement.batches = batches
+        self.measurement.one_round()
+
+    def run(self, stage: Stage) -> InputBoundFigures | None:
+        """One pass: rounds until the share is decided or the stage's share is spent; the figures of all passes."""
+        warmup, so_far = self.warmup, self.measured()
+        call_s = self.call_s if so_far is None else statistics.median(so_far.real_round_s + so_far.synthetic_round_s)
+        batches = side_steps(stage.left_s(), call_s, sides=2, warmup=warmup,
+                             most=MAX_STEP_CALLS if so_far is None else MAX_STEP_CALLS_AGAIN)
+        round_s = 2 * (warmup + batches) * call_s
+        stage.plan = (f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
+                      f"{batches} timed steps of about {call_s:.3g} s (about {round_s:.1f} s per round), until the "
+                      "share is decided")
+        stage.tell("note", stage.plan)
+        stage.rounds_until_decided(lambda index: self.one_round(batches), decided=self.decided,
+                                   first_estimate_s=round_s)
+        stage.status = status_from(self.decided(), self.measurement.rounds)
+        return self.figures()
+
+    def figures(self) -> InputBoundFigures | None:
+        """The rounds so far as InputBoundFigures (None before the first): the share and the wait share as
+        estimates; the class of the share's median (for --pipeline's own pipeline, "undecided" while the share
+        is undecided, as its record has always said)."""
+        measured = self.measured()
+        if measured is None:
+            return None
+        share = self.figure()
+        label = stats.classify_input_bound(share.median)
+        if self.pipeline is None and not share.decided:
+            label = "undecided"
+        return InputBoundFigures(share=share, classification=label, t_real=measured.t_real,
+                                 t_synthetic=measured.t_synthetic, real_round_s=measured.real_round_s,
+                                 synthetic_round_s=measured.synthetic_round_s, batches=measured.batches,
+                                 warmup=measured.warmup, pipeline=self.pipeline,
+                                 wait=estimate(measured.wait_shares, INPUT_BOUND_BOUNDARIES))
