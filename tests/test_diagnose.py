@@ -243,6 +243,30 @@ def test_warm_up_rounds_run_first_and_do_not_count():
     assert outcome.round_s == 1.0  # the measured rounds, not the warm-up, estimate the next one
 
 
+def test_a_second_pass_keeps_back_what_followed_its_rounds_and_ends_within_the_budget():
+    from perfsuite.tools.diagnose.plan import Budget, Resumable, StageLog, no_progress
+
+    clock, teardown_s = FakeClock(), 8.0
+
+    def run(stage):  # rounds of 2 s until the share is spent, then closing its iterators takes teardown_s
+        def one_round(index):
+            clock.now += 2.0
+
+        stage.rounds_until_decided(one_round, decided=lambda: False)
+        clock.now += teardown_s
+        stage.status = UNDECIDED
+        return {}
+
+    budget = Budget(60.0, {"slow": 1.0}, clock)
+    log = StageLog(make=lambda **found: found, parts={}, budget=budget, progress=no_progress, checkpoint=None)
+    with log.stage("slow") as stage:
+        run(stage)
+    assert clock.now > 60.0 - 2.0 * teardown_s and log.tails == {"slow": teardown_s}  # the first pass overran
+    budget.total_s = clock.now + 30.0  # 30 s left for a second pass
+    log.resume({"slow": Resumable(run, lambda: 10.0)})
+    assert budget.left_s() >= 0.0  # its rounds stopped teardown_s early: the pass ended within the budget
+
+
 def test_loaders_left_without_a_measured_round_get_rounds_in_a_second_pass_without_a_second_warm_up():
     import tensorflow as tf
 

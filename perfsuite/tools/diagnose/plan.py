@@ -145,11 +145,14 @@ class Budget:
 
 class Stage:
     """A stage as it runs: its share, its clock and progress reports, its rounds; record() is its
-    StageRecord. The stage function sets plan and status."""
+    StageRecord. The stage function sets plan and status. reserve_s: seconds of the share kept back from
+    its rounds for what follows them (closing its iterators, which can take seconds: tail_s() of an
+    earlier pass measured it), so that a pass ends within its share."""
 
-    def __init__(self, name: str, share_s: float, budget: Budget, progress: Progress):
+    def __init__(self, name: str, share_s: float, budget: Budget, progress: Progress, reserve_s: float = 0.0):
         self.name = name
         self.share_s = share_s
+        self.reserve_s = reserve_s
         self.plan = ""
         self.status = DONE
         self.rounds = 0
@@ -159,12 +162,17 @@ class Stage:
         self._in_rounds_s = 0.0
         self._rounds_need_s: float | None = None
         self._running_rounds = 0  # rounds of an until_decided still going (an interrupt's record counts them)
+        self._rounds_end: float | None = None
 
     def spent_s(self) -> float:
         return self._budget.clock() - self._start
 
     def left_s(self) -> float:
-        return self.share_s - self.spent_s()
+        return self.share_s - self.reserve_s - self.spent_s()
+
+    def tail_s(self) -> float:
+        """Seconds from the end of its last rounds to now (0 without rounds)."""
+        return 0.0 if self._rounds_end is None else self._budget.clock() - self._rounds_end
 
     def tell(self, kind: str, message: str) -> None:
         self._progress(Event(self.name, kind, message, self.share_s, self.spent_s(), self._budget.left_s()))
@@ -184,6 +192,7 @@ class Stage:
         self.rounds += outcome.rounds
         self._running_rounds = 0
         self._in_rounds_s += outcome.seconds
+        self._rounds_end = self._budget.clock()
         if outcome.round_s is not None:
             self._rounds_need_s = (self._rounds_need_s or 0.0) + (warmup_rounds + MIN_ROUNDS) * outcome.round_s
         return outcome
@@ -219,6 +228,7 @@ class StageLog:
         self.progress = progress
         self.checkpoint = checkpoint
         self.stages: list[StageRecord] = []
+        self.tails: dict[str, float] = {}  # per stage, the longest tail_s() of its passes: a later pass's reserve
 
     def snapshot(self, *, complete: bool):
         return self.make(complete=complete, elapsed_s=self.budget.elapsed_s(), stages=tuple(self.stages),
@@ -247,9 +257,11 @@ class StageLog:
     def again(self, name: str, *, share_s: float | None = None) -> contextlib.AbstractContextManager[Stage]:
         """The undecided stage `name` once more, with share_s (default: all the budget left); its record becomes
         one record of both passes (shares, time and rounds added, the last status)."""
-        stage = Stage(name, self.budget.left_s() if share_s is None else share_s, self.budget, self.progress)
+        stage = Stage(name, self.budget.left_s() if share_s is None else share_s, self.budget, self.progress,
+                      reserve_s=self.tails.get(name, 0.0))
         index = next(i for i, record in enumerate(self.stages) if record.name == name)
-        return self._running(stage, f"again, with {stage.share_s:.0f} s of the time the other stages left",
+        kept = f", {stage.reserve_s:.0f} s of it kept for what followed its rounds last time" if stage.reserve_s >= 1 else ""
+        return self._running(stage, f"again, with {stage.share_s:.0f} s of the time the other stages left{kept}",
                              index=index, first=self.stages[index])
 
     @contextlib.contextmanager
@@ -258,6 +270,7 @@ class StageLog:
         """stage as it runs; its record (joined to the first pass's, if any) is kept at index and checkpointed
         when it ends, also when it is interrupted (then marked INTERRUPTED and the interrupt goes on)."""
         def keep(status: str | None = None) -> StageRecord:
+            self.tails[stage.name] = max(self.tails.get(stage.name, 0.0), stage.tail_s())
             record = stage.record(status) if first is None else _joined(first, stage.record(status))
             self.stages[index:index + 1] = [record]
             self.save()
