@@ -50,7 +50,8 @@ def levels(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated shares, each a multiple of 1/{BATCH} "
                                          f"(e.g. 0,0.1), found {text!r}: {error}") from None
     if 0.0 not in shares or len(set(shares)) != len(shares):
-        raise argparse.ArgumentTypeError(f"expected distinct shares including 0 (the false-alarm share), found {text!r}")
+        raise argparse.ArgumentTypeError(f"expected distinct shares including 0 (the false-alarm share), "
+                                         f"found {text!r}")
     return tuple(sorted(shares))
 
 

@@ -91,9 +91,10 @@ def run_saved(spec: dict) -> None:
 
 def _plant_ratios(profile, dataset_dir: Path, levels, shift: int) -> dict:
     """The plants' cost in this run: one interleaved round of every level (a fresh iterator each,
-    forwards or backwards by ``shift``, so over the runs each level sits at the same mean position), each planted level's time per sample over the genuine one's. The run's
-    figures come from levels measured one after the other, as a nightly run's benchmarks are; their ratio
-    carries the drift between them, which at 5 % is larger than the plant (measured on H)."""
+    forwards or backwards by ``shift``, so over the runs each level sits at the same mean position), each
+    planted level's time per sample over the genuine one's. The run's figures come from levels measured
+    one after the other, as a nightly run's benchmarks are; their ratio carries the drift between them,
+    which can exceed a small plant (docs/selftest.md, "Each plant is checked")."""
     from perfsuite.measure import timing
     from perfsuite.tools.detection.plant import planted_wav_dataset
 

@@ -1,8 +1,8 @@
 """diagnose's input-bound share, on both paths (a dataset's loaders: stages.input_bound_stage; --pipeline:
 pipeline.py), measured by measure.input_bound's InputBoundRounds, the alternating measurement the benchmarks
-and the fixture use, with diagnose's contract: a fresh iterator per side and round, closed inside it (its
-start-up falls in the side's untimed steps, its teardown, which can take seconds, inside the round, where the
-round's time sees it), the synthetic twin first in even rounds, rounds sized from the step's seconds per
+and the fixture use, with diagnose's contract: a fresh iterator per side and round, dropped inside it (its
+start-up falls in the side's untimed steps, its teardown runs on measure.teardown's thread), the synthetic
+twin first in even rounds, rounds sized from the step's seconds per
 call and added until the share is decided or the stage's share of the budget is spent.
 """
 

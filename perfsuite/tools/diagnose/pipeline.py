@@ -185,7 +185,7 @@ def fields_added(data: dict) -> dict:
     return data
 
 
-migration(PipelineDiagnosis, 4, 6)(fields_added)
+migration(PipelineDiagnosis, 4, 5)(fields_added)
 migration(PipelineDiagnosis, 5, 6)(fields_added)
 
 

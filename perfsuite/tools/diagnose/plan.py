@@ -260,7 +260,8 @@ class StageLog:
         stage = Stage(name, self.budget.left_s() if share_s is None else share_s, self.budget, self.progress,
                       reserve_s=self.tails.get(name, 0.0))
         index = next(i for i, record in enumerate(self.stages) if record.name == name)
-        kept = f", {stage.reserve_s:.0f} s of it kept for what followed its rounds last time" if stage.reserve_s >= 1 else ""
+        kept = (f", {stage.reserve_s:.0f} s of it kept for what followed its rounds last time"
+                if stage.reserve_s >= 1 else "")
         return self._running(stage, f"again, with {stage.share_s:.0f} s of the time the other stages left{kept}",
                              index=index, first=self.stages[index])
 

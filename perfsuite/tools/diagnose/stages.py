@@ -20,6 +20,7 @@ from perfsuite.measure.emulated import (  # no TensorFlow
 )
 from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.measure.step_model import FirstCalls, StepModel
+from perfsuite.measure.teardown import iterate
 from perfsuite.tools.diagnose.input_bound import InputBoundStage, side_steps, twin_of
 from perfsuite.tools.diagnose.plan import (
     FEED_ROUND_SAMPLES,
@@ -224,7 +225,8 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
     per call size the rounds; a pipeline leaves the rounds once its share is decided; the stage ends when all
     are, or when the share is spent. Returns the figures of each pipeline measured."""
     warmup, model, twin = settings.warmup, StepModel(step, name="step"), twin_of(batch)
-    bounds = [InputBoundStage(model, call_s, loader(pipeline), twin, warmup=warmup, fresh=iter, pipeline=pipeline)
+    bounds = [InputBoundStage(model, call_s, loader(pipeline), twin, warmup=warmup, fresh=iterate,
+                             pipeline=pipeline)
               for pipeline in LOADER_PIPELINES]
     sides = 2 * len(bounds)
     batches = side_steps(stage.left_s(), call_s, sides=sides, warmup=warmup)

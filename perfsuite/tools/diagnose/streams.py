@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from perfsuite.measure.teardown import iterate
 from perfsuite.measure.timing import host_readback, leading_dim
 from perfsuite.tools.diagnose.targets import TargetError, one_line_error
 from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
@@ -29,7 +30,7 @@ class Stream:
     def __init__(self, dataset, spec: str):
         self._dataset = dataset
         self._spec = spec
-        self._iterator = iter(dataset)
+        self._iterator = iterate(dataset)
         self.restarts = 0
 
     def __iter__(self):
@@ -46,7 +47,7 @@ class Stream:
                 if attempt:
                     break
                 self.restarts += 1
-                self._iterator = iter(self._dataset)
+                self._iterator = iterate(self._dataset)
             except Exception as error:  # noqa: BLE001 -- the user's pipeline may raise anything: named
                 raise TargetError("--pipeline", self._spec, "a dataset whose batches can be read",
                                   one_line_error(error)) from None
@@ -58,7 +59,8 @@ class Stream:
             self.next()
 
     def close(self) -> None:
-        """The iterator closed now (inside the stage that used it: its teardown can take seconds)."""
+        """The iterator dropped now; its teardown (tens of seconds at times: docs/measurement.md, "Iterator
+        teardowns off the main thread") runs on measure.teardown's thread, so no stage's time waits for it."""
         self._iterator = None
 
 
