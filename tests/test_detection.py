@@ -4,8 +4,10 @@ parsing, and the records read back. No TensorFlow pipeline, no timing."""
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfsuite.measure import timing
@@ -81,14 +83,34 @@ def test_a_fixed_cost_seam_is_refused():
     assert level.rate is None and not level.reported and level.withheld.startswith("the plant failed")
 
 
-def test_the_plant_check_is_both_ways_and_needs_pairs():
-    assert curve.check_plant(0.10, [1.07], tolerance=0.3).ok
-    assert not curve.check_plant(0.10, [1.069], tolerance=0.3).ok  # too cheap
-    assert not curve.check_plant(0.10, [1.131], tolerance=0.3).ok  # too dear
+def test_the_plant_check_is_both_ways_and_decided_by_its_interval():
+    assert curve.check_plant(0.10, [1.07] * 10, tolerance=0.3).ok
+    too_cheap = curve.check_plant(0.10, [1.069] * 10, tolerance=0.3)
+    assert too_cheap.failed and too_cheap.reason.startswith("the plant failed: planting 10% cost +6.9%")
+    assert curve.check_plant(0.10, [1.131] * 10, tolerance=0.3).failed  # too dear
     missing = curve.check_plant(0.10, [], tolerance=0.3)
-    assert not missing.ok and missing.measured is None and "no paired round" in missing.reason
+    assert missing.failed and missing.measured is None and "no paired round" in missing.reason
     with pytest.raises(ValueError, match="planted share > 0"):
         curve.check_plant(0.0, [1.0], tolerance=0.3)
+
+
+def test_a_plant_the_noise_cannot_size_is_unresolved_and_no_claim_rests_on_it():
+    noisy = curve.check_plant(0.10, list(np.linspace(1.0, 1.2, 9)), tolerance=0.3)  # median +10 %, interval 2.5-17.5 %
+    assert noisy.state == "unresolved" and noisy.measured == pytest.approx(0.10)
+    assert (noisy.low, noisy.high) == (pytest.approx(0.025), pytest.approx(0.175))
+    assert "its interval reaches past the band" in noisy.reason
+    single = curve.check_plant(0.10, [1.10], tolerance=0.3)
+    assert single.state == "unresolved" and single.low is None and "1 pairs give no 95 % interval" in single.reason
+    wide = curve.check_plant(0.20, list(np.linspace(1.0, 1.4, 9)), tolerance=0.3)
+    level = curve.level_rate(0.20, [True] * 80, wide)
+    assert wide.state == "unresolved" and level.reported and level.rate == 1.0  # the rate is given...
+    exact = curve.check_plant(0.40, [1.4] * 10, tolerance=0.3)
+    levels = (curve.level_rate(0.0, [False] * 80, None), level, curve.level_rate(0.40, [True] * 80, exact))
+    assert curve.smallest_caught(levels) == 0.40  # ...and no claim rests on it
+    saved = PathCurve(path="saved", status="measured", reason="", how="test", levels=levels)
+    (gate,) = [d for d in curve.decide_gates(SHIPPED_RATIOS, [saved], {})
+               if d.metric == "selftest_saved_detection_20pct_rate"]
+    assert gate.decision == "inconclusive" and "not shown" in gate.reason
 
 
 # --------------------------------------------------------------------------------------- statistics
@@ -236,6 +258,22 @@ def test_the_report_reads_back_as_written(tmp_path):
     assert json.loads(path.read_text())["schema_version"] == SelftestReport.SCHEMA_VERSION
     assert load_report(path) == report
     assert load_report(path).curve("saved").levels[0].trials == 3
+
+
+def test_a_version_1_report_reads_its_plant_verdict_as_a_state(tmp_path):
+    plant = curve.check_plant(0.20, [1.2] * 10, tolerance=0.3)
+    level = curve.level_rate(0.20, [True] * 3, plant)
+    report = replace(_report(), curves=(PathCurve(path="saved", status="measured", reason="", how="test",
+                                                  levels=(level,)),))
+    data = json.loads(write_report(report, tmp_path / "v2.json").read_text())
+    old = data["curves"][0]["levels"][0]["plant"]
+    for key in ("state", "low", "high"):
+        old.pop(key)
+    old["ok"] = True
+    data["schema_version"] = 1
+    (tmp_path / "v1.json").write_text(json.dumps(data))
+    read = load_report(tmp_path / "v1.json").curves[0].levels[0].plant
+    assert read.ok and read.measured == pytest.approx(0.20) and read.low is None
 
 
 def test_a_wrong_report_names_the_field(tmp_path):

@@ -57,7 +57,7 @@ def test_every_plant_is_checked_and_a_failed_one_gives_no_rate(smoke):
                 assert level.plant is None
                 continue
             assert level.plant is not None and level.plant.level == level.level
-            if not level.plant.ok:
+            if level.plant.failed:
                 assert level.rate is None and level.withheld == level.plant.reason
 
 
@@ -71,5 +71,5 @@ def test_the_table_and_files_hold_every_share(smoke):
     section = (out / "results.md").read_text()
     assert section.startswith("# results\n") and "### perfsuite selftest" in section
     assert (out / "report" / "detection-curve.png").stat().st_size > 0
-    assert json.loads((out / "selftest.json").read_text())["schema_version"] == 1
+    assert json.loads((out / "selftest.json").read_text())["schema_version"] == 2
     assert "gates trial 1/2" in done.stderr

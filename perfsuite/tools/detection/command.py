@@ -224,6 +224,6 @@ def present(report: SelftestReport, args, ratios: Path) -> int:
 
 def exit_status(report: SelftestReport) -> int:
     """1 when a plant failed or a selftest_* gate failed, else 0."""
-    failed_plant = any(level.plant is not None and not level.plant.ok and level.trials
+    failed_plant = any(level.plant is not None and level.plant.failed and level.trials
                        for curve in report.curves for level in curve.levels)
     return 1 if failed_plant or any(gate.decision == "fail" for gate in report.gates) else 0

@@ -13,46 +13,58 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from perfsuite.measure.stats import MedianInterval, clopper_pearson
-from perfsuite.tools.detection.records import GateDecision, Level, PathCurve, PlantCheck
+from perfsuite.measure.stats import MedianInterval, clopper_pearson, median_interval
+from perfsuite.tools.detection.records import (
+    PLANT_FAILED,
+    PLANT_OK,
+    PLANT_UNRESOLVED,
+    GateDecision,
+    Level,
+    PathCurve,
+    PlantCheck,
+)
 from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS
 
 CAUGHT_SHARE = 0.95  # "caught": flagged in at least this share of the trials
 FALSE_ALARM_SHARE = 0.05  # the false-alarm share at 0 % that a path should stay within
 SKIPPED = "skipped"
-
-
-def measured_slowdown(time_ratios: Sequence[float]) -> float | None:
-    """The median of paired planted-over-genuine round times, minus one; None without pairs."""
-    values = np.asarray(list(time_ratios), dtype=float)
-    values = values[np.isfinite(values) & (values > 0)]
-    return float(np.median(values)) - 1 if values.size else None
+INTERVAL_COVERAGE = 0.95  # a plant's cost is decided by an interval of at least this coverage
 
 
 def check_plant(level: float, time_ratios: Sequence[float], *, tolerance: float) -> PlantCheck:
-    """Whether planting ``level`` cost that much: the measured slowdown (measured_slowdown) must lie
-    within [(1 - tolerance) level, (1 + tolerance) level]. A plant that costs a fixed amount whatever its
-    share (a seam of its own) misses that band at some share and is refused there."""
+    """Whether planting ``level`` cost that much, decided by the 95 % interval of the measured slowdown
+    (the order-statistic interval of the median of the paired ratios) against the band
+    [(1 - tolerance) level, (1 + tolerance) level]: ok inside it, failed wholly outside it, unresolved
+    where the interval reaches across an edge or too few pairs give one. A plant that costs a fixed
+    amount whatever its share (a seam of its own) lies outside the band at some share and fails there."""
     if not level > 0:
         raise ValueError(f"level: expected a planted share > 0 to check, found {level}")
-    measured = measured_slowdown(time_ratios)
-    pairs = len(list(time_ratios))
-    if measured is None:
-        return PlantCheck(level=level, measured=None, pairs=0, ok=False,
+    values = np.asarray(list(time_ratios), dtype=float)
+    values = values[np.isfinite(values) & (values > 0)]
+    if not values.size:
+        return PlantCheck(level=level, measured=None, pairs=0, state=PLANT_FAILED,
                           reason="no paired round measured its cost")
+    interval = median_interval(values - 1)
     low, high = (1 - tolerance) * level, (1 + tolerance) * level
-    if low <= measured <= high:
-        return PlantCheck(level=level, measured=measured, pairs=pairs, ok=True)
-    return PlantCheck(level=level, measured=measured, pairs=pairs, ok=False,
-                      reason=f"the plant failed: planting {level:.0%} cost {measured:+.1%} over {pairs} paired "
-                             f"rounds, outside {low:.1%}..{high:.1%} (±{tolerance:.0%} of {level:.0%})")
+    shown = interval.coverage >= INTERVAL_COVERAGE
+    figures = {"level": level, "measured": interval.median, "pairs": int(values.size),
+               "low": interval.low if shown else None, "high": interval.high if shown else None}
+    cost = (f"planting {level:.0%} cost {interval.median:+.1%}"
+            + (f" [{interval.low:+.1%}, {interval.high:+.1%}]" if shown else "")
+            + f" over {values.size} paired rounds; the band is {low:.1%}..{high:.1%} (±{tolerance:.0%} of {level:.0%})")
+    if shown and low <= interval.low and interval.high <= high:
+        return PlantCheck(state=PLANT_OK, **figures)
+    if shown and (interval.high < low or interval.low > high):
+        return PlantCheck(state=PLANT_FAILED, reason=f"the plant failed: {cost}", **figures)
+    why = "its interval reaches past the band" if shown else f"{values.size} pairs give no 95 % interval"
+    return PlantCheck(state=PLANT_UNRESOLVED, reason=f"the plant's size is not shown: {cost}; {why}", **figures)
 
 
 def level_rate(level: float, flags: Sequence[bool], plant: PlantCheck | None) -> Level:
     """A planted share's trials as a Level: the share flagged with its 95 % Clopper-Pearson interval, or
     no rate when nothing ran or the plant failed (``withheld`` says so)."""
     trials, flagged = len(flags), int(sum(bool(flag) for flag in flags))
-    withheld = plant.reason if plant is not None and not plant.ok else ""
+    withheld = plant.reason if plant is not None and plant.failed else ""
     if trials == 0 or withheld:
         return Level(level=level, trials=trials, flagged=flagged, rate=None, ci_low=None, ci_high=None,
                      plant=plant, withheld=withheld or "no trial ran")
@@ -62,11 +74,12 @@ def level_rate(level: float, flags: Sequence[bool], plant: PlantCheck | None) ->
 
 
 def _smallest(levels: Sequence[Level], caught) -> float | None:
-    """The smallest planted share from which on every reported level is ``caught`` (None: none is)."""
+    """The smallest planted share from which on every level is reported, its plant shown exact and
+    ``caught`` (None: none is): a rate over a plant of unknown size supports no claim."""
     planted = [level for level in levels if level.level > 0]
     for index, level in enumerate(planted):
         rest = planted[index:]
-        if all(item.reported for item in rest) and all(caught(item) for item in rest):
+        if all(item.reported and (item.plant is None or item.plant.ok) for item in rest) and all(map(caught, rest)):
             return level.level
     return None
 
@@ -134,9 +147,11 @@ def decide_gates(ratios, curves: Sequence[PathCurve], measured_paths: Mapping[st
                                   n=found.trials)
         verdicts = {threshold.decide(interval) for threshold in thresholds}
         decision = FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
-        decisions.append(GateDecision(metric=metric, bound=bound, decision=decision, rate=found.rate,
-                                      ci_low=found.ci_low, ci_high=found.ci_high,
-                                      reason=f"{found.flagged}/{found.trials} trials"))
+        unresolved = found.plant is not None and not found.plant.ok
+        decisions.append(GateDecision(metric=metric, bound=bound, decision=INCONCLUSIVE if unresolved else decision,
+                                      rate=found.rate, ci_low=found.ci_low, ci_high=found.ci_high,
+                                      reason=f"{found.flagged}/{found.trials} trials"
+                                             + (f"; {found.plant.reason}" if unresolved else "")))
     return tuple(decisions)
 
 

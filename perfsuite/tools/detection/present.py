@@ -23,8 +23,10 @@ def _cell(level: Level) -> str:
 def _plant(level: Level) -> str:
     if level.plant is None:
         return "-"
-    measured = "-" if level.plant.measured is None else f"{level.plant.measured:+.1%}"
-    return f"{measured} {'ok' if level.plant.ok else 'FAILED'}"
+    plant = level.plant
+    measured = "-" if plant.measured is None else f"{plant.measured:+.1%}"
+    interval = "" if plant.low is None else f" [{plant.low:+.1%}, {plant.high:+.1%}]"
+    return f"{measured}{interval} {'FAILED' if plant.failed else plant.state}"
 
 
 def curve_table(report: SelftestReport) -> Table:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfsuite.records import Record, dump, load
+from perfsuite.records import Record, dump, load, migration
 
 PATHS = ("gates", "saved", "ab")
 LEVELS = (0.0, 0.05, 0.10, 0.20, 0.40)
@@ -45,24 +45,45 @@ class Settings(Record):
             raise self.invalid(("levels",), "increasing shares starting at 0", repr(self.levels))
 
 
+PLANT_OK, PLANT_UNRESOLVED, PLANT_FAILED = "ok", "unresolved", "failed"
+PLANT_STATES = (PLANT_OK, PLANT_UNRESOLVED, PLANT_FAILED)
+
+
 @dataclass(frozen=True)
 class PlantCheck(Record):
     """A planted share ``level`` against what it cost: ``measured`` the slowdown (more time per sample)
-    from paired rounds, ``ok`` when it lies within ± tolerance of ``level``, both ways; ``reason`` says
-    why not (or why nothing was measured)."""
+    from ``pairs`` paired rounds, ``low``..``high`` its 95 % interval (None where too few pairs give
+    one). ``state``: ``ok`` when the interval lies within ± tolerance of ``level``, ``failed`` when it lies
+    wholly outside (or nothing was measured), ``unresolved`` when the interval is too wide to tell
+    (this machine's noise over these pairs); ``reason`` says why it is not ok."""
 
     level: float
     measured: float | None
     pairs: int
-    ok: bool
+    state: str
+    low: float | None = None
+    high: float | None = None
     reason: str = ""
+
+    def __post_init__(self):
+        if self.state not in PLANT_STATES:
+            raise self.invalid(("state",), f"one of {', '.join(PLANT_STATES)}", repr(self.state))
+
+    @property
+    def ok(self) -> bool:
+        return self.state == PLANT_OK
+
+    @property
+    def failed(self) -> bool:
+        return self.state == PLANT_FAILED
 
 
 @dataclass(frozen=True)
 class Level(Record):
     """One planted share on one path: ``flagged`` of ``trials`` and the share with its 95 %
     Clopper-Pearson interval (None without trials). ``plant`` the plant's check (None at 0: nothing is
-    planted). ``withheld``: why no rate is given (a failed plant), else empty."""
+    planted). ``withheld``: why no rate is given (a failed plant), else empty. A rate over an unresolved
+    plant is given, and no claim rests on it (curve.smallest_caught, curve.decide_gates)."""
 
     level: float
     trials: int
@@ -120,7 +141,7 @@ class GateDecision(Record):
 class SelftestReport(Record):
     """A whole ``perfsuite selftest`` run, written as the run's JSON summary."""
 
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     settings: Settings
     machine: dict
@@ -131,6 +152,17 @@ class SelftestReport(Record):
 
     def curve(self, path: str) -> PathCurve | None:
         return next((curve for curve in self.curves if curve.path == path), None)
+
+
+@migration(SelftestReport, 1, 2)
+def migrate_1_to_2(data: dict) -> dict:
+    """Version 1 decided a plant by its median alone (``ok``); version 2 by its interval (``state``)."""
+    for curve in data.get("curves", []):
+        for level in curve.get("levels", []):
+            plant = level.get("plant")
+            if isinstance(plant, dict) and "ok" in plant:
+                plant["state"] = PLANT_OK if plant.pop("ok") else PLANT_FAILED
+    return data
 
 
 def write_report(report: SelftestReport, path: Path) -> Path:
