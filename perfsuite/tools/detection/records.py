@@ -52,8 +52,8 @@ PLANT_STATES = (PLANT_OK, PLANT_UNRESOLVED, PLANT_FAILED)
 @dataclass(frozen=True)
 class PlantCheck(Record):
     """A planted share ``level`` against what it cost: ``measured`` the slowdown (more time per sample)
-    from ``pairs`` paired rounds, ``low``..``high`` its 95 % interval (None where too few pairs give
-    one). ``state``: ``ok`` when the interval lies within ± tolerance of ``level``, ``failed`` when it lies
+    over ``pairs`` paired rounds; ``low``..``high`` the interval curve.check_plant decides by (None
+    where too few pairs give one). ``state``: ``ok`` when the interval lies within ± tolerance of ``level``, ``failed`` when it lies
     wholly outside (or nothing was measured), ``unresolved`` when the interval is too wide to tell
     (this machine's noise over these pairs); ``reason`` says why it is not ok."""
 
