@@ -309,3 +309,22 @@ def test_the_table_has_a_row_per_share_and_the_markdown_names_every_path():
     text = markdown(report)
     assert "ab: skipped: not selected" in text and "gate selftest_ab_false_alarm_rate" in text
     assert command.exit_status(report) == 0
+
+
+def test_the_ab_path_keeps_each_run_s_report(tmp_path, monkeypatch):
+    from perfsuite.tools.detection import ab_path
+    from perfsuite.tools.detection.paths import Context
+
+    def fake_ab(repo, base, head, out, data_dir):
+        out.write_text("{}")
+        return False, -0.1 if head == "head" else 0.0, ""
+
+    monkeypatch.setattr(ab_path, "planted_clone", lambda root, repo, levels: {0.0: "base", 0.1: "head"})
+    monkeypatch.setattr(ab_path, "_run_ab", fake_ab)
+    settings = replace(SETTINGS, paths=("ab",), levels=(0.0, 0.1), trials=2)
+    context = Context(settings=settings, dataset_dir=tmp_path, ratios=tmp_path, progress=lambda line: None,
+                      kept=tmp_path / "ab")
+    curve_ = ab_path.ab(context, 10_000.0, root=tmp_path)
+    assert sorted(path.name for path in (tmp_path / "ab").iterdir()) == [
+        "ab-trial1-0%.json", "ab-trial1-10%.json", "ab-trial2-0%.json", "ab-trial2-10%.json"]
+    assert [level.trials for level in curve_.levels] == [2, 2]

@@ -6,7 +6,8 @@ top of it per planted share changes only that benchmark's ``PLANT`` (the plant o
 perfsuite.tools.detection.plant). A trial runs ``perfsuite ab BASE HEAD -k test_selftest_plant`` as a
 subprocess, every option at ab's default, for each share (0: BASE against itself), the shares in
 rotated order from trial to trial. Flagged: the benchmark's verdict is "slower" and ab exits 1. The
-plant is checked on the change ab itself measured (the median over the trials). Each run costs at
+plant is checked on the change ab itself measured (the median over the trials). Each run's own report
+is kept where the command's ``--report`` says (``ab/ab-trial<N>-<share>.json``). Each run costs at
 least ab's --budget of measuring plus its workers' start-up: ``cost_line`` says so before anything runs.
 """
 
@@ -100,6 +101,7 @@ def _run_ab(repo: Path, base: str, head: str, out: Path, data_dir: Path | None) 
     command = [sys.executable, "-m", "perfsuite", "ab", base, head, "-k", SELECTION, "--json", str(out)]
     if data_dir is not None:
         command += ["--data-dir", str(data_dir)]
+    out.unlink(missing_ok=True)  # a report left by an earlier run must not stand for this one
     result = subprocess.run(command, cwd=repo, capture_output=True, text=True, check=False)
     if result.returncode not in (0, 1) or not out.exists():
         tail = (result.stderr.strip().splitlines() or ["no message"])[-1]
@@ -129,6 +131,8 @@ def ab(context, budget_s: float, *, root: Path) -> PathCurve:
             commits = planted_clone(root, repo, settings.levels)
         except (RuntimeError, OSError, subprocess.CalledProcessError) as error:
             return PathCurve(path="ab", status=SKIPPED, how=how, reason=f"no planted clone of {root}: {error}")
+        kept = Path(scratch) if context.kept is None else context.kept
+        kept.mkdir(parents=True, exist_ok=True)
         trials, run_s = 0, 0.0
         for trial in range(settings.trials):
             order = list(settings.levels)
@@ -138,7 +142,7 @@ def ab(context, budget_s: float, *, root: Path) -> PathCurve:
             for level in order:
                 begun = time.perf_counter()
                 flagged, change, problem = _run_ab(repo, commits[0.0], commits[level],
-                                                   Path(scratch) / f"ab-{trial}-{level}.json", context.data_dir)
+                                                   kept / f"ab-trial{trial + 1}-{level:.0%}.json", context.data_dir)
                 run_s = max(run_s, time.perf_counter() - begun)
                 if problem:
                     return PathCurve(path="ab", status=SKIPPED, how=how, reason=problem,

@@ -96,7 +96,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="FILE",
                         help="the run's summary, versioned JSON (default: %(default)s)")
     parser.add_argument("--report", type=Path, metavar="DIR",
-                        help="write detection-curve.png and summary.md to DIR (needs matplotlib)")
+                        help="write detection-curve.png and summary.md to DIR (needs matplotlib), and each "
+                             "`perfsuite ab` run's own report to DIR/ab/")
     parser.add_argument("--results", type=results_file, metavar="FILE.md",
                         help="append the table as a Markdown section to FILE.md (e.g. docs/results/DATE-machine.md)")
 
@@ -128,7 +129,8 @@ def run(args, parser) -> int:
     def progress(line: str) -> None:
         print(f"perfsuite selftest [{time.monotonic() - start:5.0f} s] {line}", file=sys.stderr, flush=True)
 
-    report = measure(settings, ratios=ratios, data_dir=args.data_dir, progress=progress)
+    report = measure(settings, ratios=ratios, data_dir=args.data_dir, progress=progress,
+                     kept=args.report / "ab" if args.report is not None else None)
     return present(report, args, ratios)
 
 
@@ -142,8 +144,10 @@ def announce(settings: Settings, progress) -> None:
     progress(line if "ab" in settings.paths else f"ab not selected (--paths ...,ab to add it); {line}")
 
 
-def measure(settings: Settings, *, ratios: Path, data_dir: Path | None, progress) -> SelftestReport:
-    """Every selected path measured within its share of the budget; the others reported as skipped."""
+def measure(settings: Settings, *, ratios: Path, data_dir: Path | None, progress,
+            kept: Path | None = None) -> SelftestReport:
+    """Every selected path measured within its share of the budget; the others reported as skipped.
+    ``kept``: where each `perfsuite ab` run's report is kept."""
     from perfsuite.measure.machine import machine_fingerprint
     from perfsuite.tools.detection import plant
     from perfsuite.tools.detection.ab_path import cost_line
@@ -154,7 +158,7 @@ def measure(settings: Settings, *, ratios: Path, data_dir: Path | None, progress
     started = datetime.now(timezone.utc)
     announce(settings, progress)
     context = Context(settings=settings, dataset_dir=plant.corpus(data_dir), ratios=ratios, progress=progress,
-                      data_dir=data_dir)
+                      data_dir=data_dir, kept=kept)
     not_run = {path: f"not selected (--paths); {cost_line(settings.levels, settings.trials)}" if path == "ab"
                else "not selected (--paths)" for path in PATHS if path not in settings.paths}
     curves, clock = [], time.monotonic()

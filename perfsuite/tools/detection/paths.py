@@ -24,13 +24,15 @@ from perfsuite.verdict.comparison import compare_history, decide_history
 @dataclass(frozen=True)
 class Context:
     """settings; dataset_dir the self-test's corpus; ratios the ratios.yaml path; progress(line);
-    data_dir where corpora are built (passed on to ab's sides)."""
+    data_dir where corpora are built (passed on to ab's sides); kept where each `perfsuite ab` run's own
+    report is kept (None: they go with a temporary directory)."""
 
     settings: Settings
     dataset_dir: Path
     ratios: Path
     progress: Callable[[str], None]
     data_dir: Path | None = None
+    kept: Path | None = None
 
 
 class WorkerFailed(RuntimeError):
