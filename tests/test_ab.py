@@ -1000,3 +1000,19 @@ def test_a_worker_runs_the_selection_without_the_plugins_that_would_cost_or_chan
     blocked = {command[i + 1] for i, arg in enumerate(command) if arg == "-p"}
     assert blocked == {"no:cacheprovider", "no:randomly", "no:hypothesispytest"}
     assert command[:2] == ["benchmarks", "--perfsuite-profile=quick"] and command[-2:] == ["-k", "wav"]
+
+
+def test_ab_says_why_a_side_wrote_no_work_fingerprint(tmp_path):
+    """A selection that leaves no test of test_work.py is named as such, not as a failure to run."""
+    from perfsuite.tools.ab.work import fingerprint_diff
+
+    sides = []
+    for name, body in (("A", "def test_write():\n    pass\n"), ("B", "def test_write(:\n")):
+        root = tmp_path / name
+        (root / "benchmarks").mkdir(parents=True)
+        (root / "benchmarks" / "test_work.py").write_text(body)
+        sides.append(types.SimpleNamespace(name=name, revision=name, root=root))
+    (line,) = fingerprint_diff(sides, ["benchmarks", "-q", "-p", "no:randomly", "-k", "test_selftest_plant"],
+                               tmp_path, progress=lambda message: None)
+    assert line.startswith("work: side A wrote no fingerprint (no test of its test_work.py matches the selection)")
+    assert "side B wrote no fingerprint (its test_work.py exited 2 (log: " in line and line.endswith(": none compared")

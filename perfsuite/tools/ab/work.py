@@ -20,6 +20,7 @@ from perfsuite.verdict.work import compare_sets
 OUT_VARIABLE = "PERFSUITE_WORK_OUT"  # benchmarks/test_work.py writes each fingerprint there when set
 WORK_FILE = "test_work.py"
 TIMEOUT_S = 600.0
+NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection (-k ...) leaves no test
 
 
 def work_file(side_root: Path, benchmarks: str) -> Path:
@@ -47,7 +48,7 @@ def fingerprint_diff(sides: Sequence, pytest_arguments: Sequence[str], scratch: 
                                             cwd=side.root, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT), log, out)
     progress("work fingerprints: both sides' test_work.py, before any timing")
-    found = {}
+    found, why = {}, {}
     for name, (process, log, out) in runs.items():
         try:
             process.wait(timeout=TIMEOUT_S)
@@ -56,11 +57,13 @@ def fingerprint_diff(sides: Sequence, pytest_arguments: Sequence[str], scratch: 
             process.wait()
         log.close()
         found[name] = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("*.json"))}
+        why[name] = (f"no test of its {WORK_FILE} matches the selection" if process.returncode == NO_TESTS_COLLECTED
+                     else f"its {WORK_FILE} exited {process.returncode} (log: {log.name})")
     names = list(found)
     base, head = found[names[0]], found[names[1]]
     if not base or not head:
         empty = [n for n in names if not found[n]]
-        return [f"work: side {', '.join(empty)} wrote no fingerprint (its test_work.py failed to run): none compared"]
+        return ["work: " + "; ".join(f"side {n} wrote no fingerprint ({why[n]})" for n in empty) + ": none compared"]
     verdicts = compare_sets(base, head)
     lines = [line for v in verdicts if v.failed for line in v.changes]
     unchanged = sum(not v.failed for v in verdicts)
