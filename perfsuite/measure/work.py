@@ -61,6 +61,7 @@ from perfsuite.workload.pipeline_model import (
     TFRECORD_OPS,
     Pipeline,
     PipelineModel,
+    kind_of,
     read_pipeline,
 )
 
@@ -239,13 +240,13 @@ def _pipeline_structure(pipeline: Pipeline, stages, maps: list, unresolved: Coun
 
 class _TypedOps:
     """Op counts keyed by op and dtype (``typed_op``) of the pipeline's functions, from their FunctionDefs
-    (the serialized graph's library, else the traced functions'); a function found in neither counts by
-    op kind, as the model has it."""
+    (the library of the serialized graph the stages were read from, else the traced functions'); a function
+    found in neither counts by op kind, as the model has it."""
 
     def __init__(self, pipeline: Pipeline):
         self.model, self.library = pipeline.model, {}
-        if pipeline.graph_def is not None:
-            self.library.update((f.signature.name, f) for f in pipeline.graph_def.library.function)
+        if pipeline.stages_graph_def is not None:
+            self.library.update((f.signature.name, f) for f in pipeline.stages_graph_def.library.function)
         for function_name, (wrapper, _) in pipeline.traced.items():
             with contextlib.suppress(AttributeError, ValueError):
                 self.library.setdefault(function_name, wrapper.function.function_def)
@@ -266,44 +267,72 @@ class _TypedOps:
 
 def _source_record_bytes(pipeline: Pipeline, count: int, unresolved: Counter) -> float:
     """Bytes per record of every TFRecord reader among the serialized graph's stages (a reader op, or
-    TFRecordDataset's per-file flat_map over a constant list of files; one inside a traced function is
-    counted where its function runs), over the first ``count`` files' first ``count`` records."""
-    from tensorflow.python.framework import tensor_util
-
-    graph = pipeline.graph_def
-    if graph is None:
-        return 0.0
-    nodes = {node.name: node for node in graph.node}
-    readers = reader_functions({f.signature.name: f for f in graph.library.function})
+    TFRecordDataset's per-file flat_map / interleave over a dataset of file names; one inside a traced function
+    is counted where its function runs), over the first ``count`` files' first ``count`` records. The graph is
+    the one the stages were read from: below a ``prefetch_to_device`` too. File names count where that graph
+    fixes them (``_dataset_names``); names computed at run time, and a reader read from Python objects only,
+    are listed unresolved, never a silent 0."""
+    graph = pipeline.stages_graph_def
+    nodes = {node.name: node for node in graph.node} if graph is not None else {}
+    readers = reader_functions({f.signature.name: f for f in graph.library.function}) if graph is not None else {}
     total = 0.0
     for stage in pipeline.model.stages:
         node = nodes.get(stage.node)
-        found = _stage_record_read(node, nodes, readers) if node is not None else None
+        if node is None:
+            if stage.op in TFRECORD_OPS:
+                unresolved[f"{stage.op} (TFRecord reader read from Python objects: file names not known)"] += 1
+            continue
+        found = _stage_record_read(node, nodes, readers)
         if found is None:
             continue
-        names, compression = (tensor_util.MakeNdarray(c.attr["value"].tensor) if hasattr(c, "attr") else c
-                              for c in found)
+        names, compression = found
         if names is None:
             unresolved[f"{stage.op} (TFRecord file names not constant)"] += 1
             continue
-        compression = compression.reshape(-1)[0] if hasattr(compression, "reshape") else compression
-        total += record_bytes(names.reshape(-1)[:count], compression, count)
+        total += record_bytes(names[:count], compression, count)
     return total
 
 
 def _stage_record_read(node, nodes: dict, readers: dict[str, str]):
-    """(file names Const node or None, compression Const node or text) of a stage that reads TFRecords."""
-    def constant(text):
-        found = nodes.get(text.split(":")[0].lstrip("^"))
-        return found if found is not None and found.op == "Const" else None
-
+    """(file names or None where the graph does not fix them, compression) of a stage that reads TFRecords;
+    None for a stage that does not."""
     if node.op in TFRECORD_OPS:
-        return constant(node.input[0]), constant(node.input[1]) or ""
+        names = _constant_value(nodes.get(_node_name(node.input[0])))
+        compression = _constant_value(nodes.get(_node_name(node.input[1])))
+        return names, "" if compression is None else compression[0]
     function = node.attr["f"].func.name if "f" in node.attr else ""
-    upstream = nodes.get(node.input[0].split(":")[0]) if node.input else None
-    if function in readers and upstream is not None and upstream.op == TENSOR_SLICES_OP:
-        return constant(upstream.input[0]), readers[function]
+    if function in readers and node.input:
+        return _dataset_names(nodes.get(_node_name(node.input[0])), nodes), readers[function]
     return None
+
+
+_NAME_ORDER_FAMILIES = ("shuffle", "repeat", "prefetch", "cache", "wrapper")  # hand elements on, reordered at most
+
+
+def _dataset_names(node, nodes: dict):
+    """The file names a dataset node yields where the serialized graph fixes them: a tensor slice of a
+    constant (list_files' too: it matches its pattern when the dataset is built, and the graph holds the
+    sorted matches), through stages that only reorder or repeat them (a shuffle's names count in their listed
+    order); None for names computed at run time."""
+    while node is not None and kind_of(node.op).family in _NAME_ORDER_FAMILIES and node.input:
+        node = nodes.get(_node_name(node.input[0]))
+    if node is None or node.op != TENSOR_SLICES_OP:
+        return None
+    return _constant_value(nodes.get(_node_name(node.input[0])))
+
+
+def _constant_value(node):
+    """A Const node's value as a flat numpy array (strings as bytes), None for any other node. Parsed by
+    TensorFlow: a serialized graph packs a list of strings into ``tensor_content``, which numpy cannot read."""
+    if node is None or node.op != "Const":
+        return None
+    tf = tensorflow()
+    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+    return tf.io.parse_tensor(node.attr["value"].tensor.SerializeToString(), dtype).numpy().reshape(-1)
+
+
+def _node_name(text: str) -> str:
+    return text.split(":")[0].lstrip("^")
 
 
 _COUNTED_FAMILIES = ("map", "filter", "interleave")  # stages whose functions run once per input element
@@ -365,9 +394,9 @@ class _GraphRun:
         plain = [op for op in operations if all(t.dtype not in (tf.resource, tf.variant) for t in op.inputs)]
         self.calls = [op for op in plain if op.type in CALL_OPS and op.get_attr("f").name in self.library]
         self.bodies = [op for op in plain if op.type in PYTHON_FUNCTION_OPS]
-        self.records = _record_reads(operations, reader_functions(self.library))  # (file names, compression)
+        self.records = _record_reads(operations, reader_functions(self.library))  # (op, file names, compression)
         arguments = [t.name for op in self.calls + self.bodies for t in op.inputs]
-        arguments += [tensor.name for names, compression in self.records
+        arguments += [tensor.name for _, names, compression in self.records if names is not None
                       for tensor in (names, compression) if not isinstance(tensor, str)]
         sizes = (len(self.tensors), len(reads), len(arguments))
 
@@ -398,7 +427,10 @@ class _GraphRun:
         for op in self.bodies:
             values, arguments = arguments[:len(op.inputs)], arguments[len(op.inputs):]
             _run_python_body(op, values, counts)
-        for _, compression in self.records:
+        for op_type, names, compression in self.records:
+            if names is None:
+                counts.unresolved[f"{op_type} (TFRecord file names not constant)"] += 1
+                continue
             width = 1 if isinstance(compression, str) else 2
             values, arguments = arguments[:width], arguments[width:]
             counts.file_bytes += record_bytes(values[0].numpy(), compression if width == 1 else values[1].numpy(),
@@ -447,28 +479,39 @@ def reader_functions(library: dict) -> dict[str, str]:
     return found
 
 
-def _record_reads(operations, readers: dict[str, str]) -> list[tuple[Any, Any]]:
-    """The TFRecord reads of a graph's operations: (file names tensor, compression tensor or text) of each
-    reader op, and of each per-file flat_map / interleave over a tensor's slices (TFRecordDataset(names))."""
+def _record_reads(operations, readers: dict[str, str]) -> list[tuple[str, Any, Any]]:
+    """The TFRecord reads of a graph's operations: (op type, file names tensor, compression tensor or text) of
+    each reader op, and of each per-file flat_map / interleave over a dataset of file names (TFRecordDataset
+    (names)): a tensor's slices, through stages that only reorder or repeat them (list_files(shuffle=True)).
+    The names are None where they come from another dataset (computed at run time from its data)."""
     out = []
     for op in operations:
         if op.type in TFRECORD_OPS:
-            out.append((op.inputs[0], op.inputs[1]))
-        elif "f" in op.node_def.attr and op.node_def.attr["f"].func.name in readers and op.inputs \
-                and op.inputs[0].op.type == TENSOR_SLICES_OP:
-            out.append((op.inputs[0].op.inputs[0], readers[op.node_def.attr["f"].func.name]))
+            out.append((op.type, op.inputs[0], op.inputs[1]))
+        elif "f" in op.node_def.attr and op.node_def.attr["f"].func.name in readers and op.inputs:
+            out.append((op.type, _sliced_names(op.inputs[0].op), readers[op.node_def.attr["f"].func.name]))
     return out
 
 
-def record_bytes(names, compression, count: int) -> int:
+def _sliced_names(op):
+    """The tensor whose slices a dataset op of file names yields, through stages that only reorder or
+    repeat them; None where they come from anything else."""
+    while kind_of(op.type).family in _NAME_ORDER_FAMILIES and op.inputs:
+        op = op.inputs[0].op
+    return op.inputs[0] if op.type == TENSOR_SLICES_OP else None
+
+
+def record_bytes(names, compression, count: int) -> float:
     """Mean bytes a TFRecord reader reads per record over the first ``count`` records of each named file
-    (payload plus the 16 bytes that frame a record; of the records as decompressed where compressed)."""
+    (payload plus the 16 bytes that frame a record; of the records as decompressed where compressed). Not
+    rounded: the fingerprint rounds its figures once (an interleave's readers, one per file, are averaged
+    over the files first)."""
     tf = tensorflow()
     names = names.reshape(-1).tolist() if hasattr(names, "reshape") else [names]
     compression = compression.decode() if isinstance(compression, bytes) else str(compression or "")
     sizes = [len(record) + 16 for name in names
              for record in tf.data.TFRecordDataset(name, compression_type=compression).take(count).as_numpy_iterator()]
-    return round(sum(sizes) / len(sizes)) if sizes else 0
+    return sum(sizes) / len(sizes) if sizes else 0.0
 
 
 def _numpy(value):

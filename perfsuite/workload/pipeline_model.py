@@ -7,7 +7,9 @@ itself. ``OP_TABLE`` is the one table of dataset op kinds.
 
 The model is read from the dataset's serialized GraphDef. A dataset TensorFlow will not serialize
 (``prefetch_to_device`` copies through a generator) is read from its Python dataset objects down to the
-first input that can be, and from that input's graph below it; ``read_from`` says which.
+first input that can be, and from that input's graph below it; ``read_from`` says which. ``Pipeline`` keeps
+that input's graph (``stages_graph_def``), so the readers that need a graph (the fingerprint's file reads)
+see the same stages with the copy after them as without it.
 
 ``PipelineModel`` is the typed, versioned description (a Record); ``Pipeline`` holds it with the live
 Python objects the measuring readers need (each traced function with its input dataset, the first-input
@@ -421,7 +423,10 @@ class Pipeline:
     dataset: Any = field(repr=False)
     traced: dict[str, tuple[Any, Any]] = field(repr=False)
     python_chain: tuple[Any, ...] = field(repr=False)
-    graph_def: Any = field(default=None, repr=False)  # the serialized graph read (None: Python objects only)
+    graph_def: Any = field(default=None, repr=False)  # the whole pipeline's serialized graph (None: not serializable)
+    # the serialized graph the model's graph stages were read from: the whole pipeline's, or the graph of the
+    # input below the stages read from Python objects (None: no input serializes)
+    stages_graph_def: Any = field(default=None, repr=False)
 
 
 def read_pipeline(dataset) -> Pipeline:
@@ -460,7 +465,8 @@ def read_pipeline(dataset) -> Pipeline:
                           python_ops=tuple(python_ops), element_spec=str(dataset.element_spec),
                           inject_prefetch=inject, read_from=read_from)
     return Pipeline(model=model, dataset=dataset, traced=_traced_functions(dataset),
-                    python_chain=tuple(python_chain(dataset)), graph_def=graph if not upper else None)
+                    python_chain=tuple(python_chain(dataset)), graph_def=graph if not upper else None,
+                    stages_graph_def=graph)
 
 
 # ------------------------------------------------------------------------------ the serialized graph
