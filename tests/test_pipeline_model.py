@@ -16,12 +16,8 @@ from perfsuite.measure.work import dataset_work  # noqa: E402
 from perfsuite.tools.diagnose import rewrite  # noqa: E402
 from perfsuite.tools.diagnose.graph import inspect_graph  # noqa: E402
 from perfsuite.tools.diagnose.streams import buffered_elements  # noqa: E402
-from perfsuite.workload.pipeline_model import (  # noqa: E402
-    AUTOTUNE,
-    OP_TABLE,
-    PipelineModel,
-    read_pipeline,
-)
+from perfsuite.workload.op_table import OP_TABLE  # noqa: E402
+from perfsuite.workload.pipeline_model import AUTOTUNE, PipelineModel, read_pipeline  # noqa: E402
 
 
 def _nested_mel_pipeline(frame: int = 256):
@@ -132,12 +128,13 @@ def test_one_op_table_classifies_every_op_each_reader_relies_on():
 
 
 def test_no_other_module_keeps_an_op_kind_list():
-    """One table of op kinds: no module but the model names a dataset op, lists them or names Python ops."""
+    """One table of op kinds: no module but the table and the model names a dataset op, lists them or names
+    Python ops."""
     root = Path(__file__).parents[1] / "perfsuite"
     listing = re.compile(r"_OPS\s*=.*Dataset|ONE_TO_ONE\s*=|WRAPPER_OPS\s*=|\"PyFunc(Stateless)?\"|\"EagerPyFunc\"|"
                          r"\"[A-Z][A-Za-z]*Dataset(V\d)?\"")
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
-                 if p.name != "pipeline_model.py" and listing.search(p.read_text())]
+                 if p.name not in ("op_table.py", "pipeline_model.py") and listing.search(p.read_text())]
     assert offenders == []
 
 

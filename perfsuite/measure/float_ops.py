@@ -15,7 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from perfsuite._tensorflow import tensorflow
-from perfsuite.workload.pipeline_model import BOOKKEEPING_OPS, OP_TABLE, function_names
+from perfsuite.workload.op_table import BOOKKEEPING_OPS, OP_TABLE
+from perfsuite.workload.pipeline_model import function_names
 
 FLOAT_OPS_METHOD = ("TensorFlow's registered 'flops' statistics per op (what tf.compat.v1.profiler's "
                     "float_operation sums) at shapes resolved on the reference inputs, plus FFT ops at "

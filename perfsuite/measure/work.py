@@ -52,18 +52,16 @@ from perfsuite.measure.float_ops import (
 )
 from perfsuite.measure.python_work import PYTHON_WORK_METHOD, PythonCounts, count_python, python_body
 from perfsuite.records import Record
-from perfsuite.workload.pipeline_model import (
+from perfsuite.workload.op_table import (
     BOOKKEEPING_OPS,
     CALL_OPS,
     PRINT_OPS,
     PYTHON_FUNCTION_OPS,
     TENSOR_SLICES_OP,
     TFRECORD_OPS,
-    Pipeline,
-    PipelineModel,
     kind_of,
-    read_pipeline,
 )
+from perfsuite.workload.pipeline_model import Pipeline, PipelineModel, read_pipeline
 
 FINGERPRINT_VERSION = 2  # 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version
 METHOD = f"float ops: {FLOAT_OPS_METHOD}; Python bodies: {PYTHON_WORK_METHOD}"

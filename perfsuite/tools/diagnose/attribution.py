@@ -21,7 +21,8 @@ from perfsuite.verdict.diagnosis_figures import (
     RoundsEstimate,
     estimate,
 )
-from perfsuite.workload.pipeline_model import one_to_one, op_of_class
+from perfsuite.workload.op_table import one_to_one
+from perfsuite.workload.pipeline_model import op_of_class
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads

@@ -16,15 +16,17 @@ import numpy as np
 from perfsuite._tensorflow import tensorflow
 from perfsuite.tools.diagnose.streams import samples_in
 from perfsuite.tools.diagnose.targets import one_line_error
-from perfsuite.workload.pipeline_model import (
+from perfsuite.workload.op_table import (
     FLAT_MAP_OP,
     PARALLEL_INTERLEAVE_OP,
     PARALLEL_MAP_OP,
     PYTHON_FUNCTION_OPS,
     RANDOM_WORDS,
+    kind_of,
+)
+from perfsuite.workload.pipeline_model import (
     Pipeline,
     class_words,
-    kind_of,
     object_functions,
     op_of_class,
     python_chain,
