@@ -238,12 +238,14 @@ def test_old_graph_records_read_back():
 
 
 def test_the_prefetch_finding_reads_the_last_real_stage():
-    from perfsuite.tools.diagnose.pipeline import Target, _prefetch_verdicts
+    from perfsuite.verdict.pipeline_findings import prefetch_finding
 
-    target = Target(pipeline="m:f", step=None, args={})
-    assert _prefetch_verdicts(inspect_graph(tts_pipeline()), None, target) == []  # prefetch(50).with_options
-    [finding] = _prefetch_verdicts(inspect_graph(tts_pipeline(prefetch=False)), None, target)
-    assert "the last real stage is PaddedBatchDatasetV2" in finding.finding
+    def finding(graph):
+        return prefetch_finding(graph.last_stage, graph.ends_with_prefetch, graph.inject_prefetch, None, "no step")
+
+    assert finding(inspect_graph(tts_pipeline())) is None  # prefetch(50).with_options
+    unprefetched = finding(inspect_graph(tts_pipeline(prefetch=False)))
+    assert "the last real stage is PaddedBatchDatasetV2" in unprefetched.finding
 
 
 def test_one_pass_of_a_prefix_is_measured_in_bytes_of_every_component():

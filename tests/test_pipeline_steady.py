@@ -22,6 +22,7 @@ from perfsuite.tools.diagnose.plan import Budget, StageLog, no_progress
 from perfsuite.tools.diagnose.quiet import user_output_to
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
 from perfsuite.verdict.diagnosis_figures import TOO_SHORT, UNDECIDED
+from perfsuite.workload.pipeline_model import read_pipeline
 
 RECIPE = Path(__file__).parent / "pipelines" / "tts_recipe.py"
 PRODUCE_S = 0.004
@@ -108,9 +109,9 @@ def test_map_parallelism_is_applied_only_to_sequential_maps_and_keeps_the_elemen
     sequential = tf.data.Dataset.range(12).map(lambda x: x * 3).batch(4)
     fixes, _ = rewrite.applicable_fixes(sequential, ends_with_prefetch=False)
     fix = next(f for f in fixes if f.name == "map-parallelism")
-    fixed, ready = fix.build(sequential)
+    fixed, ready = fix.build(read_pipeline(sequential))
     ready()
-    assert [n.op for n in rewrite._graph(fixed).node].count("ParallelMapDatasetV2") == 1
+    assert [n.op for n in read_pipeline(fixed).graph_def.node].count("ParallelMapDatasetV2") == 1
     assert [b.tolist() for b in fixed.as_numpy_iterator()] == [b.tolist() for b in sequential.as_numpy_iterator()]
     parallel = tf.data.Dataset.range(12).map(lambda x: x * 3, num_parallel_calls=2).batch(4)
     _, skipped = rewrite.applicable_fixes(parallel, ends_with_prefetch=False)
@@ -121,9 +122,9 @@ def test_a_cache_goes_after_the_deterministic_prefix_and_serves_the_same_element
     dataset = tf.data.Dataset.range(12).map(lambda x: x * 2).batch(3).repeat(2)
     fixes, _ = rewrite.applicable_fixes(dataset, ends_with_prefetch=False)
     fix = next(f for f in fixes if f.name == "cache")
-    fixed, ready = fix.build(dataset)
+    fixed, ready = fix.build(read_pipeline(dataset))
     ready()
-    assert "CacheDatasetV2" in [n.op for n in rewrite._graph(fixed).node]
+    assert "CacheDatasetV2" in [n.op for n in read_pipeline(fixed).graph_def.node]
     assert [b.tolist() for b in fixed.as_numpy_iterator()] == [b.tolist() for b in dataset.as_numpy_iterator()]
     shuffled = tf.data.Dataset.range(12).shuffle(12).map(lambda x: x * 2).batch(3).repeat(2)
     _, skipped = rewrite.applicable_fixes(shuffled, ends_with_prefetch=False)
@@ -312,8 +313,9 @@ def test_a_feed_share_spent_draining_the_buffers_searches_nothing():
         lambda x: tf.numpy_function(_sleeps(0.01), [x], tf.int64, stateful=True)).batch(1)
     stage = Stage("feed", 1.0, Budget(30, {"feed": 1.0}, time.monotonic), no_progress)
     target = pipeline.Target(pipeline="planted", step=None, args={})
-    assert pipeline._feed_stage(stage, slow, target, pipeline.PipelineSettings(), None, None, drain=120) is None
-    assert stage.status == TOO_SHORT and "after draining 120 batches" in stage.plan
+    assert pipeline._feed_stage(stage, read_pipeline(slow), target, pipeline.PipelineSettings(), None, None,
+                                drain=120) is None
+    assert stage.status == TOO_SHORT and "no time left for a feed-rate search once its iterator started" in stage.plan
 
 
 # ------------------------------------------------------------------------------------- end to end

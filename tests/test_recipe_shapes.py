@@ -52,8 +52,8 @@ def test_a_sequential_interleave_of_tfrecord_files_is_named_and_its_parallel_rew
     dataset = recipes.tfrecord(n="16", shards="4").take(4)
     graph = inspect_graph(dataset)
     assert len(graph.sequential_reads) == 1 and "TFRecordDataset" in graph.sequential_reads[0]
-    fixed, _ = rewrite.parallel_reads(dataset)
-    assert "ParallelInterleaveDatasetV4" in [n.op for n in rewrite._graph(fixed).node]
+    fixed, _ = rewrite.parallel_reads(read_pipeline(dataset))
+    assert "ParallelInterleaveDatasetV4" in [n.op for n in read_pipeline(fixed).graph_def.node]
     assert not read_pipeline(fixed).model.sequential_reads()
 
     def frames(data):

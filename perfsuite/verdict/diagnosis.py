@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.emulated import STEP_PRESETS
-from perfsuite.measure.stats import MODERATELY_INPUT_BOUND
+from perfsuite.measure.stats import MODERATELY_INPUT_BOUND, Cycle
 from perfsuite.verdict.diagnosis_figures import (
     GPU_IDLE_MEDIAN_PCT,
     INTERRUPTED,
@@ -235,26 +235,27 @@ def input_bound_verdicts(figures: tuple[InputBoundFigures, ...],
     speed = {p.pipeline: p.samples_per_s.median for p in pipelines}
     fed = [f for f in figures if f.share.decided and f.classification == "not input-bound"]
     best = max(fed, key=lambda f: speed.get(f.pipeline, 0.0)) if fed else None
-    return [_input_bound_verdict(f, best) for f in figures]
+    advice = (f"use the {best.pipeline.label} pipeline (not input-bound: share {max(best.share.median, 0):.0%})"
+              if best else "the step waits for input: add parallel map calls, prefetch, or a faster loader")
+    return [input_bound_finding(f"input-{f.pipeline.label}", f.pipeline.label, f, advice) for f in figures]
 
 
-def _input_bound_verdict(figures: InputBoundFigures, best: InputBoundFigures | None) -> DiagnosisFinding:
-    name, figure, label = figures.pipeline.label, figures.share, figures.classification
+def input_bound_finding(topic: str, name: str, figures: InputBoundFigures, recommendation: str) -> DiagnosisFinding:
+    """The input-bound share of the step fed by name (said first), its interval the finding's: the class and
+    what the share is of step time, the wait share beside it; recommendation only for a share decided
+    input-bound. An undecided share says why, with its median (and the class there, where one was given)."""
+    figure, label = figures.share, figures.classification
     share = figure.median
     evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
     why = why_undecided(figure, percent)
     if why:
-        return DiagnosisFinding(f"input-{name}", f"{name}: {why}; median share {share:.0%} ({label} at the median)"
-                                f"{wait_words(figures)}", evidence, None, figure)
-    recommendation = None
-    if label != "not input-bound":
-        recommendation = (f"use the {best.pipeline.label} pipeline (not input-bound: share "
-                          f"{max(best.share.median, 0):.0%})" if best else
-                          "the step waits for input: add parallel map calls, prefetch, or a faster loader")
+        at_median = "" if label == UNDECIDED else f" ({label} at the median)"
+        return DiagnosisFinding(topic, f"{name}: {why}; median share {share:.0%}{at_median}{wait_words(figures)}",
+                                evidence, None, figure)
     waits = (f"{share:.0%} of step time {lost_words(figures)}" if share >= 0 else
              f"share {share:.0%}: fed faster than its synthetic twin, i.e. no measurable wait, the rest noise")
-    return DiagnosisFinding(f"input-{name}", f"{name} is {label} ({waits}; {span_words(figure, percent)})"
-                            f"{wait_words(figures)}", evidence, recommendation, figure)
+    return DiagnosisFinding(topic, f"{name} is {label} ({waits}; {span_words(figure, percent)}){wait_words(figures)}",
+                            evidence, None if label == "not input-bound" else recommendation, figure)
 
 
 def lost_words(figures: InputBoundFigures) -> str:
@@ -276,21 +277,27 @@ def wait_words(figures: InputBoundFigures) -> str:
 
 
 def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[DiagnosisFinding]:
-    out = []
-    for figures in pipelines:
-        loader, name, figure = figures.loader, figures.pipeline.label, figures.variation
-        evidence = {**estimate_evidence("variation", figure), "batches": loader.batches,
-                    "cycle_period": loader.cycle.period}
-        if loader.cycle.significant:
-            out.append(DiagnosisFinding(f"cycle-{name}", f"{name}: per-batch times repeat every "
-                                        f"{loader.cycle.period} batches", evidence,
-                                        "periodic stalls: a slow element every period (long files, GC, a shared "
-                                        "disk); raise prefetch or parallelism so the stall is hidden"))
-        elif figure.median >= UNSTABLE_VARIATION:
-            why = why_undecided(figure, percent)
-            out.append(DiagnosisFinding(f"variation-{name}", f"{name}: per-batch times vary by {figure.median:.0%} "
-                                        f"of the mean ({why or span_words(figure, percent)})", evidence, None, figure))
-    return out
+    found = (variation_finding(p.loader.cycle, p.variation, p.loader.batches, p.pipeline.label) for p in pipelines)
+    return [finding for finding in found if finding is not None]
+
+
+def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, batches: int,
+                      name: str | None = None) -> DiagnosisFinding | None:
+    """A significant cycle in the times of `batches` steady batches, else their per-round variation at or
+    above UNSTABLE_VARIATION; None for neither. name: a loader's, said first and ending the topic."""
+    said, suffix = ("", "") if name is None else (f"{name}: ", f"-{name}")
+    evidence = {**(estimate_evidence("variation", variation) if variation is not None else {}), "batches": batches,
+                "cycle_period": None if cycle is None else cycle.period}
+    if cycle is not None and cycle.significant:
+        return DiagnosisFinding(f"cycle{suffix}", f"{said}per-batch times repeat every {cycle.period} batches",
+                                {**evidence, "cycle_strength": cycle.strength, "cycle_threshold": cycle.threshold},
+                                "periodic stalls: a slow element every period (long files, GC, a shared disk); raise "
+                                "prefetch or parallelism so the stall is hidden")
+    if variation is None or variation.median < UNSTABLE_VARIATION:
+        return None
+    return DiagnosisFinding(f"variation{suffix}", f"{said}per-batch times vary by {variation.median:.0%} of the mean "
+                            f"({why_undecided(variation, percent) or span_words(variation, percent)})", evidence,
+                            None, variation)
 
 
 def point_label(axis: str, point: int) -> str:

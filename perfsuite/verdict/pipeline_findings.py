@@ -1,7 +1,7 @@
 """The findings of diagnose --pipeline about a user's batches and graph, in words: the layout chosen, speech
 figures and padding, the graph as it runs, and the graph findings whose change is recommended only when the
-step is measured to wait for input. The ranking and the directions of recommendations stay in
-perfsuite.verdict.diagnosis."""
+step is measured to wait for input (when_waiting: Python-function ops, a missing prefetch, sequential maps and
+reads). The ranking and the directions of recommendations stay in perfsuite.verdict.diagnosis."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.verdict.diagnosis import estimate_evidence, span_words
 from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate, format_figure
+from perfsuite.workload.pipeline_model import PythonOp
 
 FIXED_PADDING_WASTE = 0.10  # padded frames past each batch's longest sample, as a share: padding to a fixed length
 
@@ -36,18 +37,22 @@ def padding_source_words(padding: PaddingFigures) -> str:
     return words
 
 
-def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures,
-                   fmt: Callable[[float], str] = format_figure) -> DiagnosisFinding:
+def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
+                   fmt: Callable[[float], str] = format_figure, efficiency: float | None = None) -> DiagnosisFinding:
     """Audio seconds per second (when measured over every round) and the padding efficiency, with the
-    source of the lengths."""
-    evidence = {"padding_efficiency": padding.efficiency, "real_frames": padding.real_frames,
-                "padded_frames": padding.padded_frames, "batches": padding.batches,
-                "length_source": padding.source_words()}
-    efficiency = f"batches are {padding.efficiency:.0%} real frames, the rest padding ({padding_source_words(padding)})"
+    source of the lengths; padding None: a file written before the layout was recorded, with only its
+    efficiency."""
+    evidence, source = {"padding_efficiency": efficiency}, ""
+    if padding is not None:
+        evidence = {"padding_efficiency": padding.efficiency, "real_frames": padding.real_frames,
+                    "padded_frames": padding.padded_frames, "batches": padding.batches,
+                    "length_source": padding.source_words()}
+        efficiency, source = padding.efficiency, f" ({padding_source_words(padding)})"
+    words = f"batches are {efficiency:.0%} real frames, the rest padding{source}"
     if audio is None:
-        return DiagnosisFinding("speech", efficiency, evidence, None)
+        return DiagnosisFinding("speech", words, evidence, None)
     return DiagnosisFinding("speech", f"{fmt(audio.median)} seconds of audio per second ({span_words(audio, fmt)}); "
-                            f"{efficiency}", {**estimate_evidence("audio_s_per_s", audio), **evidence}, None, audio)
+                            f"{words}", {**estimate_evidence("audio_s_per_s", audio), **evidence}, None, audio)
 
 
 def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[str, ...],
@@ -99,21 +104,56 @@ def prefetch_to_device_finding(after: tuple[str, ...]) -> DiagnosisFinding | Non
 
 def sequential_map_finding(maps: tuple[str, ...], waits: bool | None, why_not: str,
                            share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """Maps without num_parallel_calls (one element at a time); recommended only when the step is
-    measured to wait for input, else why_not says why no change is called for (or is undecided)."""
+    """Maps without num_parallel_calls (one element at a time); recommended against only when the step
+    waits (when_waiting)."""
     if not maps:
         return None
-    return _when_waiting("parallelism", f"{len(maps)} map(s) run one element at a time (no num_parallel_calls): "
-                         f"{', '.join(maps)}", {"maps": list(maps)},
-                         "give each map num_parallel_calls=tf.data.AUTOTUNE", waits, why_not, share)
+    return when_waiting("parallelism", f"{len(maps)} map(s) run one element at a time (no num_parallel_calls): "
+                        f"{', '.join(maps)}", {"maps": list(maps)},
+                        "give each map num_parallel_calls=tf.data.AUTOTUNE", waits, why_not, share)
 
 
-def _when_waiting(topic: str, finding: str, evidence: dict, recommendation: str, waits: bool | None, why_not: str,
-                  share: RoundsEstimate | None) -> DiagnosisFinding:
-    """A graph finding whose change is recommended only when the step is measured to wait for input."""
-    if waits:
-        return DiagnosisFinding(topic, f"{finding}; the step waits for input", evidence, recommendation, share)
+def when_waiting(topic: str, finding: str, evidence: dict, recommendation: str | None, waits: bool | None,
+                 why_not: str, share: RoundsEstimate | None) -> DiagnosisFinding:
+    """A graph finding whose change (recommendation; None: none) is recommended only when the step is
+    measured to wait for input (waits), else why_not says why no change is called for (or is undecided).
+    The input-bound share, where measured, is in its evidence and its interval."""
+    if share is not None:
+        evidence = {**evidence, "input_bound_share": share.median}
+    if waits and recommendation:
+        waiting = "the step waits for input" + ("" if share is None else f" ({share.median:.0%})")
+        return DiagnosisFinding(topic, f"{finding}; {waiting}", evidence, recommendation, share)
     return DiagnosisFinding(topic, f"{finding}; {why_not}", evidence, None, share)
+
+
+def python_op_finding(op: PythonOp, waits: bool | None, why_not: str,
+                      share: RoundsEstimate | None = None) -> DiagnosisFinding:
+    """A Python-function op: it runs Python for every element, under the GIL; moving it to TensorFlow ops
+    is recommended only when the step waits (when_waiting)."""
+    calls = (f" calling {op.python}" if op.python else "") + (f" ({op.defined_at})" if op.defined_at else "")
+    return when_waiting("python-op", f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, "
+                        f"in {op.transformation} ({op.transformation_node})",
+                        {"transformation": op.transformation_node, "function": op.function, "python": op.python,
+                         "defined_at": op.defined_at},
+                        f"move {op.python or 'this function'} in {op.transformation} to TensorFlow ops (no GIL, runs "
+                        "in parallel), or precompute its output", waits, why_not, share)
+
+
+def prefetch_finding(last_stage: str | None, ends_with_prefetch: bool, inject_prefetch: bool, waits: bool | None,
+                     why_not: str, share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
+    """No prefetch at the end of the pipeline (last_stage: its last real stage; None: no stage). With
+    inject_prefetch on, tf.data adds one at run time, so none is recommended; otherwise ending the pipeline
+    with one is, when the step waits (when_waiting)."""
+    if ends_with_prefetch or last_stage is None:
+        return None
+    finding = f"no prefetch at the end of the pipeline (the last real stage is {last_stage})"
+    evidence = {"last_transformation": last_stage, "inject_prefetch": inject_prefetch}
+    if inject_prefetch:  # the measured figures already include the prefetch tf.data adds
+        return when_waiting("prefetch", finding, evidence, None, waits, "tf.data's inject_prefetch (on) adds one "
+                            "when the iterator starts, so the figures measured here include it", share)
+    return when_waiting("prefetch", f"{finding}; inject_prefetch is off, so none is added at run time", evidence,
+                        "end the pipeline with .prefetch(tf.data.AUTOTUNE), so batches are prepared while the step "
+                        "runs", waits, why_not, share)
 
 
 def graph_finding(chain: str, last_stage: str | None, read_from: str) -> DiagnosisFinding:
@@ -125,12 +165,12 @@ def graph_finding(chain: str, last_stage: str | None, read_from: str) -> Diagnos
 def sequential_read_finding(reads: tuple[str, ...], waits: bool | None, why_not: str,
                             share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
     """Files read one at a time (an interleave or flat_map without parallel calls over file readers, as
-    TFRecordDataset over several files is); recommended against only when the step is measured to wait."""
+    TFRecordDataset over several files is); recommended against only when the step waits (when_waiting)."""
     if not reads:
         return None
-    return _when_waiting("read-parallelism", f"files read one at a time: {'; '.join(reads)}", {"reads": list(reads)},
-                         "read files in parallel: interleave(..., num_parallel_calls=tf.data.AUTOTUNE) or "
-                         "TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)", waits, why_not, share)
+    return when_waiting("read-parallelism", f"files read one at a time: {'; '.join(reads)}", {"reads": list(reads)},
+                        "read files in parallel: interleave(..., num_parallel_calls=tf.data.AUTOTUNE) or "
+                        "TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)", waits, why_not, share)
 
 
 def cache_after_repeat_finding(caches: tuple[str, ...]) -> DiagnosisFinding | None:

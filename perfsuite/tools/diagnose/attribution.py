@@ -139,19 +139,16 @@ class BottleneckRounds:
     def run(self, stage: Stage) -> Bottleneck | None:
         cuts, rates = self.cuts, self.rates
         if len(cuts) < 2:
-            stage.plan = "one stage only: nothing to attribute"
-            stage.tell("note", stage.plan)
+            stage.planned("one stage only: nothing to attribute")
             return None
         read_s = max(MIN_READ_S, stage.left_s() / (TARGET_ROUNDS * len(cuts) * 2))
         if stage.left_s() < 2 * read_s * len(cuts) * MIN_ROUNDS:
-            stage.plan = f"{len(cuts)} prefixes: no time left for {MIN_ROUNDS} rounds of them"
-            stage.tell("note", stage.plan)
-            stage.status = TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED
+            stage.planned(f"{len(cuts)} prefixes: no time left for {MIN_ROUNDS} rounds of them",
+                          TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED)
             return self.figures()
-        stage.plan = (f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, then "
-                      f"drained and read for {read_s:.2f} s per round (on to whole passes where finite), "
-                      "interleaved, until the limiting stage is decided")
-        stage.tell("note", stage.plan)
+        stage.planned(f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, then "
+                       f"drained and read for {read_s:.2f} s per round (on to whole passes where finite), "
+                       "interleaved, until the limiting stage is decided")
         started = time.perf_counter()
         sources = {index: counted(cut.dataset.repeat(), batched=cut.batched) for index, cut in enumerate(cuts)}
         sources.update(reading_cost(cuts))

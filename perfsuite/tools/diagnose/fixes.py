@@ -26,6 +26,7 @@ from perfsuite.verdict.diagnosis_figures import (
     RoundsEstimate,
     estimate,
 )
+from perfsuite.workload.pipeline_model import Pipeline
 
 SIDES = ("before", "after")  # a fix's sides, in the order of even measured rounds
 GAIN_BOUNDARIES = (1.0,)  # a fix's gain is decided when its interval leaves 1.0 (no change) out
@@ -66,24 +67,25 @@ class Comparison(Protocol):
 
 
 class RewriteComparison:
-    """A rewrite.Fix: the pipeline alone (drained before each read) or, with a step, the step fed by each side
-    (a fresh iterator per read, warm-up calls untimed, then calls for at least read_s, MIN_READS at least)."""
+    """A rewrite.Fix of the pipeline (the Pipeline read once): the pipeline alone (drained before each read) or,
+    with a step, the step fed by each side (a fresh iterator per read, warm-up calls untimed, then calls for at
+    least read_s, MIN_READS at least)."""
 
     warmup_rounds = 0
 
-    def __init__(self, fix: rewrite.Fix, dataset, spec: str, *, warmup: int, step: StepModel | None):
+    def __init__(self, fix: rewrite.Fix, pipeline: Pipeline, spec: str, *, warmup: int, step: StepModel | None):
         self.name, self.words = fix.name, fix.words
-        self.fix, self.dataset, self.spec, self.warmup, self.step = fix, dataset, spec, warmup, step
+        self.fix, self.pipeline, self.spec, self.warmup, self.step = fix, pipeline, spec, warmup, step
         self.unit = "samples/s of the pipeline" if step is None else "steps/s of the step fed by the pipeline"
         self.sides, self.streams, self.drains = {}, {}, {}  # by side; streams and drains: the pipeline alone
 
     def prepare(self) -> None:
         try:
-            fixed, ready = self.fix.build(self.dataset)
+            fixed, ready = self.fix.build(self.pipeline)
             ready()
         except Exception as error:  # noqa: BLE001 -- a rewrite TensorFlow refuses: said, not raised
             raise NotApplicable(f"the rewrite failed: {one_line_error(error)}") from None
-        self.sides = {"before": self.dataset, "after": fixed}
+        self.sides = {"before": self.pipeline.dataset, "after": fixed}
         if self.step is None:
             sources = {name: counted(data, batched=True) for name, data in self.sides.items()}
             self.streams = {name: Stream(source, self.spec) for name, source in sources.items()}
@@ -140,17 +142,13 @@ class FixRounds:
             self._prepare(stage)
         todo = [c for c in self.comparisons if not self.decided(c.name)]
         if not todo:
-            stage.plan = "every fix decided" if self.comparisons else "no fix perfsuite can apply"
-            stage.tell("note", stage.plan)
+            stage.planned("every fix decided" if self.comparisons else "no fix perfsuite can apply")
             return self.figures()
         share_s = stage.left_s() / len(todo)
         if share_s < 4 * MIN_READ_S * MIN_ROUNDS:
-            stage.plan = f"{len(todo)} fix(es): no time left to measure them"
-            stage.tell("note", stage.plan)
-            stage.status = TOO_SHORT
+            stage.planned(f"{len(todo)} fix(es): no time left to measure them", TOO_SHORT)
             return self.figures()
-        stage.plan = f"{len(todo)} fix(es) ({', '.join(c.name for c in todo)}), before and after in alternating rounds"
-        stage.tell("note", stage.plan)
+        stage.planned(f"{len(todo)} fix(es) ({', '.join(c.name for c in todo)}), before and after in alternating rounds")
         statuses = []
         for index, comparison in enumerate(todo):
             statuses.append(self._measure(stage, comparison, share_s))

@@ -85,10 +85,9 @@ class InputBoundStage:
         batches = side_steps(stage.left_s(), call_s, sides=2, warmup=warmup,
                              most=MAX_STEP_CALLS if so_far is None else MAX_STEP_CALLS_AGAIN)
         round_s = 2 * (warmup + batches) * call_s
-        stage.plan = (f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
-                      f"{batches} timed steps of about {call_s:.3g} s (about {round_s:.1f} s per round), until the "
-                      "share is decided")
-        stage.tell("note", stage.plan)
+        stage.planned(f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
+                       f"{batches} timed steps of about {call_s:.3g} s (about {round_s:.1f} s per round), until the "
+                       "share is decided")
         stage.rounds_until_decided(lambda index: self.one_round(batches), decided=self.decided,
                                    first_estimate_s=round_s)
         stage.status = status_from(self.decided(), self.measurement.rounds)

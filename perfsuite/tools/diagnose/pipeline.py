@@ -38,11 +38,10 @@ from perfsuite.tools.diagnose.plan import (
     StageLog,
     no_progress,
 )
-from perfsuite.tools.diagnose.stages import feed_figures
+from perfsuite.tools.diagnose.stages import feed_stage
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, steady_stream, timed_next
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
-    PythonOp,
     inspect_graph,
     load_callable,
     load_step,
@@ -52,23 +51,18 @@ from perfsuite.tools.diagnose.throughput import Throughput, ThroughputRounds, th
 from perfsuite.tools.diagnose.work import WorkFigures, read_work, with_rates, work_verdicts
 from perfsuite.verdict.diagnosis import (
     deferred_to_measured,
-    estimate_evidence,
     feed_verdict,
-    feed_words,
     frame_assumed,
-    lost_words,
+    input_bound_finding,
     percent,
     ranked_changes,
     retrace_recommendation,
-    span_words,
     stage_verdicts,
     stand_in_step,
-    wait_words,
     why_undecided,
 )
 from perfsuite.verdict.diagnosis_figures import (
     DEFAULT_BUDGET_S,
-    TOO_SHORT,
     DiagnosisFinding,
     FeedFigures,
     InputBoundFigures,
@@ -78,12 +72,11 @@ from perfsuite.verdict.diagnosis_figures import (
     gpu_stats_6_to_7,
     without_kind,
 )
-from perfsuite.verdict.pipeline_findings import layout_finding
+from perfsuite.verdict.pipeline_findings import layout_finding, prefetch_finding, python_op_finding
 from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
 PIPELINE_SCHEMA_VERSION = 6
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "fixes": 4.0, "feed": 2.0}
-MIN_FEED_S = 0.5  # a feed-rate search needs at least this share
 
 
 # ----------------------------------------------------------------------------------- the records
@@ -260,7 +253,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     with run.stage("fixes", held=tuple(n for n in run.undecided() if n in passes)) as stage:
         run.parts["fixes"] = fixes.run(stage)
     with run.stage("feed", held=tuple(n for n in run.undecided() if n in passes)) as stage:
-        run.parts["feed"] = _feed_stage(stage, dataset, target, settings, layout, run.parts["throughput"],
+        run.parts["feed"] = _feed_stage(stage, pipeline, target, settings, layout, run.parts["throughput"],
                                         drain=settings.warmup + buffered)
     run.resume(passes)  # the time decided stages left goes to those still undecided
     fixes.close()
@@ -295,7 +288,7 @@ def _fix_comparisons(stage: Stage, pipeline: Pipeline, graph: GraphFindings, ste
             else measured.rate.median)
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
-    comparisons = [RewriteComparison(fix, dataset, target.pipeline, warmup=settings.warmup, step=step)
+    comparisons = [RewriteComparison(fix, pipeline, target.pipeline, warmup=settings.warmup, step=step)
                    for fix in fixes]
     padding = None if measured is None else measured.padding
     if padding is not None and padding.beyond_longest > 0 and not graph.buckets:
@@ -305,38 +298,24 @@ def _fix_comparisons(stage: Stage, pipeline: Pipeline, graph: GraphFindings, ste
     return comparisons, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
 
 
-def _feed_stage(stage: Stage, dataset, target: Target, settings: PipelineSettings, layout: BatchLayout,
+def _feed_stage(stage: Stage, pipeline: Pipeline, target: Target, settings: PipelineSettings, layout: BatchLayout,
                 throughput: Throughput | None, *, drain: int) -> FeedFigures | None:
-    """The pipeline against an emulated accelerator: its feed rate, then a round at settings.step_time, read
-    from a fresh iterator drained of `drain` batches (the warm-up and what its buffers hold; a share spent
-    draining searches nothing). Batches of any structure go on as {'mel', 'mel_len'} (speech.canonical_batch,
-    the throughput stage's true lengths) where it found real frames, otherwise as they are."""
-    if stage.left_s() <= MIN_FEED_S:
-        return _no_feed_search(stage, "no time left for a feed-rate search")
-    stage.plan = f"a feed-rate search, then a round at the {settings.step_time} step"
-    stage.tell("note", stage.plan)
+    """The pipeline against an emulated accelerator (stages.feed_stage), read from a fresh iterator drained of
+    `drain` batches (the warm-up and what its buffers hold). Batches of any structure go on as {'mel', 'mel_len'}
+    (speech.canonical_batch, the throughput stage's true lengths) where it found real frames, else as they are."""
     padding = None if throughput is None else throughput.padding
-    stream = steady_stream(dataset.repeat(), target.pipeline, warmup=0, buffered=drain)
-    if stage.left_s() <= MIN_FEED_S:  # draining a slow pipeline's buffers can take the whole share
-        stream.close()
-        return _no_feed_search(stage, f"no time left for a feed-rate search after draining {drain} batches")
-    if padding is not None and padding.real_frames > 0:
-        batches = (canonical_batch(batch, layout) for batch in stream)
-    else:
-        batches = stream
-        stage.tell("note", "batches handed on as they are: " + ("no audio component" if layout.mel is None else
-                                                               "the throughput stage found no real frames"))
-    figures = feed_figures(batches, label=target.pipeline, step_time=settings.step_time, share_s=stage.left_s())
-    stream.close()
-    stage.rounds = 1
-    stage.tell("round", feed_words(figures))
-    return figures
+    canonical = padding is not None and padding.real_frames > 0
+    if not canonical:
+        stage.tell("note", "batches handed on as they are: " + ("the throughput stage found no real frames"
+                                                               if layout is not None and layout.mel is not None
+                                                               else "no audio component"))
 
+    def start():
+        stream = steady_stream(pipeline.dataset.repeat(), target.pipeline, warmup=0, buffered=drain)
+        return (canonical_batch(batch, layout) for batch in stream) if canonical else stream
 
-def _no_feed_search(stage: Stage, why: str) -> None:
-    stage.plan = why
-    stage.tell("note", why)
-    stage.status = TOO_SHORT
+    figures = feed_stage(stage, {target.pipeline: start}, step_time=settings.step_time)
+    return figures[0] if figures else None
 
 
 def _with_verdicts(diagnosis: PipelineDiagnosis) -> PipelineDiagnosis:
@@ -385,6 +364,8 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed seconds per frame says
     so first; the feed verdict at a stand-in step is left out where the user gave --step (the real one)."""
     bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
+    judged = {"waits": _waits(bound), "why_not": _no_change_because(bound, target),
+              "share": None if bound is None else bound.share}
     out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
     if layout is not None:
         out.append(layout_finding(layout))
@@ -394,18 +375,17 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     out += _input_bound_verdicts(bound, target)
     out += bottleneck_verdicts(diagnosis.bottleneck)
     out += fix_verdicts(diagnosis.fixes)
-    out += [_python_op_verdict(op, bound, target) for op in graph.python_ops]
-    out += _prefetch_verdicts(graph, bound, target)
+    out += [python_op_finding(op, **judged) for op in graph.python_ops]
+    last = graph.last_stage or (graph.transformations[-1] if graph.transformations else None)  # wrappers skipped
+    out.append(prefetch_finding(last, graph.ends_with_prefetch, graph.inject_prefetch, **judged))
     out += graph_findings(graph, padding=None if diagnosis.throughput is None else diagnosis.throughput.padding,
                           not_measured=layout.mel_rule if layout is not None and layout.mel is None
-                          else "the throughput stage read no batches",
-                          waits=_waits(bound), why_not=_no_change_because(bound, target),
-                          share=None if bound is None else bound.share)
+                          else "the throughput stage read no batches", **judged)
     out += _shape_verdicts(graph, diagnosis.step, target)
     if diagnosis.feed is not None and not (target.step and stand_in_step(diagnosis.feed)):
         out.append(feed_verdict(diagnosis.feed))
     out += work_verdicts(diagnosis.work)
-    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, layout) for f in out]))
+    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, layout) for f in out if f is not None]))
     return changes + rest
 
 
@@ -426,35 +406,14 @@ def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
     return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
 
 
-def _judged(topic: str, finding: str, evidence: dict, bound: InputBoundFigures | None,
-            recommendation: str | None, why_not: str) -> DiagnosisFinding:
-    """A graph finding with the input-bound share (evidence and interval, where measured): recommendation
-    when there is one and the step is measured to wait for input, else why_not and no recommendation."""
-    share = None if bound is None else bound.share
-    if share is not None:
-        evidence = {**evidence, "input_bound_share": share.median}
-    waits = bool(recommendation and _waits(bound))
-    words = f"the step waits for input ({share.median:.0%})" if waits else why_not
-    return DiagnosisFinding(topic, f"{finding}; {words}", evidence, recommendation if waits else None, share)
-
-
 def _input_bound_verdicts(bound: InputBoundFigures | None, target: Target) -> list[DiagnosisFinding]:
     if target.step is None:
         return [DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to feed "
                                  "(--step MODULE:FUNCTION); throughput only", {}, None)]
     if bound is None:
         return []
-    figure, label = bound.share, bound.classification
-    evidence = {**estimate_evidence("share", figure), "t_real_s": bound.t_real, "t_synthetic_s": bound.t_synthetic}
-    why = why_undecided(figure, percent)
-    if why:
-        return [DiagnosisFinding("input-bound", f"whether the step waits for input is {why}; no class is given "
-                                 "from an undecided figure", evidence, None, figure)]
-    recommendation = None if label == "not input-bound" else (
-        "the step waits for input: see the Python-function, prefetch and parallelism findings")
-    return [DiagnosisFinding("input-bound", f"the pipeline is {label} ({figure.median:.0%} of step time "
-                             f"{lost_words(bound)}; {span_words(figure, percent)}){wait_words(bound)}", evidence,
-                             recommendation, figure)]
+    return [input_bound_finding("input-bound", "the pipeline", bound, "the step waits for input: see the "
+                                "Python-function, prefetch and parallelism findings")]
 
 
 def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
@@ -470,31 +429,6 @@ def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
         evidence["first_call_s"] = diagnosis.step.first_s
     return [DiagnosisFinding("start-up", f"{'; '.join(parts)}: kept apart; the stages shared the budget left after "
                              "them", evidence, None)]
-
-
-def _python_op_verdict(op: PythonOp, bound: InputBoundFigures | None, target: Target) -> DiagnosisFinding:
-    calls = (f" calling {op.python}" if op.python else "") + (f" ({op.defined_at})" if op.defined_at else "")
-    return _judged("python-op", f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, in "
-                   f"{op.transformation} ({op.transformation_node})",
-                   {"transformation": op.transformation_node, "function": op.function, "python": op.python,
-                    "defined_at": op.defined_at}, bound,
-                   f"move {op.python or 'this function'} in {op.transformation} to TensorFlow ops (no GIL, runs in "
-                   "parallel), or precompute its output", _no_change_because(bound, target))
-
-
-def _prefetch_verdicts(graph: GraphFindings, bound: InputBoundFigures | None,
-                       target: Target) -> list[DiagnosisFinding]:
-    if graph.ends_with_prefetch or not graph.transformations:
-        return []
-    last = graph.last_stage or graph.transformations[-1]  # wrappers (with_options, ...) are not stages
-    finding = f"no prefetch at the end of the pipeline (the last real stage is {last})"
-    evidence = {"last_transformation": last, "inject_prefetch": graph.inject_prefetch}
-    if graph.inject_prefetch:  # the measured figures already include the prefetch tf.data adds
-        return [_judged("prefetch", finding, evidence, bound, None, "tf.data's inject_prefetch (on) adds one when "
-                        "the iterator starts, so the figures measured here include it")]
-    return [_judged("prefetch", f"{finding}; inject_prefetch is off, so none is added at run time", evidence, bound,
-                    "end the pipeline with .prefetch(tf.data.AUTOTUNE), so batches are prepared while the step runs",
-                    _no_change_because(bound, target))]
 
 
 def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[DiagnosisFinding]:

@@ -28,6 +28,7 @@ STAGES = ("loaders", "step", "input_bound", "feed", "sweep", "trace")
 STAGE_NEEDS = {"loaders": 2.0, "step": 4.0, "input_bound": 9.0, "feed": 3.0, "sweep": 3.0, "trace": 1.0}
 FEED_SEARCH_SHARE = 0.6  # of a pipeline's share of the feed stage: the search; the rest, a round at the step
 FEED_ROUND_SAMPLES = 32  # utilisation samples of that round: the cycle detector's minimum
+MIN_FEED_S = 0.5  # a feed-rate search needs more than this share
 
 # ------------------------------------------------------------------------------------------ the budget
 
@@ -176,6 +177,13 @@ class Stage:
 
     def tell(self, kind: str, message: str) -> None:
         self._progress(Event(self.name, kind, message, self.share_s, self.spent_s(), self._budget.left_s()))
+
+    def planned(self, plan: str, status: str | None = None) -> None:
+        """The stage's plan, in words, kept and told (a note); status, where given, set with it."""
+        self.plan = plan
+        self.tell("note", plan)
+        if status is not None:
+            self.status = status
 
     def rounds_until_decided(self, one_round: Callable[[int], None], *, decided: Callable[[], bool],
                              share_s: float | None = None, first_estimate_s: float | None = None,

@@ -87,8 +87,8 @@ def _batched(chain) -> list[bool]:
 
 @dataclass(frozen=True)
 class Fix:
-    """A fix perfsuite can apply: its name, what it does in words, and build(dataset) -> (the fixed dataset,
-    a callable that readies it before it is measured, e.g. fills a cache)."""
+    """A fix perfsuite can apply: its name, what it does in words, and build(pipeline) -> (the fixed dataset,
+    a callable that readies it before it is measured, e.g. fills a cache), pipeline the Pipeline read once."""
 
     name: str
     words: str
@@ -107,9 +107,9 @@ def _pipeline(dataset) -> Pipeline:
     return dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
 
 
-def _graph(dataset):
-    """A copy of the serialized graph of a dataset or a Pipeline already read, to rewrite."""
-    graph = _pipeline(dataset).graph_def
+def _graph(pipeline: Pipeline):
+    """A copy of the pipeline's serialized graph, to rewrite."""
+    graph = pipeline.graph_def
     if graph is None:
         raise ValueError("TensorFlow cannot serialize this dataset's graph")
     copy = tensorflow().compat.v1.GraphDef()
@@ -127,15 +127,14 @@ def _nothing() -> None:
     """Nothing to ready before measuring."""
 
 
-def add_prefetch(dataset):
-    return dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
+def add_prefetch(pipeline: Pipeline):
+    return pipeline.dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
 
 
-def _made_parallel(dataset, stages: Callable, op: str, inputs: Callable):
-    """dataset rebuilt from its graph with the nodes of stages(its model) made deterministic `op` nodes, each
-    input (name, int64 value) of inputs(node) a Const appended to the node's inputs."""
+def _made_parallel(pipeline: Pipeline, stages: Callable, op: str, inputs: Callable):
+    """The pipeline rebuilt from its graph with the nodes of stages(its model) made deterministic `op` nodes,
+    each input (name, int64 value) of inputs(node) a Const appended to the node's inputs."""
     tf = tensorflow()
-    pipeline = read_pipeline(dataset)
     graph = _graph(pipeline)
     names = {stage.node for stage in stages(pipeline.model)}
     for node in [node for node in graph.node if node.name in names]:
@@ -148,17 +147,17 @@ def _made_parallel(dataset, stages: Callable, op: str, inputs: Callable):
         if "force_synchronous" in node.attr:  # a sequential map's; the parallel op has none
             del node.attr["force_synchronous"]
         node.attr["deterministic"].s = b"true"
-    return _from_graph(graph, dataset.element_spec), _nothing
+    return _from_graph(graph, pipeline.dataset.element_spec), _nothing
 
 
-def parallel_maps(dataset):
-    """dataset rebuilt with every sequential map a parallel one of AUTOTUNE calls, order kept."""
-    return _made_parallel(dataset, lambda model: model.sequential_maps(), PARALLEL_MAP_OP,
+def parallel_maps(pipeline: Pipeline):
+    """The pipeline rebuilt with every sequential map a parallel one of AUTOTUNE calls, order kept."""
+    return _made_parallel(pipeline, lambda model: model.sequential_maps(), PARALLEL_MAP_OP,
                           lambda node: [("parallel_calls", -1)])
 
 
-def parallel_reads(dataset):
-    """dataset rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
+def parallel_reads(pipeline: Pipeline):
+    """The pipeline rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
     of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a time, one element each in
     turn, so its order differs; an interleave keeps its cycle and order)."""
     def inputs(node) -> list:
@@ -166,19 +165,18 @@ def parallel_reads(dataset):
         return cycle + [(name, -1) for name in ("buffer_output_elements", "prefetch_input_elements",
                                                 "num_parallel_calls")]
 
-    return _made_parallel(dataset, lambda model: [stage for stage, _ in model.sequential_reads()],
+    return _made_parallel(pipeline, lambda model: [stage for stage, _ in model.sequential_reads()],
                           PARALLEL_INTERLEAVE_OP, inputs)
 
 
-def cache_after(dataset, prefix):
-    """dataset rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and
+def cache_after(pipeline: Pipeline, prefix):
+    """The pipeline rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and
     the callable that fills the cache by reading prefix.cache() once (the rebuilt graph reads the same
     cache resource)."""
     cached = prefix.cache()
     cache_model = read_pipeline(cached)
     cache_nodes = {node.name: node for node in cache_model.graph_def.node}
     cache_node = cache_nodes[cache_model.model.stages[-1].node]
-    pipeline = read_pipeline(dataset)
     graph = _graph(pipeline)
     nodes = {node.name: node for node in graph.node}
     chain = [nodes[stage.node] for stage in pipeline.model.chain()]
@@ -197,7 +195,7 @@ def cache_after(dataset, prefix):
         const.CopyFrom(cache_nodes[name.split(":")[0]])
         const.name = f"perfsuite_cache/{const.name}"
         inserted.input.append(const.name)
-    fixed = _from_graph(graph, dataset.element_spec)
+    fixed = _from_graph(graph, pipeline.dataset.element_spec)
 
     def fill() -> None:
         for _ in cached:
@@ -292,4 +290,4 @@ def _cache_fix(pipeline: Pipeline, samples_per_s: float | None, fill_limit_s: fl
                           f"{samples / samples_per_s:.0f} s at the measured throughput), more than the "
                           f"{fill_limit_s:.0f} s left to measure it")
     return Fix("cache", f"caching in memory after {stage_words(prefix)} ({size / 2**20:.1f} MiB a pass, {ends})",
-               lambda data: cache_after(data, prefix))
+               lambda read: cache_after(read, prefix))

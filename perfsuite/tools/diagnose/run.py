@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from perfsuite.measure.teardown import iterate
 from perfsuite.tools.diagnose.plan import (
     STAGE_NEEDS,
     STAGES,
@@ -46,6 +47,7 @@ from perfsuite.tools.diagnose.views import (
 )
 from perfsuite.verdict.diagnosis import verdicts
 from perfsuite.verdict.diagnosis_figures import (
+    LOADER_PIPELINES,
     CacheUse,
     DataSummary,
     DiagnoseSettings,
@@ -135,7 +137,8 @@ def _measure(run: StageLog, *, dataset_dir: Path, cache_dir: Path, settings: Dia
             figures = input_bound_stage(stage, fastest, step.input_bound_call_s, batch, loader, settings)
         run.parts.update(input_bound=figures, gpu=gpu.result())
     with run.stage("feed") as stage:
-        run.parts["feed"] = feed_stage(stage, loader, settings, mel_config)
+        run.parts["feed"] = feed_stage(stage, {p.label: lambda p=p: iterate(loader(p)) for p in LOADER_PIPELINES},
+                                       step_time=settings.step_time, mel_config=mel_config)
     with run.stage("sweep") as stage:
         run.parts["sweep"] = sweep_stage(stage, loader, settings)
     if trace_dir is not None:

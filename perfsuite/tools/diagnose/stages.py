@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perfsuite.measure.emulated import (  # no TensorFlow
@@ -26,6 +26,7 @@ from perfsuite.tools.diagnose.plan import (
     FEED_ROUND_SAMPLES,
     FEED_SEARCH_SHARE,
     MAX_STEP_CALLS,
+    MIN_FEED_S,
     Stage,
     calls_that_fit,
     more_rounds_for,
@@ -98,10 +99,9 @@ class LoaderRounds:
     def run(self, stage: Stage) -> dict:
         """Rounds within the stage's share; pipelines and comparisons, empty without a measured round."""
         settings, done = self.settings, self.rounds.rounds_run
-        stage.plan = (f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per "
-                      f"round, interleaved, {'after a short warm-up round' if not done else 'more rounds'}; "
-                      "rounds until the same-round ratios are decided")
-        stage.tell("note", stage.plan)
+        stage.planned(f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per "
+                       f"round, interleaved, {'after a short warm-up round' if not done else 'more rounds'}; "
+                       "rounds until the same-round ratios are decided")
 
         def decided() -> bool:
             return all(c.ratio.decided for c in self.comparisons())
@@ -170,10 +170,9 @@ def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple
                            f"{first[mode].steady_s:.3f} s per call")
     round_call_s = sum(first[mode].steady_s for mode in STEP_MODES)
     calls = calls_that_fit(stage.left_s(), round_call_s, most=MAX_STEP_CALLS)
-    stage.plan = (f"interleaved rounds of {calls} call(s) per mode, about {calls * round_call_s:.1f} s each, until "
-                  f"graph/eager and XLA/graph are decided; {max(stage.left_s(), 0):.0f} s of the share left after the "
-                  "first calls")
-    stage.tell("note", stage.plan)
+    stage.planned(f"interleaved rounds of {calls} call(s) per mode, about {calls * round_call_s:.1f} s each, until "
+                   f"graph/eager and XLA/graph are decided; {max(stage.left_s(), 0):.0f} s of the share left after the "
+                   "first calls")
     rounds = InterleavedRounds({mode: functools.partial(_step_calls, models[mode], batch, calls)
                                 for mode in STEP_MODES})
     per_round = rounds.values
@@ -231,10 +230,9 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
     sides = 2 * len(bounds)
     batches = side_steps(stage.left_s(), call_s, sides=sides, warmup=warmup)
     round_s = sides * (warmup + batches) * call_s
-    stage.plan = (f"rounds of {sides} sides ({len(bounds)} pipelines, each beside the synthetic twin) x ({warmup} "
-                  f"untimed + {batches} timed steps of about {call_s:.3g} s), about {round_s:.1f} s per round; a "
-                  "pipeline leaves the rounds once its share is decided")
-    stage.tell("note", stage.plan)
+    stage.planned(f"rounds of {sides} sides ({len(bounds)} pipelines, each beside the synthetic twin) x ({warmup} "
+                   f"untimed + {batches} timed steps of about {call_s:.3g} s), about {round_s:.1f} s per round; a "
+                   "pipeline leaves the rounds once its share is decided")
 
     def undecided() -> list[InputBoundStage]:
         return [bound for bound in bounds if not bound.decided()]
@@ -251,25 +249,26 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
 # ------------------------------------------------------------------------------- the emulated GPU
 
 
-def feed_stage(stage: Stage, loader, settings: DiagnoseSettings, mel_config) -> tuple[FeedFigures, ...]:
-    """Each LOADER_PIPELINES loader against an emulated accelerator: its feed rate, then a round at the
-    settings.step_time step; the stage's share split evenly over the loaders still to measure."""
-    stage.plan = (f"{len(LOADER_PIPELINES)} loaders: a feed-rate search each, then a round at the "
-                  f"{settings.step_time} step")
-    stage.tell("note", stage.plan)
+def feed_stage(stage: Stage, sources: dict[str, Callable[[], Iterator]], *, step_time: str | None,
+               mel_config=DEFAULT_MEL) -> tuple[FeedFigures, ...]:
+    """Each source ({label: a function that starts its endless batch iterator}) against an emulated accelerator:
+    its feed rate, then a round at step_time; what is left of the share, once the iterator is started (a
+    pipeline's may drain its buffers first), split evenly over the sources still to measure. A source left with
+    MIN_FEED_S or less ends the stage TOO_SHORT, saying so."""
+    stage.planned(f"{len(sources)} pipeline(s): a feed-rate search each, then a round at the {step_time} step")
     out = []
-    for index, pipeline in enumerate(LOADER_PIPELINES):
-        share_s = stage.left_s() / (len(LOADER_PIPELINES) - index)
-        if share_s <= 0:
-            stage.status = TOO_SHORT
-            break
-        figures = feed_figures(iter(loader(pipeline)), label=pipeline.label, step_time=settings.step_time,
-                               share_s=share_s, mel_config=mel_config)
+    for index, (label, start) in enumerate(sources.items()):
+        batches = start()
+        share_s = stage.left_s() / (len(sources) - index)
+        if share_s <= MIN_FEED_S:
+            stage.planned(f"{label}: no time left for a feed-rate search once its iterator started (draining its "
+                          f"buffers, where it does, can take the whole share): {stage.left_s():.1f} s left", TOO_SHORT)
+            return tuple(out)
+        figures = feed_figures(batches, label=label, step_time=step_time, share_s=share_s, mel_config=mel_config)
         out.append(figures)
         stage.rounds += 1
-        stage.tell("round", f"{pipeline.label}: {feed_words(figures)}")
-    else:
-        stage.status = DECIDED if all(f.keeps_busy is not None for f in out) else UNDECIDED
+        stage.tell("round", f"{label}: {feed_words(figures)}")
+    stage.status = DECIDED if all(f.keeps_busy is not None for f in out) else UNDECIDED
     return tuple(out)
 
 
@@ -326,10 +325,9 @@ def sweep_points(axis: str, settings: DiagnoseSettings) -> tuple[int, ...]:
 def sweep_stage(stage: Stage, loader, settings: DiagnoseSettings) -> tuple[SweepAxis, ...]:
     """Both SWEEP_AXES, the stage's share split between them by their number of points."""
     weights = {axis: float(len(sweep_points(axis, settings))) for axis in SWEEP_AXES}
-    stage.plan = (f"tf_native WAV samples/s at {int(weights['workers'])} worker counts, then at "
-                  f"{int(weights['batch_size'])} batch sizes, in interleaved rounds after a warm-up round; the "
-                  "share split by points")
-    stage.tell("note", stage.plan)
+    stage.planned(f"tf_native WAV samples/s at {int(weights['workers'])} worker counts, then at "
+                   f"{int(weights['batch_size'])} batch sizes, in interleaved rounds after a warm-up round; the "
+                   "share split by points")
     found = []
     for axis in SWEEP_AXES:
         share = split_budget(stage.left_s(), weights)[axis]

@@ -20,10 +20,9 @@ from perfsuite.measure.stats import Cycle
 from perfsuite.records import Record
 from perfsuite.tools.diagnose.plan import Stage, calls_that_fit, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import samples_in, steady_stream, timed_next
-from perfsuite.verdict.diagnosis import estimate_evidence, percent, span_words, why_undecided
+from perfsuite.verdict.diagnosis import estimate_evidence, span_words, variation_finding
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
-    UNSTABLE_VARIATION,
     VARIATION_BOUNDARIES,
     DiagnosisFinding,
     RoundsEstimate,
@@ -93,10 +92,9 @@ class ThroughputRounds:
             batch_s_estimate = statistics.median(s for r in self.rounds for s in r[1:])
         self.batches = batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
                                                                             most=MAX_THROUGHPUT_BATCHES))
-        stage.plan = (f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
-                      f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
-                      f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
-        stage.tell("note", stage.plan)
+        stage.planned(f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
+                       f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
+                       f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
         stream = steady_stream(self.dataset, self.spec, warmup=0, buffered=self.drain)
         refilled = [0]  # batches the buffers may have refilled while the last round's batches were analysed
 
@@ -173,24 +171,10 @@ def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
     out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit} per wall-clock second "
                             f"over a round ({span_words(rate, fmt_rate)}); the first batch took "
                             f"{figures.first_batch_s:.2f} s (start-up, kept apart)", evidence, None, rate)]
-    audio, cycle, variation = figures.audio_s_per_s, figures.cycle, figures.variation
-    if figures.padding is not None:
-        out.append(speech_finding(audio, figures.padding, fmt_rate))
-    elif audio is not None:  # a file written before the layout was recorded
-        evidence = {**estimate_evidence("audio_s_per_s", audio), "padding_efficiency": figures.padding_efficiency}
-        out.append(DiagnosisFinding("speech", f"{fmt_rate(audio.median)} seconds of audio per second "
-                                    f"({span_words(audio, fmt_rate)}); batches are {figures.padding_efficiency:.0%} "
-                                    "real frames, the rest padding", evidence, None, audio))
-    if cycle is not None and cycle.significant:
-        out.append(DiagnosisFinding("cycle", f"per-batch times repeat every {cycle.period} batches", {
-            "period": cycle.period, "strength": cycle.strength, "threshold": cycle.threshold},
-            "periodic stalls: a slow element every period (long files, GC, a shared disk); raise prefetch or "
-            "parallelism so the stall is hidden"))
-    elif variation is not None and variation.median >= UNSTABLE_VARIATION:
-        out.append(DiagnosisFinding("variation", f"per-batch times vary by {variation.median:.0%} of the mean "
-                                    f"({why_undecided(variation, percent) or span_words(variation, percent)})",
-                                    estimate_evidence("variation", variation), None, variation))
-    return out
+    if figures.padding is not None or figures.audio_s_per_s is not None:  # a file before the layout: audio alone
+        out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate, figures.padding_efficiency))
+    out.append(variation_finding(figures.cycle, figures.variation, len(figures.batch_s)))
+    return [finding for finding in out if finding is not None]
 
 
 def fmt_rate(value: float) -> str:
