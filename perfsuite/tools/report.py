@@ -1,10 +1,6 @@
-"""The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary.
-
-Input: a perfsuite.verdict.diagnosis_figures.Diagnosis, or the dict its as_dict() wrote (read back with
-Diagnosis.from_dict, so an old or damaged file is refused by name), an interrupted run's checkpoint
-included: parts not measured are left out and the summary says so. Every figure is shown with its
-interval and rounds. Tables go through perfsuite.tables, matplotlib through perfsuite.plotting.
-"""
+"""The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary. An
+interrupted run's parts not measured are left out, and the summary says so; every figure is shown with its
+interval and rounds. Tables go through perfsuite.tables, matplotlib through perfsuite.plotting."""
 
 from __future__ import annotations
 
@@ -28,6 +24,7 @@ from perfsuite.verdict.diagnosis_figures import (
     Pipeline,
     RoundsEstimate,
     SweepAxis,
+    format_figure,
 )
 
 _percent = "{:.1%}".format
@@ -112,10 +109,10 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
     xs = list(range(len(points)))
     label = sweep.axis.replace("_", " ")
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
-    medians = [point.samples_per_s for point in points]
     errors = [[point.samples_per_s - point.samples_per_s_low for point in points],
               [point.samples_per_s_high - point.samples_per_s for point in points]]
-    left.errorbar(xs, medians, yerr=errors, fmt="o-", capsize=4, color="tab:blue", label="median, range")
+    left.errorbar(xs, [point.samples_per_s for point in points], yerr=errors, fmt="o-", capsize=4, color="tab:blue",
+                  label="median, range")
     for x, point in zip(xs, points):
         left.plot([x] * len(point.samples_per_s_rounds), point.samples_per_s_rounds, ".", color="grey", alpha=0.7)
         if point.current:
@@ -165,17 +162,10 @@ def plot_gpu_timeline(timeline: GpuTimeline, path: Path, title: str | None = Non
 
 def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
     """summary.md: completeness, stages, data, findings, one table per part measured, the plots."""
-    lines = [f"# perfsuite diagnose: {diagnosis.dataset}", ""]
-    lines += _stage_lines(diagnosis)
-    lines += _data_lines(diagnosis)
-    lines += _findings_lines("## Findings", diagnosis.verdicts)
-    lines += _pipeline_lines(diagnosis)
-    lines += _input_bound_lines(diagnosis)
-    lines += _step_lines(diagnosis)
-    lines += _feed_lines(diagnosis.feed)
-    lines += _sweep_drift_note(diagnosis)
-    for sweep in diagnosis.sweep:
-        lines += _sweep_lines(sweep)
+    lines = [f"# perfsuite diagnose: {diagnosis.dataset}", "", *_stage_lines(diagnosis), *_data_lines(diagnosis),
+             *_findings_lines("## Findings", diagnosis.verdicts), *_pipeline_lines(diagnosis),
+             *_input_bound_lines(diagnosis), *_step_lines(diagnosis), *_feed_lines(diagnosis.feed),
+             *_sweep_drift_note(diagnosis), *(line for sweep in diagnosis.sweep for line in _sweep_lines(sweep))]
     gpu = diagnosis.gpu
     if gpu is not None:
         lines += [*_section("GPU", "sampled" if gpu.available else f"not available: {gpu.reason}"), ""]
@@ -277,7 +267,7 @@ def _findings_lines(heading: str, verdicts) -> list[str]:
 
 def _finding_lines(verdict, marker: str) -> list[str]:
     """One finding after marker ('- ', '1. '): its topic, words and figures, then its interval and recommendation."""
-    figures = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in verdict.evidence.items())
+    figures = ", ".join(f"{key}={format_figure(value)}" for key, value in verdict.evidence.items())
     lines, indent = [f"{marker}**{verdict.topic}**: {verdict.finding} ({figures})"], " " * len(marker)
     if verdict.interval is not None:
         lines.append(f"{indent}- interval: {interval_cell(verdict.interval, '{:.4g}'.format)}, "

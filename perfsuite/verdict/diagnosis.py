@@ -241,9 +241,8 @@ def input_bound_verdicts(figures: tuple[InputBoundFigures, ...],
 
 
 def input_bound_finding(topic: str, name: str, figures: InputBoundFigures, recommendation: str) -> DiagnosisFinding:
-    """The input-bound share of the step fed by name (said first), its interval the finding's: the class and
-    what the share is of step time, the wait share beside it; recommendation only for a share decided
-    input-bound. An undecided share says why, with its median (and the class there, where one was given)."""
+    """The input-bound share of the step fed by name: its class and interval, the wait share beside it, and
+    recommendation only for a share decided input-bound; an undecided share says why, with its median."""
     figure, label = figures.share, figures.classification
     share = figure.median
     evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
@@ -252,16 +251,11 @@ def input_bound_finding(topic: str, name: str, figures: InputBoundFigures, recom
         at_median = "" if label == UNDECIDED else f" ({label} at the median)"
         return DiagnosisFinding(topic, f"{name}: {why}; median share {share:.0%}{at_median}{wait_words(figures)}",
                                 evidence, None, figure)
-    waits = (f"{share:.0%} of step time {lost_words(figures)}" if share >= 0 else
+    lost = "waits for input" if figures.wait is None else "lost to input"  # a file before schema 8: its old words
+    waits = (f"{share:.0%} of step time {lost}" if share >= 0 else
              f"share {share:.0%}: fed faster than its synthetic twin, i.e. no measurable wait, the rest noise")
     return DiagnosisFinding(topic, f"{name} is {label} ({waits}; {span_words(figure, percent)}){wait_words(figures)}",
                             evidence, None if label == "not input-bound" else recommendation, figure)
-
-
-def lost_words(figures: InputBoundFigures) -> str:
-    """What the share is of step time: lost to input where the wait was measured beside it; a file
-    before schema 8 keeps the words its findings were written with."""
-    return "waits for input" if figures.wait is None else "lost to input"
 
 
 def wait_words(figures: InputBoundFigures) -> str:
@@ -308,8 +302,7 @@ def point_label(axis: str, point: int) -> str:
 
 
 def sweep_verdicts(sweep: tuple[SweepAxis, ...]) -> list[DiagnosisFinding]:
-    found = (_sweep_verdict(figures) for figures in sweep)
-    return [verdict for verdict in found if verdict is not None]
+    return [verdict for verdict in map(_sweep_verdict, sweep) if verdict is not None]
 
 
 def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
@@ -373,15 +366,12 @@ def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
     measured = f"busy {figures.round.busy_fraction:.0%} in a round at that step"
     if stats.oscillation.significant:
         measured += f", utilisation oscillating every {stats.oscillation_period_s:.3g} s"
-    if figures.keeps_busy:
-        return DiagnosisFinding(topic, f"{assumed}{label} keeps {step} >= 90 % busy: it {fed}; {measured}", evidence,
-                                None)
-    if figures.keeps_busy is False:
-        return DiagnosisFinding(topic, f"{assumed}{label} would starve {step}: it {fed}; {measured}", evidence,
-                                "the GPU would wait for input: a faster loader (see the loader findings), more "
-                                "parallel calls, prefetch, or the .npy cache")
-    return DiagnosisFinding(topic, f"{assumed}{label} vs {step}: undecided, the step lies inside the feed rate's "
-                            f"interval: it {fed}; {measured}", evidence, None)
+    verdict = {True: f"keeps {step} >= 90 % busy", False: f"would starve {step}",
+               None: f"vs {step}: undecided, the step lies inside the feed rate's interval"}[figures.keeps_busy]
+    starves = ("the GPU would wait for input: a faster loader (see the loader findings), more parallel calls, "
+               "prefetch, or the .npy cache")
+    return DiagnosisFinding(topic, f"{assumed}{label} {verdict}: it {fed}; {measured}", evidence,
+                            starves if figures.keeps_busy is False else None)
 
 
 def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
@@ -460,8 +450,8 @@ OPPOSED: tuple[tuple[str, str], ...] = (("fixed-shapes", "less-padding"), ("more
 
 
 def material(gain: RoundsEstimate | None) -> bool:
-    """Whether a measured gain calls for its change: at least MIN_ROUNDS rounds and its whole interval at or
-    above MATERIAL_GAIN."""
+    """Whether a measured gain calls for its change: MIN_ROUNDS rounds at least, its whole interval at or above
+    MATERIAL_GAIN."""
     return gain is not None and gain.rounds >= MIN_ROUNDS and gain.low >= MATERIAL_GAIN
 
 
@@ -471,9 +461,8 @@ def gain_words(gain: RoundsEstimate) -> str:
 
 
 def fix_finding(name: str, words: str, unit: str | None, gain: RoundsEstimate | None) -> DiagnosisFinding:
-    """A change perfsuite applied to the pipeline and measured, before and after (gain: after / before per
-    round; None: no round fit). 'apply it' only for a material gain; otherwise the finding says that it was
-    measured and why no change is called for: too few rounds, within noise, slower, or too small."""
+    """A change perfsuite applied to the pipeline and measured (gain: after / before per round; None: no round
+    fit): 'apply it' only for a material gain, otherwise why no change is called for."""
     topic = f"{FIX_TOPIC}{name}"
     if gain is None:
         return DiagnosisFinding(topic, f"{words}: applied, but no measured round fit the time left",
@@ -545,10 +534,8 @@ def pushes(finding: DiagnosisFinding) -> tuple[str, ...] | None:
 
 
 def deferred_to_measured(findings: list[DiagnosisFinding]) -> list[DiagnosisFinding]:
-    """Each finding whose recommendation pushes where a change measured on this pipeline went: the measurement
-    decides. Left without a recommendation, the finding saying what was measured, when every such change was
-    found not worth making (declined); otherwise kept, naming the measurement (and that it is undecided where
-    no such change is material)."""
+    """findings, each recommendation that pushes where a change measured on this pipeline went deferring to
+    the measurement: dropped where every such change was declined, else kept naming the measurement."""
     changes = [f for f in findings if measured_change(f)]
     return [_deferred(f, changes) if not measured_change(f) else f for f in findings]
 
@@ -567,9 +554,8 @@ def _deferred(finding: DiagnosisFinding, changes: list[DiagnosisFinding]) -> Dia
 
 
 def contradictions(findings: list[DiagnosisFinding]) -> list[str]:
-    """In words, each pair of recommendations that push OPPOSED directions, and each recommendation that pushes
-    where a change measured on this pipeline was found not worth making; [] when they agree. ValueError naming
-    the topic of a recommendation whose directions PUSHES does not declare."""
+    """In words, each pair of recommendations that push OPPOSED directions, and each that pushes where a
+    measured change was declined; [] when they agree. ValueError names a topic PUSHES does not declare."""
     undeclared = sorted({f.topic for f in findings if pushes(f) is None})
     if undeclared:
         raise ValueError(f"recommendations without declared directions (verdict.diagnosis.PUSHES): "

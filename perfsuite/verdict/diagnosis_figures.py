@@ -366,10 +366,13 @@ class DiagnosisFinding(Record):
     interval: RoundsEstimate | None = None  # the figure it rests on; None for counts and tests (such as the cycle)
 
     def lines(self) -> list[str]:
+        """For the terminal: '[topic] finding', then its evidence, interval and recommendation indented."""
         figures = ", ".join(f"{key}={format_figure(value)}" for key, value in self.evidence.items())
         out = [f"[{self.topic}] {self.finding}", f"    evidence: {figures}"]
-        if self.interval is not None:
-            out.append(f"    interval: {interval_words(self.interval)}")
+        if (figure := self.interval) is not None:
+            straddles = "; straddles " + ", ".join(f"{b:.4g}" for b in figure.straddles) if figure.straddles else ""
+            out.append(f"    interval: {figure.low:.4g}–{figure.high:.4g} (median {figure.median:.4g}), "
+                       f"{figure.rounds} round(s), {figure.coverage:.0%} coverage{straddles}")
         if self.recommendation:
             out.append(f"    recommendation: {self.recommendation}")
         return out
@@ -377,15 +380,6 @@ class DiagnosisFinding(Record):
 
 def format_figure(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def interval_words(figure: RoundsEstimate) -> str:
-    """'0.031-0.25 (median 0.12), 4 rounds, 88 % coverage; straddles 0.05' for people."""
-    words = (f"{figure.low:.4g}–{figure.high:.4g} (median {figure.median:.4g}), {figure.rounds} round(s), "
-             f"{figure.coverage:.0%} coverage")
-    if figure.straddles:
-        words += "; straddles " + ", ".join(f"{b:.4g}" for b in figure.straddles)
-    return words
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
-"""The findings of diagnose --pipeline about a user's batches and graph, in words: the layout chosen, speech
-figures and padding, the graph as it runs, and the graph findings whose change is recommended only when the
-step is measured to wait for input (when_waiting: Python-function ops, a missing prefetch, sequential maps and
-reads). The ranking and the directions of recommendations stay in perfsuite.verdict.diagnosis."""
+"""The findings of diagnose --pipeline about a user's batches and graph, in words: the layout, speech figures
+and padding, the graph as it runs, and the graph findings recommended only when the step waits for input
+(when_waiting). The ranking and the directions of recommendations are in perfsuite.verdict.diagnosis."""
 
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ FIXED_PADDING_WASTE = 0.10  # padded frames past each batch's longest sample, as
 
 
 def layout_finding(layout: BatchLayout) -> DiagnosisFinding:
-    """Which component was read as the audio and which as its lengths, by which rule; or, when none
-    qualified, that audio seconds and padding are not measured, with the structure found."""
+    """Which components were read as the audio and its lengths, by which rule; or, when none qualified,
+    that audio seconds and padding are not measured."""
     evidence = {"structure": layout.structure, "mel": layout.mel, "mel_len": layout.mel_len,
                 "frame_s": layout.frame_s, "frame_source": layout.frame_source}
     if layout.mel is None:
@@ -39,9 +38,8 @@ def padding_source_words(padding: PaddingFigures) -> str:
 
 def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
                    fmt: Callable[[float], str] = format_figure, efficiency: float | None = None) -> DiagnosisFinding:
-    """Audio seconds per second (when measured over every round) and the padding efficiency, with the
-    source of the lengths; padding None: a file written before the layout was recorded, with only its
-    efficiency."""
+    """Audio seconds per second (when measured) and the padding efficiency with the lengths' source; padding
+    None: a file written before the layout was recorded, with only its efficiency."""
     evidence, source = {"padding_efficiency": efficiency}, ""
     if padding is not None:
         evidence = {"padding_efficiency": padding.efficiency, "real_frames": padding.real_frames,
@@ -57,11 +55,10 @@ def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
 
 def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[str, ...],
                           not_measured: str | None = None, *, buckets: bool = False) -> DiagnosisFinding | None:
-    """Padding to a fixed length rather than to each batch's longest, named with its measured waste: at least
-    FIXED_PADDING_WASTE of the padded frames lie past each batch's longest sample. graph_shapes: the
-    padded_batch stages that pad to a fixed length, in words (the graph's side of it). Without measured
-    batches (not_measured says why), the graph's padding is named with no figure; None: no such padding.
-    buckets: the pipeline already batches by length, so it is never told to bucket."""
+    """Padding to a fixed length, named when at least FIXED_PADDING_WASTE of the padded frames lie past each
+    batch's longest sample; graph_shapes: the graph's fixed padded_batch stages, in words, named without a
+    figure when no batches were measured (not_measured says why). None: no such padding. buckets: the
+    pipeline already batches by length, so it is never told to bucket."""
     shapes = "; ".join(graph_shapes)
     evidence = {"padded_batch": shapes or None}
     if padding is None:
@@ -76,20 +73,14 @@ def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[st
     evidence |= {"beyond_longest": padding.beyond_longest, "padding_efficiency": padding.efficiency,
                  "to_longest_efficiency": padding.to_longest, "time_axes": list(padding.time_axes),
                  "length_source": padding.source_words()}
+    less = ("the pipeline already buckets by length: pad each bucket's batch to its longest (bucket_by_sequence_length's "
+            "pad_to_bucket_boundary=False, no fixed padded_shapes)" if buckets else "pad each batch to its longest "
+            "(padded_batch with None on the time axis) or bucket by length (tf.data.Dataset.bucket_by_sequence_length)")
     return DiagnosisFinding(
         "fixed-padding", f"clips padded to a fixed {lengths} frames{where}, not to each batch's longest: "
         f"{padding.beyond_longest:.0%} of the padded frames lie past each batch's longest clip; batches are "
         f"{padding.efficiency:.0%} real frames, and would be {padding.to_longest:.0%} padded to their longest "
-        f"({padding_source_words(padding)})", evidence, _less_padding(buckets))
-
-
-def _less_padding(buckets: bool) -> str:
-    if buckets:
-        return ("the pipeline already buckets by length: pad each bucket's batch to its longest "
-                "(bucket_by_sequence_length's pad_to_bucket_boundary=False, no fixed padded_shapes), and keep the true "
-                "lengths in the length tensor")
-    return ("pad each batch to its longest (padded_batch with None on the time axis) or bucket by length "
-            "(tf.data.Dataset.bucket_by_sequence_length), and keep the true lengths in the length tensor")
+        f"({padding_source_words(padding)})", evidence, f"{less}, and keep the true lengths in the length tensor")
 
 
 def prefetch_to_device_finding(after: tuple[str, ...]) -> DiagnosisFinding | None:
@@ -104,8 +95,7 @@ def prefetch_to_device_finding(after: tuple[str, ...]) -> DiagnosisFinding | Non
 
 def sequential_map_finding(maps: tuple[str, ...], waits: bool | None, why_not: str,
                            share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """Maps without num_parallel_calls (one element at a time); recommended against only when the step
-    waits (when_waiting)."""
+    """Maps without num_parallel_calls (one element at a time), as when_waiting words them."""
     if not maps:
         return None
     return when_waiting("parallelism", f"{len(maps)} map(s) run one element at a time (no num_parallel_calls): "
@@ -115,9 +105,8 @@ def sequential_map_finding(maps: tuple[str, ...], waits: bool | None, why_not: s
 
 def when_waiting(topic: str, finding: str, evidence: dict, recommendation: str | None, waits: bool | None,
                  why_not: str, share: RoundsEstimate | None) -> DiagnosisFinding:
-    """A graph finding whose change (recommendation; None: none) is recommended only when the step is
-    measured to wait for input (waits), else why_not says why no change is called for (or is undecided).
-    The input-bound share, where measured, is in its evidence and its interval."""
+    """A graph finding whose change (recommendation) is recommended only when the step is measured to wait
+    for input (waits), else why_not says why not; the input-bound share, where measured, is its interval."""
     if share is not None:
         evidence = {**evidence, "input_bound_share": share.median}
     if waits and recommendation:
@@ -128,8 +117,7 @@ def when_waiting(topic: str, finding: str, evidence: dict, recommendation: str |
 
 def python_op_finding(op: PythonOp, waits: bool | None, why_not: str,
                       share: RoundsEstimate | None = None) -> DiagnosisFinding:
-    """A Python-function op: it runs Python for every element, under the GIL; moving it to TensorFlow ops
-    is recommended only when the step waits (when_waiting)."""
+    """A Python-function op (Python for every element, under the GIL), as when_waiting words it."""
     calls = (f" calling {op.python}" if op.python else "") + (f" ({op.defined_at})" if op.defined_at else "")
     return when_waiting("python-op", f"{op.op} op {op.node!r}{calls} runs Python for every element, under the GIL, "
                         f"in {op.transformation} ({op.transformation_node})",
@@ -141,9 +129,8 @@ def python_op_finding(op: PythonOp, waits: bool | None, why_not: str,
 
 def prefetch_finding(last_stage: str | None, ends_with_prefetch: bool, inject_prefetch: bool, waits: bool | None,
                      why_not: str, share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """No prefetch at the end of the pipeline (last_stage: its last real stage; None: no stage). With
-    inject_prefetch on, tf.data adds one at run time, so none is recommended; otherwise ending the pipeline
-    with one is, when the step waits (when_waiting)."""
+    """No prefetch after last_stage, the last real stage (None: no stage), as when_waiting words it; none is
+    recommended with inject_prefetch on, as tf.data then adds one at run time."""
     if ends_with_prefetch or last_stage is None:
         return None
     finding = f"no prefetch at the end of the pipeline (the last real stage is {last_stage})"
@@ -164,8 +151,8 @@ def graph_finding(chain: str, last_stage: str | None, read_from: str) -> Diagnos
 
 def sequential_read_finding(reads: tuple[str, ...], waits: bool | None, why_not: str,
                             share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """Files read one at a time (an interleave or flat_map without parallel calls over file readers, as
-    TFRecordDataset over several files is); recommended against only when the step waits (when_waiting)."""
+    """Files read one at a time (an interleave or flat_map over file readers without parallel calls), as
+    when_waiting words it."""
     if not reads:
         return None
     return when_waiting("read-parallelism", f"files read one at a time: {'; '.join(reads)}", {"reads": list(reads)},
@@ -174,8 +161,7 @@ def sequential_read_finding(reads: tuple[str, ...], waits: bool | None, why_not:
 
 
 def cache_after_repeat_finding(caches: tuple[str, ...]) -> DiagnosisFinding | None:
-    """A cache after an endless repeat: it never completes a pass, so it never serves from memory, and it
-    keeps every element it reads until memory runs out."""
+    """Caches after an endless repeat, which never serve from memory and grow until memory runs out."""
     if not caches:
         return None
     return DiagnosisFinding("cache-order", f"{'; '.join(caches)} comes after an endless repeat: it never completes "

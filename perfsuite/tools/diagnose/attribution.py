@@ -8,6 +8,7 @@ import functools
 import time
 from dataclasses import dataclass
 
+from perfsuite._tensorflow import tensorflow
 from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
@@ -60,8 +61,6 @@ def counted(dataset, *, batched: bool):
     """dataset as the samples each element holds (its leading dimension when batched, else 1), unbatched
     elements counted UNBATCHED_READ at a time: a prefix is read inside TensorFlow, one element at a time as
     the stage after it reads it, without Python's cost per element or the copy of its tensors to the host."""
-    from perfsuite._tensorflow import tensorflow
-
     tf = tensorflow()
     if batched:
         counts = dataset.map(lambda *element: tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0])
@@ -77,8 +76,6 @@ def pass_reads(cut) -> int | None:
     """Reads of counted(cut.dataset) in one pass of a finite prefix: its cardinality, taken through stages that
     give one element per element where TensorFlow does not know it (copy_to_device); None when endless,
     unknown, or (unbatched) not a whole number of UNBATCHED_READ groups."""
-    from perfsuite._tensorflow import tensorflow
-
     tf, dataset = tensorflow(), cut.dataset
     while (count := int(dataset.cardinality())) == tf.data.UNKNOWN_CARDINALITY:
         inputs = dataset._inputs() if one_to_one(op_of_class(dataset)) else []
@@ -152,11 +149,10 @@ class BottleneckRounds:
         started = time.perf_counter()
         sources = {index: counted(cut.dataset.repeat(), batched=cut.batched) for index, cut in enumerate(cuts)}
         sources.update(reading_cost(cuts))
-        streams = {index: Stream(source, self.spec) for index, source in sources.items()}
         drains = {index: self.warmup + buffered_elements(source) for index, source in sources.items()}
+        # the start-ups (drained as each stream is made), before any round: a round's estimate holds none
+        streams = {index: Stream(source, self.spec, drain=drains[index]) for index, source in sources.items()}
         whole = {index: pass_reads(cut) for index, cut in enumerate(cuts)}  # the reading's own: endless
-        for index, stream in streams.items():  # the start-ups, before any round: a round's estimate holds none
-            stream.drain(drains[index])
         start_s = time.perf_counter() - started
 
         def read(key) -> float:
@@ -177,8 +173,6 @@ class BottleneckRounds:
 def reading_cost(cuts) -> dict:
     """The reading's own cost, to take off every prefix's: counted() of datasets that do no work, the kinds the
     prefixes are ('unbatched': an endless range; 'batched': it batched as the first batched prefix's batches)."""
-    from perfsuite._tensorflow import tensorflow
-
     tf = tensorflow()
     source = tf.data.Dataset.range(2 ** 62)
     twins = {"unbatched": counted(source, batched=False)}

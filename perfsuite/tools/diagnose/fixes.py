@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.measure.step_model import StepModel
@@ -47,23 +46,6 @@ class FixGain(Record):
 
 class NotApplicable(Exception):
     """A fix that cannot be applied to this pipeline; its message says why."""
-
-
-class Comparison(Protocol):
-    """One fix as measured: prepare() readies both sides (NotApplicable when the fix cannot apply), rate(side,
-    read_s) is one side's rate ('before' or 'after') read for about read_s seconds, close() frees what
-    prepare() opened. warmup_rounds: rounds run first and discarded (e.g. a step tracing new shapes)."""
-
-    name: str
-    words: str
-    unit: str
-    warmup_rounds: int
-
-    def prepare(self) -> None: ...
-
-    def rate(self, side: str, read_s: float) -> float: ...
-
-    def close(self) -> None: ...
 
 
 class RewriteComparison:
@@ -108,11 +90,14 @@ class RewriteComparison:
 
 class FixRounds:
     """The fixes stage, resumable. make(stage) -> (the comparisons to measure, the fixes considered and not
-    applied) is called once, on the first pass; each pass splits its share across the fixes still undecided."""
+    applied) is called once, on the first pass; each pass splits its share across the fixes still undecided.
+    A comparison (RewriteComparison, padding.PaddingComparison) has name, words, unit, warmup_rounds (rounds run
+    first and discarded: a step tracing new shapes), prepare() (both sides readied; NotApplicable when the fix
+    cannot apply), rate(side, read_s) (one side's rate, read for about read_s) and close()."""
 
-    def __init__(self, make: Callable[[Stage], tuple[list[Comparison], list[FixGain]]]):
+    def __init__(self, make: Callable[[Stage], tuple[list, list[FixGain]]]):
         self.make = make
-        self.comparisons: list[Comparison] | None = None
+        self.comparisons: list | None = None
         self.refused: list[FixGain] = []
         self.values: dict[str, dict[str, list[float]]] = {}
 
@@ -168,7 +153,7 @@ class FixRounds:
             self.comparisons.append(comparison)
             self.values[comparison.name] = {side: [] for side in SIDES}
 
-    def _measure(self, stage: Stage, comparison: Comparison, share_s: float) -> str:
+    def _measure(self, stage: Stage, comparison, share_s: float) -> str:
         values = self.values[comparison.name]
         read_s = max(MIN_READ_S, share_s / (TARGET_ROUNDS * 4))
         # This pass's rounds continue the earlier ones' values and order (before first in even measured

@@ -1,9 +1,6 @@
-"""The user's tf.data graph as diagnose reports it, asked of the pipeline model
-(perfsuite.workload.pipeline_model, which reads the graph once): its stages from the source to the output,
-each with what it does (parallelism, buffer, cache, padding), the Python functions it calls, the element's
-dynamic shapes, and the findings they give. The rules (the last real stage, prefetch_to_device last, ...):
-docs/diagnose.md, "The graph read as it runs".
-"""
+"""The user's tf.data graph as diagnose reports it, asked of the pipeline model (workload/pipeline_model.py,
+which reads the graph once): its stages, Python functions and dynamic shapes, and the findings they give. The
+rules (the last real stage, prefetch_to_device last, ...): docs/diagnose.md, "The graph read as it runs"."""
 
 from __future__ import annotations
 
@@ -40,25 +37,18 @@ class DynamicShape(Record):
 
 @dataclass(frozen=True)
 class GraphFindings(Record):
-    """What the dataset's graph shows. transformations: dataset op types from the source to the output
-    (along first inputs); stages: the same as GraphStage records. last_stage: the op of the last real
-    stage (wrappers and pass-through stages skipped); ends_with_prefetch: that stage prefetches.
-    inject_prefetch: whether tf.data adds a prefetch at run time when the last transformation is
-    synchronous (its option; TensorFlow's default is on). after_prefetch_to_device: the real stages after
-    a prefetch_to_device (TensorFlow requires it last; empty when it is, or when there is none).
-    dynamic_shapes: element components with open dimensions, which can make a step retrace. read_from:
-    'serialized graph', or the walk that read a dataset TensorFlow would not serialize."""
+    """What the dataset's graph shows, its stages from the source to the output (along first inputs)."""
 
-    transformations: tuple[str, ...]
+    transformations: tuple[str, ...]  # the stages' dataset op types
     python_ops: tuple[PythonOp, ...]
-    ends_with_prefetch: bool
-    inject_prefetch: bool
-    dynamic_shapes: tuple[DynamicShape, ...]
+    ends_with_prefetch: bool  # the last real stage prefetches
+    inject_prefetch: bool  # tf.data adds a prefetch at run time after a synchronous last stage (default on)
+    dynamic_shapes: tuple[DynamicShape, ...]  # element components with open dimensions: a step may retrace
     element_spec: str
     stages: tuple[GraphStage, ...] = ()
-    last_stage: str | None = None
-    after_prefetch_to_device: tuple[str, ...] = ()
-    read_from: str = "serialized graph"
+    last_stage: str | None = None  # the op of the last real stage (wrappers and pass-through stages skipped)
+    after_prefetch_to_device: tuple[str, ...] = ()  # real stages after it (TensorFlow requires it last)
+    read_from: str = "serialized graph"  # or the walk that read a dataset TensorFlow would not serialize
     sequential_reads: tuple[str, ...] = ()  # interleaves / flat_maps reading files one at a time, in words
     caches_after_endless_repeat: tuple[str, ...] = ()  # cache stages after an endless repeat, in words
     buckets: bool = False  # the pipeline already batches by length (group_by_window)
@@ -110,35 +100,24 @@ def _after_copy_to_device(stages: tuple[GraphStage, ...]) -> tuple[str, ...]:
     return tuple(s.method for s in after)
 
 
-# ------------------------------------------------------------------------------ the element
-
-
 def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
     """Components of element_spec whose static shape has open dimensions (or an unknown rank)."""
     out = []
     for path, spec in leaves(element_spec):
         shape = getattr(spec, "shape", None)
-        if shape is None:
-            continue
-        if shape.rank is None:
+        if shape is not None and shape.rank is None:
             out.append(DynamicShape(component=path, shape="<unknown rank>", dims=None))
-            continue
-        dims = tuple(i for i, dim in enumerate(shape.as_list()) if dim is None)
-        if dims:
+        elif shape is not None and None in shape.as_list():
+            dims = tuple(i for i, dim in enumerate(shape.as_list()) if dim is None)
             out.append(DynamicShape(component=path, shape=str(tuple(shape.as_list())), dims=dims))
     return tuple(out)
-
-
-# ------------------------------------------------------------------------------ the findings
 
 
 def graph_findings(graph: GraphFindings, *, padding: PaddingFigures | None, not_measured: str | None = None,
                    waits: bool | None = None, why_not: str = "", share: RoundsEstimate | None = None,
                    ) -> list[DiagnosisFinding]:
-    """The graph's findings (verdict/diagnosis.py words them): the stages as they run, prefetch_to_device
-    not last, sequential maps (recommended against only when waits: the step is measured to wait for
-    input; else why_not says why not), and padding to a fixed length with padding's measured waste
-    (not_measured: why there is no padding figure)."""
+    """The graph's findings (verdict/pipeline_findings.py words them); waits, why_not and share as
+    when_waiting takes them, not_measured as fixed_padding_finding takes it."""
     fixed = tuple(f"{s.method} {s.node} ({', '.join(shape_words(p) for p in s.padded_shapes)})"
                   for s in graph.fixed_padding())
     found = [graph_finding(graph.chain_words(), graph.last_stage, graph.read_from),

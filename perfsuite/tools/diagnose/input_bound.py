@@ -1,10 +1,8 @@
-"""diagnose's input-bound share, on both paths (a dataset's loaders: stages.input_bound_stage; --pipeline:
-pipeline.py), measured by measure.input_bound's InputBoundRounds, the alternating measurement the benchmarks
-and the fixture use, with diagnose's contract: a fresh iterator per side and round, dropped inside it (its
-start-up falls in the side's untimed steps, its teardown runs on measure.teardown's thread), the synthetic
-twin first in even rounds, rounds sized from the step's seconds per
-call and added until the share is decided or the stage's share of the budget is spent.
-"""
+"""diagnose's input-bound share, on both paths (stages.input_bound_stage and pipeline.py), by measure.input_bound's
+InputBoundRounds (what the benchmarks and the fixture use), with diagnose's contract: a fresh iterator per side and
+round, dropped inside it (its start-up falls in the side's untimed steps, its teardown runs on measure.teardown's
+thread), the synthetic twin first in even rounds, rounds sized from the step's seconds per call and added until the
+share is decided or the stage's share of the budget is spent."""
 
 from __future__ import annotations
 
@@ -48,10 +46,9 @@ def side_steps(left_s: float, call_s: float, *, sides: int, warmup: int, most: i
 
 class InputBoundStage:
     """The step fed by ``dataset`` vs by ``twin`` (twin_of a batch it read), in rounds of the module's contract.
-    call_s: the step's steady seconds per call, which size the first pass's rounds; fresh(dataset): a fresh
-    iterator of a side; pipeline: the loader measured, for its figures (None: --pipeline's own). run(stage)
-    is one pass; a second call adds rounds to the first, sized afresh by the seconds per step measured.
-    one_round(batches) is one round of it for a caller that sizes and drives the rounds itself."""
+    call_s: the step's steady seconds per call, which size the first pass's rounds; fresh(dataset): a side's fresh
+    iterator; pipeline: the loader measured (None: --pipeline's own). run(stage) is one pass; a second adds rounds,
+    sized by the seconds per step measured. one_round(batches) serves a caller that drives the rounds itself."""
 
     def __init__(self, step: StepModel, call_s: float, dataset, twin, *, warmup: int,
                  fresh: Callable[[object], Iterator], pipeline: Pipeline | None = None):

@@ -1,13 +1,12 @@
 """The padding fix of diagnose --pipeline: length bucketing instead of padding to a fixed length, timed on the
 user's own step at the real length distribution (a step's cost that grows with frames is what padding wastes).
 
-The samples of PADDING_BATCHES batches of the pipeline are split apart on the host, each sample's audio cut to
-its true length (speech.canonical_batch's: the length tensor, or the content where that tensor says the padded
-length) and its length tensor set to it; then TensorFlow's own ``tf.data.Dataset.bucket_by_sequence_length``
-batches them again: BUCKETS buckets bounded at the quantiles of the true lengths, the pipeline's batch size,
-each batch padded (with zeros) to its own longest, every sample kept. Every other component goes along with
-its sample as it was sliced from its batch (text tokens keep their padding in that batch), padded by the same
-op to each new batch's longest."""
+The samples of PADDING_BATCHES batches are split apart on the host, each sample's audio cut to its true length
+(speech.canonical_batch's: the length tensor, or the content where that tensor says the padded length) and its
+length tensor set to it; TensorFlow's ``bucket_by_sequence_length`` then batches them again: BUCKETS buckets
+bounded at the quantiles of the true lengths, the pipeline's batch size, each batch padded (with zeros) to its
+own longest, every sample kept. Every other component goes along with its sample as sliced from its batch (text
+tokens keep their padding in that batch), padded by the same op to each new batch's longest."""
 
 from __future__ import annotations
 
@@ -28,21 +27,6 @@ PADDING_BATCHES = 16  # batches taken from the pipeline once: their samples fed 
 BUCKETS = 4  # length buckets, bounded at the quantiles of the true lengths
 
 
-def replaced(batch, values: dict):
-    """batch with the components at the given paths (batch_spec.leaves' paths) replaced."""
-    def walk(item, path: str):
-        if path in values:
-            return values[path]
-        if isinstance(item, dict):
-            return {key: walk(item[key], f"{path}/{key}" if path else str(key)) for key in item}
-        if isinstance(item, tuple | list):
-            parts = [walk(x, f"{path}/{i}" if path else str(i)) for i, x in enumerate(item)]
-            return type(item)(*parts) if hasattr(item, "_fields") else type(item)(parts)
-        return item
-
-    return walk(batch, "")
-
-
 def true_lengths(batches: list, layout) -> list[np.ndarray]:
     """Per batch, its samples' true lengths (speech.canonical_batch's)."""
     return [np.asarray(canonical_batch(batch, layout)["mel_len"], np.int64) for batch in batches]
@@ -52,8 +36,6 @@ def boundaries(lengths: np.ndarray, buckets: int = BUCKETS) -> list[int]:
     """Bucket boundaries (bucket_by_sequence_length's: bucket i holds lengths in [b[i-1], b[i])) at the
     quantiles of lengths, strictly increasing, none at or below the shortest (no bucket left empty at the
     bottom): at most buckets - 1 of them."""
-    if buckets < 1:
-        raise ValueError(f"buckets: expected at least 1, found {buckets}")
     lengths = np.asarray(lengths)
     if lengths.size == 0:
         return []
@@ -71,12 +53,12 @@ def bucketed(batches: list, layout, *, batch_size: int, buckets: int = BUCKETS) 
     datasets = [tf.data.Dataset.from_tensor_slices((batch, count)) for batch, count in zip(batches, lengths)]
 
     def cut(sample, length):
-        parts = dict(leaves(sample))
-        audio = parts[layout.mel]  # one sample: its time axis is the batch's less one
-        values = {layout.mel: tf.gather(audio, tf.range(length), axis=layout.axis - 1)}
+        parts = dict(leaves(sample))  # tf.nest's order
+        # one sample: its time axis is the batch's less one
+        parts[layout.mel] = tf.gather(parts[layout.mel], tf.range(length), axis=layout.axis - 1)
         if layout.mel_len is not None:
-            values[layout.mel_len] = tf.cast(length, parts[layout.mel_len].dtype)
-        return replaced(sample, values), length
+            parts[layout.mel_len] = tf.cast(length, parts[layout.mel_len].dtype)
+        return tf.nest.pack_sequence_as(sample, list(parts.values())), length
 
     grouped = functools.reduce(tf.data.Dataset.concatenate, datasets).map(cut).bucket_by_sequence_length(
         lambda sample, length: tf.cast(length, tf.int32),  # the op compares it with int32 boundaries
@@ -86,6 +68,11 @@ def bucketed(batches: list, layout, *, batch_size: int, buckets: int = BUCKETS) 
 
 def _shapes(batch) -> tuple:
     return tuple(tuple(getattr(value, "shape", ())) for _, value in leaves(batch))
+
+
+def _words(buckets: int) -> str:
+    return (f"bucketing by length (tf.data bucket_by_sequence_length, {buckets} bucket"
+            f"{'' if buckets == 1 else 's'}) instead of padding to a fixed length")
 
 
 class PaddingComparison:
@@ -102,15 +89,10 @@ class PaddingComparison:
                  buckets: int = BUCKETS):
         self.step, self.dataset, self.spec, self.layout, self.padding = step, dataset, spec, layout, padding
         self.buckets = buckets
-        self.words = self._words(buckets)
+        self.words = _words(buckets)
         self.unit = f"samples/s of the step on the samples of {PADDING_BATCHES} of the pipeline's batches"
         self.sides: dict[str, list] = {}
-        self.counts: dict[str, int] = {}
-
-    @staticmethod
-    def _words(buckets: int) -> str:
-        return (f"bucketing by length (tf.data bucket_by_sequence_length, {buckets} bucket"
-                f"{'' if buckets == 1 else 's'}) instead of padding to a fixed length")
+        self.samples = 0  # on each side: bucketing keeps every sample
 
     def prepare(self) -> None:
         self._check()
@@ -122,31 +104,24 @@ class PaddingComparison:
             after = bucketed(padded, self.layout, batch_size=leading_dim(padded[0]), buckets=self.buckets)
         except Exception as error:  # noqa: BLE001 -- a batch TensorFlow cannot split into samples: said
             raise NotApplicable(f"the batches could not be split into samples: {one_line_error(error)}") from None
-        self._try_step(after)
-        self.words = self._words(len(boundaries(lengths, self.buckets)) + 1)
-        self.unit = f"samples/s of the step on {lengths.size} of the pipeline's samples"
-        self.sides = {"before": padded, "after": after}
-        self.counts = {side: sum(leading_dim(batch) for batch in batches) for side, batches in self.sides.items()}
-
-    def _check(self) -> None:
-        layout, padding = self.layout, self.padding
-        if self.step is None:
-            raise NotApplicable("needs --step: the gain is the step's")
-        if layout is None or layout.mel is None:
-            raise NotApplicable("no audio component in the batches")
-        if layout.ragged:
-            raise NotApplicable("the audio is ragged: its batches hold no padding")
-        if padding is None or padding.beyond_longest <= 0:
-            raise NotApplicable("no padding past each batch's longest clip was measured")
-
-    def _try_step(self, batches: list) -> None:
-        """The step called once on a batch of each shape among batches (each traced before the rounds);
-        NotApplicable naming the error, in one line, when it refuses one."""
-        for batch in {_shapes(batch): batch for batch in reversed(batches)}.values():  # the first of each shape
+        for batch in {_shapes(batch): batch for batch in reversed(after)}.values():  # each shape traced once now
             try:
                 self.step.call_s(batch)
             except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said
                 raise NotApplicable(f"the step refused the bucketed batches: {one_line_error(error)}") from None
+        self.words = _words(len(boundaries(lengths, self.buckets)) + 1)
+        self.unit = f"samples/s of the step on {lengths.size} of the pipeline's samples"
+        self.sides, self.samples = {"before": padded, "after": after}, lengths.size
+
+    def _check(self) -> None:
+        if self.step is None:
+            raise NotApplicable("needs --step: the gain is the step's")
+        if self.layout is None or self.layout.mel is None:
+            raise NotApplicable("no audio component in the batches")
+        if self.layout.ragged:
+            raise NotApplicable("the audio is ragged: its batches hold no padding")
+        if self.padding is None or self.padding.beyond_longest <= 0:
+            raise NotApplicable("no padding past each batch's longest clip was measured")
 
     def rate(self, side: str, read_s: float) -> float:
         """Samples per second of the step over whole passes of the side's batches, for at least read_s."""
@@ -154,7 +129,7 @@ class PaddingComparison:
         while passes == 0 or seconds < read_s:
             seconds += self.step.calls(iter(batches), count=len(batches)).seconds
             passes += 1
-        return passes * self.counts[side] / seconds
+        return passes * self.samples / seconds
 
     def close(self) -> None:
         self.sides = {}

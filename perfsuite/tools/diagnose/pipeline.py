@@ -1,13 +1,10 @@
 """`perfsuite diagnose --pipeline MODULE:FUNCTION`: measure a user's own tf.data pipeline as it is, within
 a time budget, and inspect its graph for what can cost training time.
 
-targets.py imports the user's factory (and step) and reads the graph; diagnose_pipeline() measures, in
-budgeted stages after the start-up and the step's first calls: steady throughput (throughput.py), the
-input-bound share (given a step), the bottleneck (attribution.py), the fixes (fixes.py, padding.py) and the
-feed rate; the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from
-measured figures: the graph says where to look, the figures whether it matters. A target perfsuite cannot
-use raises TargetError (a step that fails when called: StepError), one line naming what was looked up and what
-was found.
+After the start-up and the step's first calls (kept apart), budgeted stages measure steady throughput
+(throughput.py), the input-bound share (given a step), the bottleneck (attribution.py), the fixes (fixes.py,
+padding.py) and the feed rate; the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come
+only from measured figures: the graph says where to look, the figures whether it matters.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from perfsuite.tools.diagnose.plan import (
     no_progress,
 )
 from perfsuite.tools.diagnose.stages import feed_stage
-from perfsuite.tools.diagnose.streams import Stream, buffered_elements, steady_stream, timed_next
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
 from perfsuite.tools.diagnose.targets import (
     GraphFindings,
     inspect_graph,
@@ -195,9 +192,8 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     checkpointed."""
     from perfsuite.measure.machine import machine_fingerprint
 
-    stages = ("throughput", "input_bound", "bottleneck", "fixes", "feed") if target.step else (
-        "throughput", "bottleneck", "fixes", "feed")
-    budget = Budget(settings.budget_s, {name: PIPELINE_STAGE_NEEDS[name] for name in stages}, clock)
+    needs = {name: need for name, need in PIPELINE_STAGE_NEEDS.items() if target.step or name != "input_bound"}
+    budget = Budget(settings.budget_s, needs, clock)
 
     def tell(message: str) -> None:
         progress(Event("startup", "note", message, None, budget.elapsed_s(), budget.left_s()))
@@ -209,21 +205,27 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     graph = inspect_graph(pipeline)
     tell(f"graph as it runs: {graph.chain_words()}; {len(graph.python_ops)} Python-function op(s)")
     stream = Stream(dataset, target.pipeline)
-    first_batch, first_s, warmup, warmup_s = _start(stream, settings.warmup)
+    first_batch, first_s = timed_next(stream)
+    warmup = [timed_next(stream) for _ in range(settings.warmup)]
+    warmup_s = tuple(seconds for _, seconds in warmup)
     stream.close()  # its buffers would fill during the step's first calls: every stage reads a fresh one
     startup_s = budget.elapsed_s()
-    layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s), more=warmup)
+    layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s),
+                         more=tuple(batch for batch, _ in warmup))
     tell(f"batches: {layout.words()}")
     tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
-    model = StepModel(step, name=f"--step {target.step}") if step is not None else None
-    first_step = _first_calls(model, first_batch) if model is not None else None
-    if first_step is not None:
-        tell(f"the step's first call {first_step.first_s:.2f} s (trace, compile), then {first_step.first_steady_s:.3g} s: "
+    model = first_step = None
+    if step is not None:
+        model = StepModel(step, name=f"--step {target.step}")
+        first = model.first_calls(first_batch)
+        first_step = StepRun(first_s=first.first_s, first_steady_s=first.steady_s, calls=1, traces=first.traces,
+                             retraces=None if first.traces is None else 0)
+        tell(f"the step's first call {first.first_s:.2f} s (trace, compile), then {first.steady_s:.3g} s: "
              "kept apart, the budget left after it is split across the stages")
     read_from = budget.elapsed_s()
     work = read_work(pipeline, step, first_batch, pipeline_name=target.pipeline, step_name=target.step)
     tell(f"work read from the graphs in {budget.elapsed_s() - read_from:.1f} s (kept apart, as the start-up)")
-    buffered = buffered_elements(pipeline)
+    drain = settings.warmup + buffered_elements(pipeline)
     head = {"target": target, "settings": settings, "fingerprint": machine_fingerprint(), "graph": graph,
             "layout": layout, "startup_s": startup_s}
     run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
@@ -232,29 +234,26 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
                    budget=budget, progress=progress, checkpoint=checkpoint)
     run.save()
     run.tell_plan(after="the start-up" + (" and the step's first calls" if step is not None else ""))
-    throughput = ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout,
-                                   drain=settings.warmup + buffered)
-    bound = _input_bound_pass(model, first_step, first_batch, dataset, settings, target) if model else None
-    with run.stage("throughput") as stage:
-        run.parts["throughput"] = throughput.run(stage)
-    if bound is not None:
-        with run.stage("input_bound") as stage:
-            run.parts.update(bound.run(stage))
+    throughput = ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout, drain=drain)
     bottleneck = BottleneckRounds(pipeline, target.pipeline, warmup=settings.warmup)
-    with run.stage("bottleneck") as stage:
-        run.parts["bottleneck"] = bottleneck.run(stage)
     fixes = FixRounds(lambda stage: _fix_comparisons(stage, pipeline, graph, model, settings, target, layout,
                                                      run.parts["throughput"]))
     passes = {"throughput": Resumable(lambda stage: {"throughput": throughput.run(stage)}, throughput.more_rounds),
               "bottleneck": Resumable(lambda stage: {"bottleneck": bottleneck.run(stage)}, bottleneck.more_rounds),
               "fixes": Resumable(lambda stage: {"fixes": fixes.run(stage)}, fixes.more_rounds)}
-    if bound is not None:
-        passes["input_bound"] = bound
-    with run.stage("fixes", held=tuple(n for n in run.undecided() if n in passes)) as stage:
-        run.parts["fixes"] = fixes.run(stage)
-    with run.stage("feed", held=tuple(n for n in run.undecided() if n in passes)) as stage:
+    if model is not None:
+        passes["input_bound"] = _input_bound_pass(model, first_step, first_batch, dataset, settings, target)
+
+    def held() -> tuple[str, ...]:
+        """The undecided stages, which keep their part of what is left for their second pass (run.resume)."""
+        return tuple(name for name in run.undecided() if name in passes)
+
+    for name in list(needs)[:-1]:  # every stage but the feed, the last one
+        with run.stage(name, held=held() if name == "fixes" else ()) as stage:
+            run.parts.update(passes[name].run(stage))
+    with run.stage("feed", held=held()) as stage:
         run.parts["feed"] = _feed_stage(stage, pipeline, target, settings, layout, run.parts["throughput"],
-                                        drain=settings.warmup + buffered)
+                                        drain=drain)
     run.resume(passes)  # the time decided stages left goes to those still undecided
     fixes.close()
     run.parts["work"] = _with_rates(work, run.parts["throughput"], run.parts["input_bound"], run.parts["step"])
@@ -268,11 +267,16 @@ def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBo
                 step: StepRun | None) -> WorkFigures:
     """The work against the steady samples/s and audio, and the step's steady seconds (fed by the synthetic
     twin where measured, else its second call)."""
-    rate = None if throughput is None or throughput.rate is None or throughput.unit != "samples" else throughput.rate
-    audio = None if rate is None or throughput.audio_s_per_s is None else throughput.audio_s_per_s.median / rate.median
+    rate = _samples_per_s(throughput)
+    audio = None if rate is None or throughput.audio_s_per_s is None else throughput.audio_s_per_s.median / rate
     step_s = bound.t_synthetic if bound is not None else step.first_steady_s if step is not None else None
-    return with_rates(work, audio_s_per_sample=audio, samples_per_s=None if rate is None else rate.median,
-                      step_s=step_s)
+    return with_rates(work, audio_s_per_sample=audio, samples_per_s=rate, step_s=step_s)
+
+
+def _samples_per_s(throughput: Throughput | None) -> float | None:
+    """The steady rate's median where it counts samples (a batch's leading dimension), else None."""
+    counts_samples = throughput is not None and throughput.rate is not None and throughput.unit == "samples"
+    return throughput.rate.median if counts_samples else None
 
 
 def _fix_comparisons(stage: Stage, pipeline: Pipeline, graph: GraphFindings, step: StepModel | None,
@@ -280,19 +284,18 @@ def _fix_comparisons(stage: Stage, pipeline: Pipeline, graph: GraphFindings, ste
                      measured: Throughput | None) -> tuple[list, list[FixGain]]:
     """The fixes perfsuite can apply to this pipeline (padding first: the step's gain), and those it considered
     and cannot apply, with why."""
-    dataset = pipeline.dataset
     try:
         fixes, skipped = rewrite.applicable_fixes(
             pipeline, ends_with_prefetch=graph.ends_with_prefetch, fill_limit_s=stage.left_s() / 4,
-            samples_per_s=None if measured is None or measured.rate is None or measured.unit != "samples"
-            else measured.rate.median)
+            samples_per_s=_samples_per_s(measured))
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
     comparisons = [RewriteComparison(fix, pipeline, target.pipeline, warmup=settings.warmup, step=step)
                    for fix in fixes]
     padding = None if measured is None else measured.padding
     if padding is not None and padding.beyond_longest > 0 and not graph.buckets:
-        comparisons.insert(0, PaddingComparison(step, dataset, target.pipeline, layout=layout, padding=padding))
+        comparisons.insert(0, PaddingComparison(step, pipeline.dataset, target.pipeline, layout=layout,
+                                                padding=padding))
     elif graph.buckets:
         skipped.append(rewrite.NotApplied("bucketing", "the pipeline already buckets by length (group_by_window)"))
     return comparisons, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
@@ -311,7 +314,7 @@ def _feed_stage(stage: Stage, pipeline: Pipeline, target: Target, settings: Pipe
                                                                else "no audio component"))
 
     def start():
-        stream = steady_stream(pipeline.dataset.repeat(), target.pipeline, warmup=0, buffered=drain)
+        stream = Stream(pipeline.dataset.repeat(), target.pipeline, drain=drain)
         return (canonical_batch(batch, layout) for batch in stream) if canonical else stream
 
     figures = feed_stage(stage, {target.pipeline: start}, step_time=settings.step_time)
@@ -320,19 +323,6 @@ def _feed_stage(stage: Stage, pipeline: Pipeline, target: Target, settings: Pipe
 
 def _with_verdicts(diagnosis: PipelineDiagnosis) -> PipelineDiagnosis:
     return replace(diagnosis, verdicts=tuple(pipeline_verdicts(diagnosis)))
-
-
-def _start(stream: Stream, warmup: int) -> tuple[Any, float, tuple, tuple[float, ...]]:
-    """(the first batch, its seconds (start-up), `warmup` more batches, their seconds)."""
-    first, first_s = timed_next(stream)
-    more = [timed_next(stream) for _ in range(warmup)]
-    return first, first_s, tuple(b for b, _ in more), tuple(s for _, s in more)
-
-
-def _first_calls(step: StepModel, batch) -> StepRun:
-    first = step.first_calls(batch)
-    return StepRun(first_s=first.first_s, first_steady_s=first.steady_s, calls=1, traces=first.traces,
-                   retraces=None if first.traces is None else 0)
 
 
 def _input_bound_pass(step: StepModel, first: StepRun, batch, dataset, settings: PipelineSettings,
@@ -364,7 +354,8 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed seconds per frame says
     so first; the feed verdict at a stand-in step is left out where the user gave --step (the real one)."""
     bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
-    judged = {"waits": _waits(bound), "why_not": _no_change_because(bound, target),
+    waits = None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
+    judged = {"waits": waits, "why_not": _no_change_because(bound, target),
               "share": None if bound is None else bound.share}
     out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
     if layout is not None:
@@ -372,7 +363,12 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     out += _startup_verdicts(diagnosis)
     if diagnosis.throughput is not None:
         out += throughput_verdicts(diagnosis.throughput)
-    out += _input_bound_verdicts(bound, target)
+    if target.step is None:
+        out.append(DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to "
+                                    "feed (--step MODULE:FUNCTION); throughput only", {}, None))
+    elif bound is not None:
+        out.append(input_bound_finding("input-bound", "the pipeline", bound, "the step waits for input: see the "
+                                       "Python-function, prefetch and parallelism findings"))
     out += bottleneck_verdicts(diagnosis.bottleneck)
     out += fix_verdicts(diagnosis.fixes)
     out += [python_op_finding(op, **judged) for op in graph.python_ops]
@@ -389,11 +385,6 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
     return changes + rest
 
 
-def _waits(bound: InputBoundFigures | None) -> bool | None:
-    """True / False when the share is decided input-bound / not; None when not measured or undecided."""
-    return None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
-
-
 def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
     """Why a graph finding calls for no change: the input-bound share not measured, undecided, or low."""
     if target.step is None:
@@ -404,16 +395,6 @@ def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
     if why:
         return f"whether it costs training time is {why}"
     return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
-
-
-def _input_bound_verdicts(bound: InputBoundFigures | None, target: Target) -> list[DiagnosisFinding]:
-    if target.step is None:
-        return [DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to feed "
-                                 "(--step MODULE:FUNCTION); throughput only", {}, None)]
-    if bound is None:
-        return []
-    return [input_bound_finding("input-bound", "the pipeline", bound, "the step waits for input: see the "
-                                "Python-function, prefetch and parallelism findings")]
 
 
 def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:

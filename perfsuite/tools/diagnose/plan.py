@@ -30,14 +30,10 @@ FEED_SEARCH_SHARE = 0.6  # of a pipeline's share of the feed stage: the search; 
 FEED_ROUND_SAMPLES = 32  # utilisation samples of that round: the cycle detector's minimum
 MIN_FEED_S = 0.5  # a feed-rate search needs more than this share
 
-# ------------------------------------------------------------------------------------------ the budget
-
 
 def split_budget(total_s: float, needs: Mapping[str, float]) -> dict[str, float]:
     """total_s split across the stages in proportion to what each needs (weights > 0), in needs' order.
     Nothing left (total_s <= 0) gives every stage 0 s."""
-    if not needs:
-        return {}
     for name, need in needs.items():
         if not need > 0:
             raise ValueError(f"needs[{name!r}]: expected a weight > 0, found {need!r}")
@@ -61,7 +57,7 @@ def status_from(decided: bool, rounds: int) -> str:
 
 
 def status_of(outcome: RoundsOutcome) -> str:
-    """The stage status a stage's rounds give: DECIDED, TOO_SHORT (< MIN_ROUNDS rounds) or UNDECIDED."""
+    """status_from of one pass's rounds."""
     return status_from(outcome.decided, outcome.rounds)
 
 
@@ -145,10 +141,9 @@ class Budget:
 
 
 class Stage:
-    """A stage as it runs: its share, its clock and progress reports, its rounds; record() is its
-    StageRecord. The stage function sets plan and status. reserve_s: seconds of the share kept back from
-    its rounds for what follows them (closing its iterators, which can take seconds: tail_s() of an
-    earlier pass measured it), so that a pass ends within its share."""
+    """A stage as it runs: its share, clock, progress reports and rounds; the stage function sets plan and status.
+    reserve_s: seconds of the share kept back from its rounds for what follows them (closing its iterators can take
+    seconds: an earlier pass's tail_s()), so that a pass ends within its share."""
 
     def __init__(self, name: str, share_s: float, budget: Budget, progress: Progress, reserve_s: float = 0.0):
         self.name = name
@@ -179,7 +174,7 @@ class Stage:
         self._progress(Event(self.name, kind, message, self.share_s, self.spent_s(), self._budget.left_s()))
 
     def planned(self, plan: str, status: str | None = None) -> None:
-        """The stage's plan, in words, kept and told (a note); status, where given, set with it."""
+        """The stage's plan, in words, kept and told; status, where given, set with it."""
         self.plan = plan
         self.tell("note", plan)
         if status is not None:
@@ -206,9 +201,7 @@ class Stage:
         return outcome
 
     def record(self, status: str | None = None) -> StageRecord:
-        needs = None
-        if self._rounds_need_s is not None:
-            needs = self.spent_s() - self._in_rounds_s + self._rounds_need_s
+        needs = None if self._rounds_need_s is None else self.spent_s() - self._in_rounds_s + self._rounds_need_s
         return StageRecord(name=self.name, share_s=self.share_s, spent_s=self.spent_s(),
                            rounds=self.rounds + self._running_rounds, status=status or self.status, plan=self.plan,
                            needs_s=needs)
@@ -217,16 +210,13 @@ class Stage:
 def worst_status(statuses) -> str:
     """A stage's status from its parts' (TOO_SHORT before UNDECIDED before DECIDED)."""
     statuses = set(statuses)
-    for status in (TOO_SHORT, UNDECIDED, DECIDED):
-        if status in statuses:
-            return status
-    return DONE
+    return next((status for status in (TOO_SHORT, UNDECIDED, DECIDED) if status in statuses), DONE)
 
 
 class StageLog:
-    """A diagnosis as it is measured: its parts so far and the stages that ran. snapshot() is the record
-    of what exists, make(complete=, elapsed_s=, stages=, **parts) with its verdicts; after each stage it
-    goes to checkpoint, so an interrupted run keeps it."""
+    """A diagnosis as it is measured: its parts so far and the stages that ran. snapshot() is
+    make(complete=, elapsed_s=, stages=, **parts); after each stage it goes to checkpoint, so an interrupted run
+    keeps it."""
 
     def __init__(self, *, make: Callable[..., Any], parts: dict[str, Any], budget: Budget, progress: Progress,
                  checkpoint: Callable[[Any], None] | None):
@@ -276,11 +266,17 @@ class StageLog:
     @contextlib.contextmanager
     def _running(self, stage: Stage, start: str, *, index: int, first: StageRecord | None = None
                  ) -> Iterator[Stage]:
-        """stage as it runs; its record (joined to the first pass's, if any) is kept at index and checkpointed
-        when it ends, also when it is interrupted (then marked INTERRUPTED and the interrupt goes on)."""
+        """stage as it runs; its record is kept at index and checkpointed when it ends, also when it is interrupted
+        (then marked INTERRUPTED and the interrupt goes on). After a first pass, one record of both: shares, seconds
+        and rounds added, the second's status, and the time it needs (it knows the longest round) plus the first's."""
         def keep(status: str | None = None) -> StageRecord:
             self.tails[stage.name] = max(self.tails.get(stage.name, 0.0), stage.tail_s())
-            record = stage.record(status) if first is None else _joined(first, stage.record(status))
+            record = stage.record(status)
+            if first is not None:
+                record = replace(record, share_s=first.share_s + record.share_s, spent_s=first.spent_s + record.spent_s,
+                                 rounds=first.rounds + record.rounds,
+                                 plan=f"{first.plan}; then again: {record.plan}" if record.plan else first.plan,
+                                 needs_s=None if record.needs_s is None else first.spent_s + record.needs_s)
             self.stages[index:index + 1] = [record]
             self.save()
             return record
@@ -332,12 +328,3 @@ class StageLog:
             return 0.0
         more = resumable.more_rounds()
         return more * record.spent_s / record.rounds if math.isfinite(more) else math.inf
-
-
-def _joined(first: StageRecord, second: StageRecord) -> StageRecord:
-    """One record of a stage run twice: shares, seconds and rounds added; the second pass's status; the time
-    it needs from the second pass (it knows the longest round) plus what the first spent."""
-    needs = None if second.needs_s is None else first.spent_s + second.needs_s
-    return StageRecord(name=first.name, share_s=first.share_s + second.share_s, spent_s=first.spent_s + second.spent_s,
-                       rounds=first.rounds + second.rounds, status=second.status,
-                       plan=f"{first.plan}; then again: {second.plan}" if second.plan else first.plan, needs_s=needs)

@@ -23,13 +23,6 @@ def log_path_for(json_path: Path | None) -> Path:
     return Path(name)
 
 
-def _on_fd(stream, fd: int) -> bool:
-    try:
-        return stream.fileno() == fd
-    except (AttributeError, OSError, ValueError):
-        return False
-
-
 @contextlib.contextmanager
 def user_output_to(path: Path) -> Iterator[TextIO]:
     """stdout and stderr (file descriptors 1 and 2, and sys.stdout / sys.stderr) into path while the block
@@ -39,7 +32,11 @@ def user_output_to(path: Path) -> Iterator[TextIO]:
             stream.flush()
     old_out, old_err = sys.stdout, sys.stderr
     saved = {fd: os.dup(fd) for fd in (1, 2)}
-    terminal = os.fdopen(os.dup(saved[2]), "w", buffering=1) if _on_fd(old_err, 2) else old_err
+    try:
+        on_fd_2 = old_err.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        on_fd_2 = False
+    terminal = os.fdopen(os.dup(saved[2]), "w", buffering=1) if on_fd_2 else old_err
     with open(path, "ab", buffering=0) as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)

@@ -103,10 +103,6 @@ class NotApplied:
     why: str
 
 
-def _pipeline(dataset) -> Pipeline:
-    return dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
-
-
 def _graph(pipeline: Pipeline):
     """A copy of the pipeline's serialized graph, to rewrite."""
     graph = pipeline.graph_def
@@ -131,12 +127,12 @@ def add_prefetch(pipeline: Pipeline):
     return pipeline.dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
 
 
-def _made_parallel(pipeline: Pipeline, stages: Callable, op: str, inputs: Callable):
-    """The pipeline rebuilt from its graph with the nodes of stages(its model) made deterministic `op` nodes,
+def _made_parallel(pipeline: Pipeline, stages, op: str, inputs: Callable):
+    """The pipeline rebuilt from its graph with the nodes of stages (its model's) made deterministic `op` nodes,
     each input (name, int64 value) of inputs(node) a Const appended to the node's inputs."""
     tf = tensorflow()
     graph = _graph(pipeline)
-    names = {stage.node for stage in stages(pipeline.model)}
+    names = {stage.node for stage in stages}
     for node in [node for node in graph.node if node.name in names]:
         for name, value in inputs(node):
             const = graph.node.add(name=f"{node.name}/perfsuite_{name}", op="Const")
@@ -152,7 +148,7 @@ def _made_parallel(pipeline: Pipeline, stages: Callable, op: str, inputs: Callab
 
 def parallel_maps(pipeline: Pipeline):
     """The pipeline rebuilt with every sequential map a parallel one of AUTOTUNE calls, order kept."""
-    return _made_parallel(pipeline, lambda model: model.sequential_maps(), PARALLEL_MAP_OP,
+    return _made_parallel(pipeline, pipeline.model.sequential_maps(), PARALLEL_MAP_OP,
                           lambda node: [("parallel_calls", -1)])
 
 
@@ -165,7 +161,7 @@ def parallel_reads(pipeline: Pipeline):
         return cycle + [(name, -1) for name in ("buffer_output_elements", "prefetch_input_elements",
                                                 "num_parallel_calls")]
 
-    return _made_parallel(pipeline, lambda model: [stage for stage, _ in model.sequential_reads()],
+    return _made_parallel(pipeline, [stage for stage, _ in pipeline.model.sequential_reads()],
                           PARALLEL_INTERLEAVE_OP, inputs)
 
 
@@ -205,10 +201,10 @@ def cache_after(pipeline: Pipeline, prefix):
     return fixed, fill
 
 
-def deterministic_prefix(dataset) -> tuple[Any | None, str]:
-    """(the longest prefix of dataset's chain with no shuffle, random op or stateful Python op, ending
+def deterministic_prefix(pipeline: Pipeline) -> tuple[Any | None, str]:
+    """(the longest prefix of the pipeline's chain with no shuffle, random op or stateful Python op, ending
     before its first repeat; or None) and why it ends where it does."""
-    pipeline, last = _pipeline(dataset), None
+    last = None
     for node in pipeline.python_chain:
         op = op_of_class(node)
         if kind_of(op).family == "repeat":
@@ -247,7 +243,7 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float 
     """The fixes that apply to dataset (a tf.data.Dataset or a Pipeline already read) and, for the rest
     considered, why not. samples_per_s (the pipeline's measured throughput) estimates how long filling a
     cache takes; over fill_limit_s it is not tried."""
-    pipeline = _pipeline(dataset)
+    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
     found = [NotApplied("prefetch", "the pipeline already ends with a prefetch") if ends_with_prefetch
              else Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch)]
     if pipeline.graph_def is None:

@@ -1,14 +1,8 @@
-"""`perfsuite diagnose`: measure a user's LJSpeech-layout dataset end to end within a time budget, and say
-what holds its training input back and how sure that is.
-
-diagnose() runs check-data, then measures the readable files in stages (loaders, training step, input-bound
-share, a workers / batch-size sweep and, on request, a profiler trace), each in rounds until its figures are
-decided or its share of the budget is spent; what a stage leaves goes to the stages after it (plan.py).
-Every figure is a RoundsEstimate (the median of per-round values, its interval, its rounds): a verdict whose
-interval straddles a class boundary says so, and one resting on fewer than MIN_ROUNDS rounds says "not
-enough time to decide". After each stage the Diagnosis so far goes to checkpoint() (the CLI writes it as
-JSON, schema SCHEMA_VERSION), so an interrupted run keeps what it measured, marked complete=False.
-docs/diagnose.md gives the reasons behind each choice and threshold.
+"""`perfsuite diagnose DATASET_DIR`: measure a user's LJSpeech-layout dataset end to end within a time budget, and
+say what holds its training input back and how sure that is: check-data, then the stages of stages.py, each in rounds
+until its figures are decided or its share of the budget (plan.py) is spent. Every figure is a RoundsEstimate, so a
+verdict says when its interval straddles a class boundary or rests on too few rounds. docs/diagnose.md gives the
+reasons behind each choice and threshold.
 """
 
 from __future__ import annotations
@@ -30,25 +24,23 @@ from perfsuite.tools.diagnose.plan import (
     no_progress,
 )
 from perfsuite.tools.diagnose.stages import (
-    GpuWindow,
     LoaderRounds,
     feed_stage,
+    gpu_sampled,
     input_bound_stage,
     step_stage,
     sweep_stage,
     trace_stage,
 )
 from perfsuite.tools.diagnose.views import (
-    measured_view,
+    measured_data,
     readable_utterances,
     repeat_copies,
     round_samples,
-    usable_cache,
 )
 from perfsuite.verdict.diagnosis import verdicts
 from perfsuite.verdict.diagnosis_figures import (
     LOADER_PIPELINES,
-    CacheUse,
     DataSummary,
     DiagnoseSettings,
     Diagnosis,
@@ -98,9 +90,8 @@ def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path |
     def note(message: str) -> None:
         progress(Event("check", "note", message, None, budget.elapsed_s(), budget.left_s()))
 
-    with (usable_cache(dataset_dir, cache_dir, ids, mel_config, note) as (cache, built),
-          measured_view(dataset_dir, cache, ids, copies, note) as (measured_dir, measured_cache)):
-        head["cache"] = CacheUse(dir=None if built else str(cache), temporary=built)
+    with measured_data(dataset_dir, cache_dir, ids, copies, mel_config, note) as (measured_dir, measured_cache, cache):
+        head["cache"] = cache
         run = StageLog(make=lambda **found: _with_verdicts(Diagnosis(**head, **found, verdicts=())),
                        parts={"pipelines": (), "comparisons": (), "step": None, "input_bound": (), "sweep": (),
                               "gpu": None, "feed": (), "trace": None},
@@ -132,10 +123,8 @@ def _measure(run: StageLog, *, dataset_dir: Path, cache_dir: Path, settings: Dia
         run.parts["step"] = step
     fastest = steps[step.input_bound_mode]
     with run.stage("input_bound") as stage:
-        gpu = GpuWindow()
-        with gpu:
-            figures = input_bound_stage(stage, fastest, step.input_bound_call_s, batch, loader, settings)
-        run.parts.update(input_bound=figures, gpu=gpu.result())
+        run.parts["input_bound"], run.parts["gpu"] = gpu_sampled(
+            lambda: input_bound_stage(stage, fastest, step.input_bound_call_s, batch, loader, settings))
     with run.stage("feed") as stage:
         run.parts["feed"] = feed_stage(stage, {p.label: lambda p=p: iterate(loader(p)) for p in LOADER_PIPELINES},
                                        step_time=settings.step_time, mel_config=mel_config)

@@ -3,10 +3,12 @@ each a function of its Stage, returning its figures as records."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from perfsuite.measure.emulated import (  # no TensorFlow
     DEFAULT_MEL,
@@ -35,9 +37,7 @@ from perfsuite.tools.diagnose.plan import (
     status_of,
     worst_status,
 )
-from perfsuite.verdict.diagnosis import (
-    feed_words,
-)
+from perfsuite.verdict.diagnosis import feed_words
 from perfsuite.verdict.diagnosis_figures import (
     CACHE_BOUNDARIES,
     DECIDED,
@@ -70,8 +70,6 @@ from perfsuite.verdict.diagnosis_figures import (
     estimate,
 )
 
-# ------------------------------------------------------------------------------------ the loaders
-
 
 class LoaderRounds:
     """Every LOADER_PIPELINES loader in interleaved rounds (_dataset_rounds) until every LOADER_PAIRS ratio is
@@ -89,8 +87,16 @@ class LoaderRounds:
         return {p: self.rounds.warmups[p] + self.rounds.values[p] for p in LOADER_PIPELINES}
 
     def comparisons(self) -> tuple[LoaderComparison, ...]:
-        values = self.rounds.values
-        return tuple(_loader_comparison(a, b, values[a], values[b]) for a, b in LOADER_PAIRS if values[a])
+        from perfsuite.measure import stats
+
+        speeds = {p: [m.samples_per_s for m in measured] for p, measured in self.rounds.values.items()}
+        found = []
+        for a, b in LOADER_PAIRS:
+            if speeds[a]:
+                ratios = stats.ratio_of(speeds[a], speeds[b])
+                boundaries = LOADER_BOUNDARIES if a.source == b.source else CACHE_BOUNDARIES
+                found.append(LoaderComparison(a=a, b=b, ratios=tuple(ratios), ratio=estimate(ratios, boundaries)))
+        return tuple(found)
 
     def more_rounds(self) -> float:
         """Rounds more for every ratio to be decided (plan.more_rounds_for; MIN_ROUNDS with none yet)."""
@@ -134,30 +140,16 @@ def _pipeline_figures(pipeline: Pipeline, measurements: list) -> PipelineFigures
     """A loader's rounds (the first a warm-up) as PipelineFigures."""
     from perfsuite.measure import timing
 
-    steady = measurements[1:]
-    joined = timing.combine(steady, name=pipeline.label, first=measurements[0])
-    return PipelineFigures(pipeline=pipeline, loader=joined,
+    first, *steady = measurements
+    return PipelineFigures(pipeline=pipeline, loader=timing.combine(steady, name=pipeline.label, first=first),
                            samples_per_s=estimate([m.samples_per_s for m in steady]),
                            variation=estimate([m.summary.variation_ratio for m in steady], VARIATION_BOUNDARIES))
 
 
-def _loader_comparison(a: Pipeline, b: Pipeline, a_rounds: list, b_rounds: list) -> LoaderComparison:
-    from perfsuite.measure import stats
-
-    ratios = stats.ratio_of([m.samples_per_s for m in a_rounds], [m.samples_per_s for m in b_rounds])
-    boundaries = LOADER_BOUNDARIES if a.source == b.source else CACHE_BOUNDARIES
-    return LoaderComparison(a=a, b=b, ratios=tuple(ratios), ratio=estimate(ratios, boundaries))
-
-
-# --------------------------------------------------------------------------------------- the step
-
-
 def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple[dict, StepFigures]:
-    """The step in every STEP_MODES mode on one fixed batch: the first calls (trace, compile) and one
-    steady call each, which size the rounds (calls_that_fit); then interleaved rounds (eager graph XLA,
-    XLA graph eager, ...) until both STEP_RATIOS are decided or the share is spent. The first calls
-    happen whatever the share: without them there is no step to measure.
-    Returns ({mode: the step}, its figures)."""
+    """The step in every STEP_MODES mode on one fixed batch: the first calls (trace, compile; whatever the share,
+    as without them there is no step to measure) and one steady call each size interleaved rounds of calls, added
+    until both STEP_RATIOS are decided or the share is spent. Returns ({mode: the step}, its figures)."""
     from perfsuite.workload.model import MODEL_PRESETS, make_train_step
 
     stage.tell("note", f"first calls of the {settings.model} step in eager, graph and XLA mode (trace, compile)")
@@ -173,21 +165,22 @@ def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple
     stage.planned(f"interleaved rounds of {calls} call(s) per mode, about {calls * round_call_s:.1f} s each, until "
                    f"graph/eager and XLA/graph are decided; {max(stage.left_s(), 0):.0f} s of the share left after the "
                    "first calls")
-    rounds = InterleavedRounds({mode: functools.partial(_step_calls, models[mode], batch, calls)
-                                for mode in STEP_MODES})
+
+    def one_mode(model: StepModel) -> tuple[float, ...]:  # a mode's round: the seconds of each call
+        return tuple(model.call_s(batch) for _ in range(calls))
+
+    rounds = InterleavedRounds({mode: functools.partial(one_mode, models[mode]) for mode in STEP_MODES})
     per_round = rounds.values
     outcome = rounds.until_decided(lambda: all(r.ratio.decided for r in _step_ratios(per_round).values()),
                                    driver=stage.rounds_until_decided, first_estimate_s=calls * round_call_s)
     stage.status = status_of(outcome)
     modes = {mode: _step_mode(first[mode], per_round[mode], models[mode].retraces) for mode in STEP_MODES}
     ratios = _step_ratios(per_round)
+    # The input-bound stage feeds the faster compiled mode: by the same-round ratio, else by the first steady calls.
+    xla_faster = (ratios["xla_over_graph"].ratio.median > 1 if "xla_over_graph" in ratios
+                  else modes["xla"].first_steady_s < modes["graph"].first_steady_s)
     return {mode: model.step for mode, model in models.items()}, StepFigures(
-        modes=modes, ratios=ratios, calls_per_round=calls, input_bound_mode=_input_bound_mode(modes, ratios))
-
-
-def _step_calls(model: StepModel, batch, calls: int) -> tuple[float, ...]:
-    """One mode's round: the seconds of each of `calls` calls on batch."""
-    return tuple(model.call_s(batch) for _ in range(calls))
+        modes=modes, ratios=ratios, calls_per_round=calls, input_bound_mode="xla" if xla_faster else "graph")
 
 
 def _step_ratios(per_round: dict[str, list]) -> dict[str, StepRatio]:
@@ -207,25 +200,12 @@ def _step_mode(first: FirstCalls, rounds: list[tuple[float, ...]], retraces: int
                     traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
 
 
-def _input_bound_mode(modes: dict[str, StepMode], ratios: dict[str, StepRatio]) -> str:
-    """The faster compiled mode: by the same-round XLA/graph ratio, else by the first steady calls."""
-    if "xla_over_graph" in ratios:
-        return "xla" if ratios["xla_over_graph"].ratio.median > 1 else "graph"
-    return "xla" if modes["xla"].first_steady_s < modes["graph"].first_steady_s else "graph"
-
-
-# ------------------------------------------------------------------------------ input-bound share
-
 def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings: DiagnoseSettings):
-    """The compiled step fed by each LOADER_PIPELINES pipeline and by the synthetic twin (the fixed batch
-    repeated: every loader pads to the same static shapes, so one batch stands for all), one
-    input_bound.InputBoundStage per pipeline. A round runs one round of each undecided pipeline's
-    measurement: its side and a twin side next to it, the twin first in every other round. The step's seconds
-    per call size the rounds; a pipeline leaves the rounds once its share is decided; the stage ends when all
-    are, or when the share is spent. Returns the figures of each pipeline measured."""
+    """The compiled step fed by each LOADER_PIPELINES pipeline vs by the synthetic twin (the fixed batch repeated:
+    every loader pads to the same static shapes, so one batch stands for all), an input_bound.InputBoundStage each,
+    their rounds together; a pipeline leaves them once its share is decided. The figures of each pipeline measured."""
     warmup, model, twin = settings.warmup, StepModel(step, name="step"), twin_of(batch)
-    bounds = [InputBoundStage(model, call_s, loader(pipeline), twin, warmup=warmup, fresh=iterate,
-                             pipeline=pipeline)
+    bounds = [InputBoundStage(model, call_s, loader(pipeline), twin, warmup=warmup, fresh=iterate, pipeline=pipeline)
               for pipeline in LOADER_PIPELINES]
     sides = 2 * len(bounds)
     batches = side_steps(stage.left_s(), call_s, sides=sides, warmup=warmup)
@@ -244,9 +224,6 @@ def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings
     outcome = stage.rounds_until_decided(one_round, decided=lambda: not undecided(), first_estimate_s=round_s)
     stage.status = status_of(outcome)
     return tuple(bound.figures() for bound in bounds if bound.measured() is not None)
-
-
-# ------------------------------------------------------------------------------- the emulated GPU
 
 
 def feed_stage(stage: Stage, sources: dict[str, Callable[[], Iterator]], *, step_time: str | None,
@@ -278,26 +255,23 @@ def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s
     round at step_time (None: no round), of FEED_ROUND_SAMPLES utilisation samples where the rest of
     share_s holds them, else of its minimum batches (too short to detect a cycle). A step the batches
     cannot give (a per-frame preset on batches without mel_len) leaves the round out, with the reason."""
-
     result = feed_rate(source, config=FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s), mel_config=mel_config)
-    missing = {"step_s": None, "keeps_busy": None, "round": None, "stats": None, "timeline": None}
+    no_round = functools.partial(FeedFigures, pipeline=label, feed=result, step_time=step_time, step_s=None,
+                                 keeps_busy=None, round=None, stats=None, timeline=None)
     if step_time is None:
-        return FeedFigures(pipeline=label, feed=result, step_time=None, **missing,
-                           reason="no step time given (--step-time)")
+        return no_round(reason="no step time given (--step-time)")
     step = parse_step_time(step_time)
     try:
         first_step_s = step.seconds(next(source))
     except ValueError as error:
-        return FeedFigures(pipeline=label, feed=result, step_time=step_time, **missing,
-                           reason=f"step {step_time}: {error}; give --step-time SECONDS for a fixed step")
+        return no_round(reason=f"step {step_time}: {error}; give --step-time SECONDS for a fixed step")
     fits = FEED_ROUND_SAMPLES * max(first_step_s, MIN_INTERVAL_S) <= (1 - FEED_SEARCH_SHARE) * share_s
     run = run_emulated(source, step=step, mel_config=mel_config, config=EmulatedRunConfig(
         batches=8, warmup_batches=1, min_samples=FEED_ROUND_SAMPLES if fits else 0))
     step_s = statistics.median(run.step_s)
     return FeedFigures(pipeline=label, feed=result, step_time=step_time, step_s=step_s,
                        keeps_busy=keeps_busy(result.step_s, result.step_low_s, result.step_high_s, step_s),
-                       round=run.figures(), stats=emulated_stats(run),
-                       timeline=run.timeline)
+                       round=run.figures(), stats=emulated_stats(run), timeline=run.timeline)
 
 
 def keeps_busy(fed_s: float | None, low_s: float | None, high_s: float | None, step_s: float) -> bool | None:
@@ -308,9 +282,6 @@ def keeps_busy(fed_s: float | None, low_s: float | None, high_s: float | None, s
     if step_s >= high_s:
         return True
     return False if low_s is not None and step_s <= low_s else None
-
-
-# -------------------------------------------------------------------------------------- the sweep
 
 
 def sweep_points(axis: str, settings: DiagnoseSettings) -> tuple[int, ...]:
@@ -338,10 +309,9 @@ def sweep_stage(stage: Stage, loader, settings: DiagnoseSettings) -> tuple[Sweep
 
 
 def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, share_s: float):
-    """(SweepAxis or None without a measured round, status): tf_native WAV samples/s at every point of
-    the axis in interleaved rounds (_dataset_rounds) until every point's ratio to the current one is decided
-    or share_s is spent. On the batch-size axis a round reads about as many samples at every point (at least
-    2 batches), so every point's round takes about as long."""
+    """(SweepAxis or None without a measured round, status): tf_native WAV samples/s at every point of the axis
+    in interleaved rounds until every point's ratio to the current one is decided or share_s is spent. On the
+    batch-size axis a round reads about as many samples at every point (2 batches at least), so they take as long."""
     points, current = sweep_points(axis, settings), getattr(settings, axis)
     batches = {point: settings.batches if axis == "workers" else max(2, round(settings.batches * current / point))
                for point in points}
@@ -392,9 +362,6 @@ def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: d
                      order=tuple(tuple(labels) for labels in order))
 
 
-# -------------------------------------------------------------------------------- trace and GPU
-
-
 def trace_stage(stage: Stage, step, call_s: float, dataset, trace_dir: Path, steps: int) -> str | None:
     """A TensorBoard profiler trace of `steps` steady steps (two untimed steps first) when they fit the share;
     otherwise TOO_SHORT and no trace."""
@@ -420,37 +387,22 @@ def trace_stage(stage: Stage, step, call_s: float, dataset, trace_dir: Path, ste
     return str(trace_dir)
 
 
-class GpuWindow:
-    """GPU sampling around a block when a GPU can be sampled; otherwise records why not."""
+def gpu_sampled(work: Callable[[], Any]) -> tuple[Any, GpuFigures]:
+    """(work(), the GpuFigures of GPU sampling around it; where no GPU can be sampled, they say why)."""
+    from perfsuite.errors import GpuUnavailable
+    from perfsuite.measure.gpu import GpuSampler
+    from perfsuite.measure.utilisation import gpu_stats
 
-    def __init__(self):
-        self._sampler = None
-        self._reason = None
-
-    def __enter__(self):
-        from perfsuite.errors import GpuUnavailable
-        from perfsuite.measure.gpu import GpuSampler
-
-        sampler = GpuSampler()
+    with contextlib.ExitStack() as sampling:
         try:
-            sampler.__enter__()
-            self._sampler = sampler
+            sampler = sampling.enter_context(GpuSampler())
         except GpuUnavailable as error:
-            self._reason = error.reason
-        return self
-
-    def __exit__(self, *exc_info):
-        return self._sampler is not None and self._sampler.__exit__(*exc_info)
-
-    def result(self) -> GpuFigures:
-        if self._sampler is None:
-            return GpuFigures(available=False, reason=self._reason)
-        from perfsuite.measure.utilisation import gpu_stats
-
-        timeline = self._sampler.timeline
-        try:
-            figures = gpu_stats(timeline)
-        except ValueError as error:  # sampled, but no utilisation sample fell in the window
-            return GpuFigures(available=True, reason=str(error), timeline=timeline)
-        return GpuFigures(available=True, stats=figures, timeline=timeline)
+            sampler, reason = None, error.reason
+        result = work()
+    if sampler is None:
+        return result, GpuFigures(available=False, reason=reason)
+    try:
+        return result, GpuFigures(available=True, stats=gpu_stats(sampler.timeline), timeline=sampler.timeline)
+    except ValueError as error:  # sampled, but no utilisation sample fell in the window
+        return result, GpuFigures(available=True, reason=str(error), timeline=sampler.timeline)
 

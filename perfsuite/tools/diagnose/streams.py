@@ -1,8 +1,7 @@
 """Reading a user's dataset in its steady state, never a buffer (docs/diagnose.md, "Steady state, not a
-buffer"): the iterators diagnose's --pipeline stages read, and how many elements a fresh or idle iterator may
-hold ready (its buffers) before its reads time the pipeline rather than what it stored. A stage reads an
-iterator made for it, first draining untimed the warm-up batches plus buffered_elements; one that sat idle
-between rounds is drained again before each round. Read as fast as it can be, a buffer only empties.
+buffer"): a stage reads an iterator made for it, first drained untimed of the warm-up batches and of what its
+buffers hold ready (buffered_elements); one that sat idle between rounds is drained again before each round.
+Read as fast as it can be, a buffer only empties.
 """
 
 from __future__ import annotations
@@ -24,22 +23,21 @@ def buffered_elements(dataset) -> int:
 
 
 class Stream:
-    """Batches of a dataset from one iterator, made when the Stream is; a new pass begins when it ends
-    (counted in restarts); an error inside the user's pipeline becomes a TargetError naming it."""
+    """Batches of a dataset from one iterator, made when the Stream is and then drained of `drain` elements
+    (what a stage times comes after them); a new pass begins when it ends (counted in restarts); an error inside
+    the user's pipeline becomes a TargetError naming it."""
 
-    def __init__(self, dataset, spec: str):
+    def __init__(self, dataset, spec: str, *, drain: int = 0):
         self._dataset = dataset
         self._spec = spec
         self._iterator = iterate(dataset)
         self.restarts = 0
+        self.drain(drain)
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        return self.next()
-
-    def next(self):
         for attempt in range(2):
             try:
                 return next(self._iterator)
@@ -53,6 +51,8 @@ class Stream:
                                   one_line_error(error)) from None
         raise TargetError("--pipeline", self._spec, "a dataset that yields at least one batch", "an empty dataset")
 
+    next = __next__
+
     def drain(self, count: int) -> None:
         """count elements read and dropped, untimed (what the buffers filled while the iterator waited)."""
         for _ in range(count):
@@ -62,13 +62,6 @@ class Stream:
         """The iterator dropped now; its teardown (tens of seconds at times: docs/measurement.md, "Iterator
         teardowns off the main thread") runs on measure.teardown's thread, so no stage's time waits for it."""
         self._iterator = None
-
-
-def steady_stream(dataset, spec: str, *, warmup: int, buffered: int) -> Stream:
-    """A fresh Stream of dataset with warmup + buffered elements read and dropped: what a stage times."""
-    stream = Stream(dataset, spec)
-    stream.drain(warmup + buffered)
-    return stream
 
 
 def timed_next(stream: Stream) -> tuple[Any, float]:

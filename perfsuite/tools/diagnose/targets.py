@@ -14,9 +14,9 @@ from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError, one_line_error
-from perfsuite.tools.diagnose.graph import GraphFindings, PythonOp, inspect_graph
+from perfsuite.tools.diagnose.graph import GraphFindings, inspect_graph
 
-__all__ = ["GraphFindings", "PythonOp", "TargetError", "inspect_graph", "load_callable", "load_step", "make_dataset",
+__all__ = ["GraphFindings", "TargetError", "inspect_graph", "load_callable", "load_step", "make_dataset",
            "one_line_error"]
 
 
@@ -67,10 +67,10 @@ def load_step(spec: str, tell: Callable[[str], None]) -> Callable:
         step = found()
     except Exception as error:  # noqa: BLE001 -- the user's factory may raise anything: named in one line
         raise TargetError("--step", spec, "the factory to return a step", one_line_error(error)) from None
-    if not callable(step) or _required_parameters(step, spec) != 1:
+    required = _required_parameters(step, spec) if callable(step) else None
+    if required != 1:
         raise TargetError("--step", spec, "the factory to return step(batch), a callable of one argument",
-                          type(step).__name__ if not callable(step) else
-                          f"a callable with {_required_parameters(step, spec)} required arguments")
+                          type(step).__name__ if required is None else f"a callable with {required} required arguments")
     tell(f"--step {spec}: a factory; called it for the step")
     return step
 
@@ -88,36 +88,32 @@ def _required_parameters(function: Callable, spec: str) -> int:
 def _import(name: str, spec: str, option: str):
     """A module by name (the current directory searched first, as `python -m` does) or by .py path."""
     if name.endswith(".py") or "/" in name:
-        return _import_file(Path(name), spec, option)
-    added = str(Path.cwd()) not in sys.path
+        path = Path(name)
+        if not path.is_file():
+            raise TargetError(option, spec, f"a Python file at {path}", "nothing there" if not path.exists() else
+                              "something that is not a file")
+        module_spec = importlib.util.spec_from_file_location(f"perfsuite_target_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as error:  # noqa: BLE001 -- the user's module may raise anything: named in one line
+            raise TargetError(option, spec, f"{path} to import", one_line_error(error)) from None
+        return module
+    cwd = str(Path.cwd())
+    added = cwd not in sys.path
     if added:
-        sys.path.insert(0, str(Path.cwd()))
+        sys.path.insert(0, cwd)
     try:
         return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name is not None and (name == error.name or name.startswith(f"{error.name}.")):
+    except Exception as error:  # noqa: BLE001 -- the user's module may raise anything: named in one line
+        missing = error.name if isinstance(error, ModuleNotFoundError) else None
+        if missing is not None and (name == missing or name.startswith(f"{missing}.")):
             raise TargetError(option, spec, f"an importable module {name!r} (searched the current directory and "
                               "sys.path)", "no such module") from None
         raise TargetError(option, spec, f"module {name!r} to import", one_line_error(error)) from None
-    except Exception as error:  # noqa: BLE001 -- the user's module may raise anything: named in one line
-        raise TargetError(option, spec, f"module {name!r} to import", one_line_error(error)) from None
     finally:
         if added:
-            sys.path.remove(str(Path.cwd()))
-
-
-def _import_file(path: Path, spec: str, option: str):
-    if not path.is_file():
-        raise TargetError(option, spec, f"a Python file at {path}", "nothing there" if not path.exists() else
-                          "something that is not a file")
-    name = f"perfsuite_target_{path.stem}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001 -- the user's module may raise anything: named in one line
-        raise TargetError(option, spec, f"{path} to import", one_line_error(error)) from None
-    return module
+            sys.path.remove(cwd)
 
 
 def make_dataset(factory: Callable, args: Mapping[str, str], spec: str):

@@ -14,12 +14,12 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from perfsuite.measure.batch_spec import BatchLayout
+from perfsuite.measure.batch_spec import BatchLayout, leaves
 from perfsuite.measure.speech import FrameCounter, PaddingFigures
-from perfsuite.measure.stats import Cycle
+from perfsuite.measure.stats import Cycle, detect_cycle
 from perfsuite.records import Record
 from perfsuite.tools.diagnose.plan import Stage, calls_that_fit, more_rounds, status_from
-from perfsuite.tools.diagnose.streams import samples_in, steady_stream, timed_next
+from perfsuite.tools.diagnose.streams import Stream, samples_in, timed_next
 from perfsuite.verdict.diagnosis import estimate_evidence, span_words, variation_finding
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
@@ -87,15 +87,15 @@ class ThroughputRounds:
         return more_rounds(rate.rounds, rate.high - rate.low, 2 * THROUGHPUT_PRECISION * rate.median)
 
     def run(self, stage: Stage) -> Throughput:
-        batch_s_estimate = statistics.median(self.warmup_s) if self.warmup_s else self.first_s
-        if self.rounds:  # a second pass: its batches measured so far size its rounds
-            batch_s_estimate = statistics.median(s for r in self.rounds for s in r[1:])
+        # a second pass: its batches measured so far size its rounds; a first pass, the warm-up batches
+        measured = [s for r in self.rounds for s in r[1:]] or self.warmup_s or [self.first_s]
+        batch_s_estimate = statistics.median(measured)
         self.batches = batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
                                                                             most=MAX_THROUGHPUT_BATCHES))
         stage.planned(f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
                        f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
                        f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
-        stream = steady_stream(self.dataset, self.spec, warmup=0, buffered=self.drain)
+        stream = Stream(self.dataset, self.spec, drain=self.drain)
         refilled = [0]  # batches the buffers may have refilled while the last round's batches were analysed
 
         def one_round(index: int) -> None:
@@ -133,8 +133,6 @@ class ThroughputRounds:
             self.audio.append(rate * sum(self.frames.real[noted:]) * self.layout.frame_s / seen)
 
     def figures(self) -> Throughput:
-        from perfsuite.measure import stats
-
         rounds, frames = self.rounds, self.frames
         batch_s = tuple(s for r in rounds for s in r[1:])
         return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit, rate=self._rate(),
@@ -142,7 +140,7 @@ class ThroughputRounds:
                                              VARIATION_BOUNDARIES) if rounds else None,
                           batches_per_round=self.batches or 0, batch_s=batch_s,
                           round_batches=tuple(len(r) - 1 for r in rounds),
-                          cycle=stats.detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
+                          cycle=detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
                           audio_s_per_s=estimate(self.audio) if rounds and len(self.audio) == len(rounds) else None,
                           padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
                           padding=frames.figures())
@@ -150,8 +148,6 @@ class ThroughputRounds:
 
 def _bytes(batch) -> int:
     """A batch's bytes from its components' shapes and dtypes (one whose shape is not known counts 0)."""
-    from perfsuite.measure.batch_spec import leaves
-
     total = 0
     for _, value in leaves(batch):
         shape, dtype = tuple(getattr(value, "shape", ()) or ()), getattr(value, "dtype", None)

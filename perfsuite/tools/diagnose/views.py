@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
+from perfsuite.verdict.diagnosis_figures import CacheUse, DiagnoseSettings
 
 
 def readable_utterances(dataset_dir: Path, mel_config) -> list:
@@ -27,63 +27,48 @@ def readable_utterances(dataset_dir: Path, mel_config) -> list:
 
 
 @contextlib.contextmanager
-def usable_cache(dataset_dir: Path, cache_dir: Path | None, ids: list[str], mel_config,
-                 note: Callable[[str], None]) -> Iterator[tuple[Path, bool]]:
-    """(cache directory, whether it was built here): the given one, the default one, or one built in a
-    temporary directory by corpus.build_cache from a view of the readable utterances only (build_cache
-    stops at the first unreadable WAV)."""
+def measured_data(dataset_dir: Path, cache_dir: Path | None, ids: list[str], copies: int, mel_config,
+                  note: Callable[[str], None]) -> Iterator[tuple[Path, Path, CacheUse]]:
+    """(dataset dir, cache dir, the cache used) to measure. The cache: the given one, the default one, or one built in a
+    temporary directory by corpus.build_cache from a view of the readable utterances only (build_cache stops at the
+    first unreadable WAV). The data: the dataset, or a temporary view listing each of ids `copies` times."""
     from perfsuite.data.corpus import build_cache, default_cache_dir
 
-    default = default_cache_dir(dataset_dir, mel_config)
-    if cache_dir is not None or default.is_dir():
-        yield Path(cache_dir or default), False
-        return
-    with tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-cache-") as temporary:
-        note("building a temporary .npy cache from the readable files")
-        readable = Path(temporary) / "readable"
-        _write_view(dataset_dir, None, entries=[(uid, uid) for uid in ids], root=readable, view_cache=None)
-        yield build_cache(readable, mel_config=mel_config, cache_dir=Path(temporary) / "cache"), True
-
-
-@contextlib.contextmanager
-def measured_view(dataset_dir: Path, cache_dir: Path, ids: list[str], copies: int,
-                  note: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
-    """(dataset dir, cache dir) to measure: the dataset itself, or a temporary view listing each of ids
-    `copies` times when it is smaller than one measurement round."""
-    if copies == 1:
-        yield dataset_dir, cache_dir
-        return
-    note(f"only {len(ids)} usable utterance(s): measuring on {copies} copies of each (repeated epochs)")
-    with tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-repeated-") as temporary:
-        root, cache = Path(temporary) / "data", Path(temporary) / "cache"
-        write_repeated_view(dataset_dir, cache_dir, ids=ids, copies=copies, root=root, view_cache=cache)
-        yield root, cache
-
-
-def _batch_sizes(settings: DiagnoseSettings) -> tuple[int, ...]:
-    return tuple(sorted({settings.batch_size, *settings.sweep_batch_sizes}))
+    cache = Path(cache_dir or default_cache_dir(dataset_dir, mel_config))
+    with contextlib.ExitStack() as temporary:
+        built = cache_dir is None and not cache.is_dir()
+        if built:
+            note("building a temporary .npy cache from the readable files")
+            folder = Path(temporary.enter_context(tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-cache-")))
+            _write_view(dataset_dir, None, entries=[(uid, uid) for uid in ids], root=folder / "readable",
+                        view_cache=None)
+            cache = build_cache(folder / "readable", mel_config=mel_config, cache_dir=folder / "cache")
+        use = CacheUse(dir=None if built else str(cache), temporary=built)
+        if copies == 1:
+            yield dataset_dir, cache, use
+            return
+        note(f"only {len(ids)} usable utterance(s): measuring on {copies} copies of each (repeated epochs)")
+        folder = Path(temporary.enter_context(tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-repeated-")))
+        write_repeated_view(dataset_dir, cache, ids=ids, copies=copies, root=folder / "data", view_cache=folder / "cache")
+        yield folder / "data", folder / "cache", use
 
 
 def round_samples(settings: DiagnoseSettings) -> int:
     """Samples one measurement round draws at the largest batch size measured."""
-    return max(_batch_sizes(settings)) * settings.batches
+    return max(settings.batch_size, *settings.sweep_batch_sizes) * settings.batches
 
 
 def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
-    """How many times each usable utterance is listed for the measurements.
-
-    1 when the utterances fill one measurement round at the largest batch size measured. Otherwise the
-    fewest copies that do, with a total divisible by every batch size measured, so that every batch is
-    full (a partial batch at each pass's end would recur at the same place in every round, a pattern
-    cycle detection would report as a period) -- unless that would more than double the total (e.g. 511
-    utterances and batch 32), where the fewest copies that fill a round are used.
-    """
+    """How many times each usable utterance is listed: 1 when they fill one measurement round (round_samples), else
+    the fewest copies that do with a total divisible by every batch size measured, so that every batch is full (a
+    partial batch at each pass's end would recur at the same place in every round, a pattern cycle detection would
+    report as a period), unless that would more than double the total, then the fewest copies that fill a round."""
     if usable < 1:
         raise ValueError(f"usable: expected >= 1 utterance, found {usable}")
     needed = round_samples(settings)
     if usable >= needed:
         return 1
-    lcm = math.lcm(*_batch_sizes(settings))
+    lcm = math.lcm(settings.batch_size, *settings.sweep_batch_sizes)
     step = lcm // math.gcd(usable, lcm)
     full_batches = step * math.ceil(needed / (usable * step))
     return full_batches if full_batches * usable <= 2 * needed else math.ceil(needed / usable)
@@ -91,9 +76,8 @@ def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
 
 def write_repeated_view(dataset_dir: Path, cache_dir: Path | None, *, ids: list[str], copies: int, root: Path,
                         view_cache: Path | None) -> list[str]:
-    """An LJSpeech-layout directory at root whose metadata.csv lists each utterance of ids `copies`
-    times under the ids `<id>__r<k>`, each WAV (and cache entry, into view_cache) a link to the
-    original file. Returns the view's ids."""
+    """An LJSpeech-layout directory at root (_write_view) listing each utterance of ids `copies` times under the ids
+    `<id>__r<k>`; returns them."""
     width = len(str(copies - 1))
     entries = [(f"{uid}__r{copy:0{width}d}", uid) for copy in range(copies) for uid in ids]
     _write_view(dataset_dir, cache_dir, entries=entries, root=root, view_cache=view_cache)

@@ -1,9 +1,7 @@
-"""diagnose's work: the work fingerprints of the user's pipeline and step (measure/work.py: float ops, op
-histogram, structure; the same on every machine), set against what this run measured: the pipeline's
-achieved float-op rate (float ops per sample x its steady samples/s) and the step's (float ops per step
-over its steady seconds), each as a share of this machine's measured matmul peak (measure/peak.py). A
-share near 1 says the code runs near what this machine does best, so only less work makes it faster;
-a small share says time goes elsewhere (waiting, Python, memory, small kernels)."""
+"""diagnose's work: the work fingerprints of the user's pipeline and step (measure/work.py, the same on every
+machine) set against this run's rates: the float ops per second each achieved, as a share of this machine's
+measured matmul peak (measure/peak.py). A share near 1 says only less work makes it faster; a small share
+says time goes elsewhere (waiting, Python, memory, small kernels)."""
 
 from __future__ import annotations
 
