@@ -4,7 +4,8 @@ the measured peak, and what is said when a part cannot be read."""
 import pytest
 
 from perfsuite.measure.peak import measure_peak
-from perfsuite.tools.diagnose.work import measure_work, work_verdicts
+from perfsuite.tools.diagnose.work import measure_work
+from perfsuite.verdict.pipeline_findings import work_verdicts
 
 tf = pytest.importorskip("tensorflow")
 

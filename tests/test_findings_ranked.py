@@ -17,17 +17,7 @@ from perfsuite.measure.speech import PaddingFigures
 from perfsuite.measure.stats import Cycle
 from perfsuite.measure.utilisation import GpuStats
 from perfsuite.tools import cli
-from perfsuite.tools.diagnose.attribution import Bottleneck, StageShare
-from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES, FixGain, fix_verdicts
-from perfsuite.tools.diagnose.graph import DynamicShape, GraphFindings
-from perfsuite.tools.diagnose.pipeline import (
-    PipelineDiagnosis,
-    PipelineSettings,
-    StepRun,
-    Target,
-    pipeline_verdicts,
-)
-from perfsuite.tools.diagnose.throughput import Throughput
+from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES
 from perfsuite.tools.report import pipeline_summary
 from perfsuite.verdict import diagnosis as words
 from perfsuite.verdict.diagnosis import (
@@ -51,6 +41,19 @@ from perfsuite.verdict.diagnosis_figures import (
     StageRecord,
     estimate,
 )
+from perfsuite.verdict.pipeline_figures import (
+    Bottleneck,
+    DynamicShape,
+    FixGain,
+    GraphFindings,
+    PipelineDiagnosis,
+    PipelineSettings,
+    StageShare,
+    StepRun,
+    Target,
+    Throughput,
+)
+from perfsuite.verdict.pipeline_findings import fix_verdicts, pipeline_verdicts
 from perfsuite.workload.pipeline_model import PythonOp
 from perfsuite.workload.pipeline_model import Stage as GraphStage
 

@@ -14,9 +14,10 @@ import tensorflow as tf
 from perfsuite.measure.batch_spec import find_layout
 from perfsuite.measure.speech import measure_batch, padding_figures
 from perfsuite.measure.step_model import StepModel
-from perfsuite.tools.diagnose.fixes import FixRounds, NotApplicable, fix_verdicts
+from perfsuite.tools.diagnose.fixes import FixRounds, NotApplicable
 from perfsuite.tools.diagnose.padding import PADDING_BATCHES, PaddingComparison, boundaries, bucketed
 from perfsuite.tools.diagnose.plan import Budget, Stage, no_progress
+from perfsuite.verdict.pipeline_findings import fix_verdicts
 
 FIXED, BINS, BATCH, N = 64, 8, 4, 32
 RECIPE = Path(__file__).parent / "pipelines" / "tts_recipe.py"

@@ -1,7 +1,7 @@
-"""The user's tf.data graph read as it runs (tools/diagnose/graph.py): the last real stage behind
-with_options, prefetch_to_device not last, each map's parallelism, cache and shuffle buffers, padding to
-a fixed length with its measured waste, and Python ops named by the function they wrap. Each finding has
-a test that plants its defect and one that removes it."""
+"""The user's tf.data graph read as it runs (tools/diagnose/graph.py; its findings: verdict/pipeline_findings.py):
+the last real stage behind with_options, prefetch_to_device not last, each map's parallelism, cache and shuffle
+buffers, padding to a fixed length with its measured waste, and Python ops named by the function they wrap. Each
+finding has a test that plants its defect and one that removes it."""
 
 import inspect
 from pathlib import Path
@@ -11,8 +11,10 @@ import pytest
 
 from perfsuite.measure.batch_spec import find_layout
 from perfsuite.measure.speech import CONTENT, FrameCounter
-from perfsuite.tools.diagnose.graph import AUTOTUNE, GraphFindings, graph_findings, inspect_graph
+from perfsuite.tools.diagnose.graph import AUTOTUNE, inspect_graph
 from perfsuite.tools.diagnose.targets import load_callable
+from perfsuite.verdict.pipeline_figures import GraphFindings
+from perfsuite.verdict.pipeline_findings import graph_findings
 
 tf = pytest.importorskip("tensorflow")
 

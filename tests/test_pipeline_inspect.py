@@ -11,24 +11,24 @@ from pathlib import Path
 import pytest
 
 from perfsuite.tools import cli
-from perfsuite.tools.diagnose.pipeline import (
-    PIPELINE_SCHEMA_VERSION,
-    PipelineDiagnosis,
-    PipelineSettings,
-    Target,
-    diagnose_pipeline,
-    migrate_3_to_4,
-    pipeline_verdicts,
-)
+from perfsuite.tools.diagnose.pipeline import diagnose_pipeline
 from perfsuite.tools.diagnose.plan import Event
 from perfsuite.tools.diagnose.targets import (
-    GraphFindings,
     TargetError,
     inspect_graph,
     load_callable,
     load_step,
 )
 from perfsuite.verdict.diagnosis_figures import INPUT_BOUND_BOUNDARIES, TOO_SHORT, InputBoundFigures, estimate
+from perfsuite.verdict.pipeline_figures import (
+    PIPELINE_SCHEMA_VERSION,
+    GraphFindings,
+    PipelineDiagnosis,
+    PipelineSettings,
+    Target,
+    migrate_3_to_4,
+)
+from perfsuite.verdict.pipeline_findings import pipeline_verdicts
 
 PIPELINE = """
 import numpy as np

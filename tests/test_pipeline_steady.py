@@ -288,8 +288,10 @@ def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_t
 
 
 def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
-    from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES, FixGain, fix_verdicts
+    from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES
     from perfsuite.verdict.diagnosis_figures import estimate
+    from perfsuite.verdict.pipeline_figures import FixGain
+    from perfsuite.verdict.pipeline_findings import fix_verdicts
 
     helps = FixGain("prefetch", "adding a prefetch", True, unit="steps/s", gain=estimate([1.8, 1.7, 1.9, 1.8],
                                                                                           GAIN_BOUNDARIES))
@@ -308,12 +310,13 @@ def test_a_feed_share_spent_draining_the_buffers_searches_nothing():
     is started with a negative budget, and the stage says why."""
     from perfsuite.tools.diagnose import pipeline
     from perfsuite.tools.diagnose.plan import Stage
+    from perfsuite.verdict.pipeline_figures import PipelineSettings, Target
 
     slow = tf.data.Dataset.range(10**6).map(
         lambda x: tf.numpy_function(_sleeps(0.01), [x], tf.int64, stateful=True)).batch(1)
     stage = Stage("feed", 1.0, Budget(30, {"feed": 1.0}, time.monotonic), no_progress)
-    target = pipeline.Target(pipeline="planted", step=None, args={})
-    assert pipeline._feed_stage(stage, read_pipeline(slow), target, pipeline.PipelineSettings(), None, None,
+    target = Target(pipeline="planted", step=None, args={})
+    assert pipeline._feed_stage(stage, read_pipeline(slow), target, PipelineSettings(), None, None,
                                 drain=120) is None
     assert stage.status == TOO_SHORT and "no time left for a feed-rate search once its iterator started" in stage.plan
 
@@ -328,13 +331,14 @@ def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
     least. On a quiet box that pass decides it; beside other work (CI's parallel tests) it may not, and then it
     says what it would need."""
     from perfsuite.tools.diagnose import pipeline
+    from perfsuite.verdict.pipeline_figures import PipelineSettings, Target
 
     monkeypatch.setattr(pipeline, "PIPELINE_STAGE_NEEDS",
                         {**pipeline.PIPELINE_STAGE_NEEDS, "throughput": 0.001, "fixes": 0.2})
     module = Path(__file__).parent / "pipelines" / "tts_recipe.py"
-    target = pipeline.Target(pipeline=f"{module}:make_dataset", step=None, args={"python": "0", "text_ms": "0"})
+    target = Target(pipeline=f"{module}:make_dataset", step=None, args={"python": "0", "text_ms": "0"})
     events = []
-    found = pipeline.diagnose_pipeline(target=target, settings=pipeline.PipelineSettings(budget_s=40),
+    found = pipeline.diagnose_pipeline(target=target, settings=PipelineSettings(budget_s=40),
                                        progress=events.append)
     [throughput] = [s for s in found.stages if s.name == "throughput"]
     [first, again] = [e for e in events if e.stage == "throughput" and e.kind == "start"]
@@ -429,7 +433,8 @@ def test_a_recipe_without_the_defects_has_no_finding_for_them(tmp_path, monkeypa
 def test_prefixes_whose_rates_disagree_decide_no_bottleneck():
     from types import SimpleNamespace
 
-    from perfsuite.tools.diagnose.attribution import _bottleneck, bottleneck_verdicts
+    from perfsuite.tools.diagnose.attribution import _bottleneck
+    from perfsuite.verdict.pipeline_findings import bottleneck_verdicts
 
     cuts = [SimpleNamespace(stage=name, batched=False) for name in ("range", "map(load)", "batch")]
     agree = {0: [1e4] * 4, 1: [100.0, 101.0, 99.0, 100.0], 2: [98.0, 99.0, 97.0, 98.0]}
@@ -460,7 +465,8 @@ def test_the_readings_own_cost_is_taken_off_every_prefix_of_its_kind():
 def test_a_pipeline_no_slower_than_the_reading_has_no_shares_and_says_so():
     from types import SimpleNamespace
 
-    from perfsuite.tools.diagnose.attribution import _bottleneck, bottleneck_verdicts
+    from perfsuite.tools.diagnose.attribution import _bottleneck
+    from perfsuite.verdict.pipeline_findings import bottleneck_verdicts
 
     cuts = [SimpleNamespace(stage="range", batched=False), SimpleNamespace(stage="map(load)", batched=False)]
     # planted: every prefix reads as fast as (or faster than) the reading alone: nothing to share out

@@ -16,9 +16,10 @@ tf = pytest.importorskip("tensorflow")
 from perfsuite.measure.batch_spec import find_layout  # noqa: E402
 from perfsuite.tools import cli  # noqa: E402
 from perfsuite.tools.diagnose import rewrite  # noqa: E402
-from perfsuite.tools.diagnose.graph import graph_findings, inspect_graph  # noqa: E402
+from perfsuite.tools.diagnose.graph import inspect_graph  # noqa: E402
 from perfsuite.verdict.diagnosis import contradictions, retrace_recommendation  # noqa: E402
 from perfsuite.verdict.diagnosis_figures import DiagnosisFinding  # noqa: E402
+from perfsuite.verdict.pipeline_findings import graph_findings  # noqa: E402
 from perfsuite.workload.pipeline_model import read_pipeline  # noqa: E402
 
 RECIPES = Path(__file__).parent / "pipelines" / "recipes.py"

@@ -270,7 +270,8 @@ def _diagnose_pipeline(args, parser) -> int:
         parser.error(f"--arg: expected each KEY once, found {', '.join(repeated)} more than once")
     _check_outputs(args, parser)
     from perfsuite.measure.batch_spec import BatchSpec
-    from perfsuite.tools.diagnose.pipeline import PipelineSettings, Target, diagnose_pipeline
+    from perfsuite.tools.diagnose.pipeline import diagnose_pipeline
+    from perfsuite.verdict.pipeline_figures import PipelineSettings, Target
 
     target = Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or []))
     settings = PipelineSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})),

@@ -34,7 +34,7 @@ _yes_no = {True: "yes", False: "no"}
 
 def write_report(diagnosis, directory: Path) -> Path:
     """Write the PNG plots and summary.md into directory; return the summary's path. diagnosis: a
-    Diagnosis, a diagnose.pipeline.PipelineDiagnosis (--pipeline), or the dict of either's JSON."""
+    Diagnosis, a verdict.pipeline_figures.PipelineDiagnosis (--pipeline), or the dict of either's JSON."""
     if isinstance(diagnosis, dict):
         diagnosis = load_diagnosis(diagnosis)
     directory = Path(directory)
@@ -61,7 +61,7 @@ def load_diagnosis(data: dict):
     """The record of a diagnose JSON: a PipelineDiagnosis for a --pipeline run (kind 'pipeline'), else a
     Diagnosis; either refuses a damaged file by the key that is wrong."""
     if isinstance(data, dict) and data.get("kind") == "pipeline":
-        from perfsuite.tools.diagnose.pipeline import PipelineDiagnosis
+        from perfsuite.verdict.pipeline_figures import PipelineDiagnosis
 
         return PipelineDiagnosis.from_dict(data)
     return Diagnosis.from_dict(data)

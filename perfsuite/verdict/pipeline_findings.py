@@ -1,6 +1,6 @@
-"""The findings of diagnose --pipeline about a user's batches and graph, in words: the layout, speech figures
-and padding, the graph as it runs, and the graph findings recommended only when the step waits for input
-(when_waiting). The ranking and the directions of recommendations are in perfsuite.verdict.diagnosis."""
+"""The findings of diagnose --pipeline in words: pipeline_verdicts of a PipelineDiagnosis (verdict/pipeline_figures.py)
+and those of its parts, the graph's recommended only when the step waits for input (when_waiting). The ranking and
+the directions of recommendations are in perfsuite.verdict.diagnosis."""
 
 from __future__ import annotations
 
@@ -8,11 +8,243 @@ from collections.abc import Callable
 
 from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.speech import PaddingFigures
-from perfsuite.verdict.diagnosis import estimate_evidence, span_words
-from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate, format_figure
-from perfsuite.workload.pipeline_model import PythonOp
+from perfsuite.verdict.diagnosis import (
+    deferred_to_measured,
+    estimate_evidence,
+    feed_verdict,
+    fix_finding,
+    fix_refused_finding,
+    frame_assumed,
+    input_bound_finding,
+    percent,
+    ranked_changes,
+    retrace_recommendation,
+    span_words,
+    stage_verdicts,
+    stand_in_step,
+    variation_finding,
+    why_undecided,
+)
+from perfsuite.verdict.diagnosis_figures import (
+    DiagnosisFinding,
+    InputBoundFigures,
+    RoundsEstimate,
+    format_figure,
+)
+from perfsuite.verdict.pipeline_figures import (
+    Bottleneck,
+    FixGain,
+    GraphFindings,
+    PipelineDiagnosis,
+    StageShare,
+    StepRun,
+    Target,
+    Throughput,
+    WorkFigures,
+)
+from perfsuite.workload.pipeline_model import PythonOp, shape_words
 
 FIXED_PADDING_WASTE = 0.10  # padded frames past each batch's longest sample, as a share: padding to a fixed length
+# A stage's median share below minus this: the prefixes' rates disagree. tf.data's own rewrites (a map fused
+# with the batch after it runs ahead of the stages before it) make a longer prefix faster by less than this.
+INCONSISTENT_SHARE = 0.5
+
+
+# -------------------------------------------------------------------------------------- a diagnosis
+
+
+def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
+    """Findings from the measured figures; the graph findings are judged by them (a Python op or a
+    missing prefetch is worth changing only when the step is measured to wait for input), and by the changes
+    measured here where one went their way. The changes measured on this pipeline come first, ranked by gain
+    (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed seconds per frame says
+    so first; the feed verdict at a stand-in step is left out where the user gave --step (the real one)."""
+    bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
+    waits = None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
+    judged = {"waits": waits, "why_not": _no_change_because(bound, target),
+              "share": None if bound is None else bound.share}
+    out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
+    if layout is not None:
+        out.append(layout_finding(layout))
+    out += _startup_verdicts(diagnosis)
+    if diagnosis.throughput is not None:
+        out += throughput_verdicts(diagnosis.throughput)
+    if target.step is None:
+        out.append(DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to "
+                                    "feed (--step MODULE:FUNCTION); throughput only", {}, None))
+    elif bound is not None:
+        out.append(input_bound_finding("input-bound", "the pipeline", bound, "the step waits for input: see the "
+                                       "Python-function, prefetch and parallelism findings"))
+    out += bottleneck_verdicts(diagnosis.bottleneck)
+    out += fix_verdicts(diagnosis.fixes)
+    out += [python_op_finding(op, **judged) for op in graph.python_ops]
+    last = graph.last_stage or (graph.transformations[-1] if graph.transformations else None)  # wrappers skipped
+    out.append(prefetch_finding(last, graph.ends_with_prefetch, graph.inject_prefetch, **judged))
+    out += graph_findings(graph, padding=None if diagnosis.throughput is None else diagnosis.throughput.padding,
+                          not_measured=layout.mel_rule if layout is not None and layout.mel is None
+                          else "the throughput stage read no batches", **judged)
+    out += _shape_verdicts(graph, diagnosis.step, target)
+    if diagnosis.feed is not None and not (target.step and stand_in_step(diagnosis.feed)):
+        out.append(feed_verdict(diagnosis.feed))
+    out += work_verdicts(diagnosis.work)
+    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, layout) for f in out if f is not None]))
+    return changes + rest
+
+
+def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
+    """Why a graph finding calls for no change: the input-bound share not measured, undecided, or low."""
+    if target.step is None:
+        return "whether it costs training time needs --step (the input-bound share)"
+    if bound is None:
+        return "the input-bound share was not measured (no time)"
+    why = why_undecided(bound.share, percent)
+    if why:
+        return f"whether it costs training time is {why}"
+    return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
+
+
+def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
+    """The start-up and the step's first call, measured apart from every stage's figures."""
+    if diagnosis.startup_s is None:
+        return []
+    parts = [f"importing and building the pipeline and its first batches {diagnosis.startup_s:.1f} s"]
+    evidence = {"startup_s": diagnosis.startup_s}
+    if diagnosis.throughput is not None:
+        parts.append(f"the first batch {diagnosis.throughput.first_batch_s:.2f} s")
+    if diagnosis.step is not None:
+        parts.append(f"the step's first call {diagnosis.step.first_s:.2f} s (trace, compile)")
+        evidence["first_call_s"] = diagnosis.step.first_s
+    return [DiagnosisFinding("start-up", f"{'; '.join(parts)}: kept apart; the stages shared the budget left after "
+                             "them", evidence, None)]
+
+
+def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[DiagnosisFinding]:
+    shapes, retraces = graph.dynamic_shapes, None if step is None else step.retraces
+    if not shapes and not retraces:
+        return []
+    where = ", ".join(f"{s.component or 'the element'} {s.shape}" for s in shapes) or "none in element_spec"
+    evidence = {"dynamic": where, "retraces": retraces, "step_calls": None if step is None else step.calls}
+    if target.step is None:
+        finding = f"dynamic shapes ({where}) can make a tf.function step retrace; --step measures whether it does"
+    elif retraces is None:
+        finding = f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot be counted"
+    elif retraces:
+        return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this "
+                                 f"run; dynamic shapes: {where}", evidence, retrace_recommendation(graph.buckets))]
+    else:
+        finding = f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in this run"
+    return [DiagnosisFinding("shapes", finding, evidence, None)]
+
+
+# ---------------------------------------------------------------------------------------- its parts
+
+
+def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
+    """The steady rate, the audio it carries and its padding, and a cycle or a large variation of batch times."""
+    rate, unit = figures.rate, figures.unit
+    if rate is None:
+        return []
+    evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
+                "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
+    out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit} per wall-clock second "
+                            f"over a round ({span_words(rate, fmt_rate)}); the first batch took "
+                            f"{figures.first_batch_s:.2f} s (start-up, kept apart)", evidence, None, rate)]
+    if figures.padding is not None or figures.audio_s_per_s is not None:  # a file before the layout: audio alone
+        out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate, figures.padding_efficiency))
+    out.append(variation_finding(figures.cycle, figures.variation, len(figures.batch_s)))
+    return [finding for finding in out if finding is not None]
+
+
+def fmt_rate(value: float) -> str:
+    """A rate in words: whole units from 100 up, three significant digits below."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
+    """The stage that limits throughput, with its share of the time per sample and its interval."""
+    if bottleneck is None or not (bottleneck.stages or bottleneck.no_work_rounds):
+        return []
+    no_work = bottleneck.no_work_rounds
+    if not bottleneck.stages:
+        return [DiagnosisFinding("bottleneck", f"nothing to attribute: in all {no_work} round(s) the whole pipeline "
+                                 "read no slower per sample than a dataset that does no work, so its stages cost less "
+                                 "than the reading can tell apart", {"no_work_rounds": no_work}, None, None)]
+    listing = ", ".join(f"{s.stage} {s.share.median:.0%} [{s.share.low:.0%}, {s.share.high:.0%}]"
+                        for s in bottleneck.stages)
+    evidence = {"stages": [s.stage for s in bottleneck.stages],
+                "shares": [s.share.median for s in bottleneck.stages],
+                "rates": [s.rate.median for s in bottleneck.stages]}
+    top = {s.stage: s.share for s in bottleneck.stages}[bottleneck.limiting]
+    if no_work:
+        evidence["no_work_rounds"] = no_work
+        listing += (f"; {no_work} more round(s) left out, where the whole pipeline read no slower than a dataset "
+                    "that does no work")
+    recommendation = None
+    if bottleneck.decided:
+        finding = (f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} [{top.low:.0%}, "
+                   f"{top.high:.0%}] of the time per sample (over {top.rounds} rounds; each stage's share: {listing})")
+    elif no_work > top.rounds:
+        finding = (f"the limiting stage is undecided: in {no_work} of {no_work + top.rounds} rounds the whole "
+                   "pipeline read no slower than a dataset that does no work, so its stages cost about what reading "
+                   f"them costs ({listing})")
+    elif not consistent(bottleneck.stages):
+        finding = (f"the limiting stage is undecided after {top.rounds} round(s): a longer prefix read faster per "
+                   f"sample than a shorter one it contains, so the shares do not add up ({listing})")
+        recommendation = "run again on a machine with nothing else running"
+    else:
+        finding = (f"the limiting stage is undecided after {top.rounds} round(s): the shares' intervals overlap "
+                   f"({listing})")
+        recommendation = "a longer --budget separates them"
+    return [DiagnosisFinding("bottleneck", finding, evidence, recommendation, top)]
+
+
+def consistent(stages: tuple[StageShare, ...]) -> bool:
+    """Whether the prefixes' rates tell one story: no stage's median share below -INCONSISTENT_SHARE (a
+    longer prefix read much faster than a shorter one it contains: noise from a busy machine, not work)."""
+    return all(stage.share.median >= -INCONSISTENT_SHARE for stage in stages)
+
+
+def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
+    """Each fix measured (its gain and interval: 'apply it' only above verdict.diagnosis_figures.MATERIAL_GAIN;
+    otherwise why no change is called for), and each fix not applied, why; worded by verdict.diagnosis."""
+    return [fix_finding(fix.name, fix.words, fix.unit, fix.gain) if fix.applied else
+            fix_refused_finding(fix.name, fix.why) for fix in fixes]
+
+
+def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
+    """The work per sample and per audio second, the achieved rate against the peak; what could not be read."""
+    if figures is None:
+        return []
+    found = [DiagnosisFinding("work", f"not read: {why}", {}, None) for why in figures.unavailable]
+    for label, fingerprint, rate, per_audio_s in (
+            ("pipeline", figures.pipeline, figures.pipeline_float_ops_per_s, figures.pipeline_float_ops_per_audio_s),
+            ("step", figures.step, figures.step_float_ops_per_s, None)):
+        if fingerprint is None:
+            continue
+        words = ", ".join(f"{format_figure(value)} {key.replace('_', ' ')}" for key, value in fingerprint.work.items()
+                          if key.startswith("float_ops"))
+        python = fingerprint.work.get("python_work_per_sample")
+        if python:
+            words += f", {format_figure(python)} array elements through library calls per sample in Python bodies"
+        evidence = dict(fingerprint.work)
+        if per_audio_s is not None:
+            evidence["float_ops_per_audio_s"] = per_audio_s
+            words += f", {format_figure(per_audio_s)} float ops per audio s (measured audio)"
+        finding = f"the {label}'s work: {words} (counted as {fingerprint.method.split('(')[0].strip()})"
+        unresolved = fingerprint.structure.get("unresolved_float_ops") or {}
+        if unresolved:
+            evidence["unresolved_float_ops"] = sum(unresolved.values())
+            finding += ("; not counted, so the figure is a lower bound: "
+                        + ", ".join(f"{count} {op}" for op, count in sorted(unresolved.items())))
+        if rate is not None and figures.peak is not None:
+            share = figures.peak.share(rate)
+            evidence.update(achieved_float_ops_per_s=rate, peak_float_ops_per_s=figures.peak.float_ops_per_s)
+            finding += (f"; it runs at {format_figure(rate)} float ops/s, {share:.1%} of this machine's measured "
+                        f"peak ({format_figure(figures.peak.float_ops_per_s)}/s, {figures.peak.kernel})")
+            if share > 1:
+                finding += ": faster than that reference, which is what this machine reached on it, not a bound"
+        found.append(DiagnosisFinding("work", finding, evidence, None))
+    return found
 
 
 def layout_finding(layout: BatchLayout) -> DiagnosisFinding:
@@ -51,6 +283,25 @@ def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
         return DiagnosisFinding("speech", words, evidence, None)
     return DiagnosisFinding("speech", f"{fmt(audio.median)} seconds of audio per second ({span_words(audio, fmt)}); "
                             f"{words}", {**estimate_evidence("audio_s_per_s", audio), **evidence}, None, audio)
+
+
+# ---------------------------------------------------------------------------------------- the graph
+
+
+def graph_findings(graph: GraphFindings, *, padding: PaddingFigures | None, not_measured: str | None = None,
+                   waits: bool | None = None, why_not: str = "", share: RoundsEstimate | None = None,
+                   ) -> list[DiagnosisFinding]:
+    """The graph's findings (verdict/pipeline_findings.py words them); waits, why_not and share as
+    when_waiting takes them, not_measured as fixed_padding_finding takes it."""
+    fixed = tuple(f"{s.method} {s.node} ({', '.join(shape_words(p) for p in s.padded_shapes)})"
+                  for s in graph.fixed_padding())
+    found = [graph_finding(graph.chain_words(), graph.last_stage, graph.read_from),
+             prefetch_to_device_finding(graph.after_prefetch_to_device),
+             sequential_map_finding(tuple(s.node for s in graph.sequential_maps()), waits, why_not, share),
+             sequential_read_finding(graph.sequential_reads, waits, why_not, share),
+             cache_after_repeat_finding(graph.caches_after_endless_repeat),
+             fixed_padding_finding(padding, fixed, not_measured, buckets=graph.buckets)]
+    return [finding for finding in found if finding is not None]
 
 
 def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[str, ...],

@@ -1,16 +1,15 @@
 """The bottleneck stage of diagnose --pipeline: the pipeline cut after each stage, every prefix's rate read
 inside TensorFlow in interleaved rounds, each stage's share of the time per sample, and the stage that limits
-throughput. Every iterator is drained before each round (streams: steady state, not a buffer)."""
+throughput. Every iterator is drained before each round (streams: steady state, not a buffer). Its records
+(StageShare, Bottleneck) are in verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""
 
 from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure.rounds import InterleavedRounds
-from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
@@ -18,43 +17,17 @@ from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
     TOO_SHORT,
     UNDECIDED,
-    DiagnosisFinding,
-    RoundsEstimate,
     estimate,
 )
+from perfsuite.verdict.pipeline_figures import Bottleneck, StageShare
+from perfsuite.verdict.pipeline_findings import consistent
 from perfsuite.workload.op_table import one_to_one
 from perfsuite.workload.pipeline_model import op_of_class
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads
-# A stage's median share below minus this: the prefixes' rates disagree. tf.data's own rewrites (a map fused
-# with the batch after it runs ahead of the stages before it) make a longer prefix faster by less than this.
-INCONSISTENT_SHARE = 0.5
 UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
 LONGEST_PASS = 4  # a round reads on to whole passes of a finite prefix when that ends within this many read_s
-
-
-@dataclass(frozen=True)
-class StageShare(Record):
-    """One stage of the pipeline: its words, the rate of the pipeline cut after it (samples/s) and the
-    share of the whole pipeline's time per sample it adds (per round: its prefix's seconds per sample minus
-    the previous prefix's, over the last prefix's)."""
-
-    stage: str
-    rate: RoundsEstimate
-    share: RoundsEstimate
-
-
-@dataclass(frozen=True)
-class Bottleneck(Record):
-    """The stages in order and the one that limits throughput (the largest share), decided when its share's
-    interval lies above every other stage's. no_work_rounds: rounds in which the whole pipeline read no slower
-    per sample than a dataset that does no work; their shares are undefined, so the stages come from the rest."""
-
-    stages: tuple[StageShare, ...]
-    limiting: str | None
-    decided: bool
-    no_work_rounds: int = 0
 
 
 def counted(dataset, *, batched: bool):
@@ -208,47 +181,3 @@ def _bottleneck(cuts, rates: dict) -> Bottleneck:
     decided = len(worked) >= MIN_ROUNDS and no_work <= len(worked) and consistent(stages) and all(
         stages[top].share.low > s.share.high for i, s in enumerate(stages) if i != top)
     return Bottleneck(stages=stages, limiting=stages[top].stage, decided=decided, no_work_rounds=no_work)
-
-
-def consistent(stages: tuple[StageShare, ...]) -> bool:
-    """Whether the prefixes' rates tell one story: no stage's median share below -INCONSISTENT_SHARE (a
-    longer prefix read much faster than a shorter one it contains: noise from a busy machine, not work)."""
-    return all(stage.share.median >= -INCONSISTENT_SHARE for stage in stages)
-
-
-def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]:
-    """The stage that limits throughput, with its share of the time per sample and its interval."""
-    if bottleneck is None or not (bottleneck.stages or bottleneck.no_work_rounds):
-        return []
-    no_work = bottleneck.no_work_rounds
-    if not bottleneck.stages:
-        return [DiagnosisFinding("bottleneck", f"nothing to attribute: in all {no_work} round(s) the whole pipeline "
-                                 "read no slower per sample than a dataset that does no work, so its stages cost less "
-                                 "than the reading can tell apart", {"no_work_rounds": no_work}, None, None)]
-    listing = ", ".join(f"{s.stage} {s.share.median:.0%} [{s.share.low:.0%}, {s.share.high:.0%}]"
-                        for s in bottleneck.stages)
-    evidence = {"stages": [s.stage for s in bottleneck.stages],
-                "shares": [s.share.median for s in bottleneck.stages],
-                "rates": [s.rate.median for s in bottleneck.stages]}
-    top = {s.stage: s.share for s in bottleneck.stages}[bottleneck.limiting]
-    if no_work:
-        evidence["no_work_rounds"] = no_work
-        listing += (f"; {no_work} more round(s) left out, where the whole pipeline read no slower than a dataset "
-                    "that does no work")
-    recommendation = None
-    if bottleneck.decided:
-        finding = (f"{bottleneck.limiting} limits throughput: it adds {top.median:.0%} [{top.low:.0%}, "
-                   f"{top.high:.0%}] of the time per sample (over {top.rounds} rounds; each stage's share: {listing})")
-    elif no_work > top.rounds:
-        finding = (f"the limiting stage is undecided: in {no_work} of {no_work + top.rounds} rounds the whole "
-                   "pipeline read no slower than a dataset that does no work, so its stages cost about what reading "
-                   f"them costs ({listing})")
-    elif not consistent(bottleneck.stages):
-        finding = (f"the limiting stage is undecided after {top.rounds} round(s): a longer prefix read faster per "
-                   f"sample than a shorter one it contains, so the shares do not add up ({listing})")
-        recommendation = "run again on a machine with nothing else running"
-    else:
-        finding = (f"the limiting stage is undecided after {top.rounds} round(s): the shares' intervals overlap "
-                   f"({listing})")
-        recommendation = "a longer --budget separates them"
-    return [DiagnosisFinding("bottleneck", finding, evidence, recommendation, top)]

@@ -1,47 +1,32 @@
 """The fixes stage of diagnose --pipeline: each fix perfsuite can apply without the user's code (rewrite.py's
 prefetch, map parallelism and cache; padding.py's length bucketing) measured against the pipeline as it is,
 in rounds alternating before and after, its gain (after / before per round) decided when its interval leaves
-1.0 out. A second pass keeps the decided gains and adds rounds to the undecided ones."""
+1.0 out. A second pass keeps the decided gains and adds rounds to the undecided ones. Its record (FixGain) is in
+verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.measure.step_model import StepModel
-from perfsuite.records import Record
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import MIN_READ_S, MIN_READS, counted, read_rate
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from, worst_status
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements
 from perfsuite.tools.diagnose.targets import one_line_error
-from perfsuite.verdict.diagnosis import fix_finding, fix_refused_finding
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
     TOO_SHORT,
-    DiagnosisFinding,
     RoundsEstimate,
     estimate,
 )
+from perfsuite.verdict.pipeline_figures import FixGain
 from perfsuite.workload.pipeline_model import Pipeline
 
 SIDES = ("before", "after")  # a fix's sides, in the order of even measured rounds
 GAIN_BOUNDARIES = (1.0,)  # a fix's gain is decided when its interval leaves 1.0 (no change) out
-
-
-@dataclass(frozen=True)
-class FixGain(Record):
-    """A fix measured: its name and words, what was compared (units: 'samples/s of the pipeline' or 'steps/s
-    of the step fed by it'), and the per-round after/before ratio; applied False with why when it was not."""
-
-    name: str
-    words: str
-    applied: bool
-    why: str | None = None
-    unit: str | None = None
-    gain: RoundsEstimate | None = None
 
 
 class NotApplicable(Exception):
@@ -168,10 +153,3 @@ class FixRounds:
     def close(self) -> None:
         for comparison in self.comparisons or ():
             comparison.close()
-
-
-def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
-    """Each fix measured (its gain and interval: 'apply it' only above verdict.diagnosis_figures.MATERIAL_GAIN;
-    otherwise why no change is called for), and each fix not applied, why; worded by verdict.diagnosis."""
-    return [fix_finding(fix.name, fix.words, fix.unit, fix.gain) if fix.applied else
-            fix_refused_finding(fix.name, fix.why) for fix in fixes]

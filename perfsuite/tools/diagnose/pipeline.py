@@ -1,5 +1,6 @@
 """`perfsuite diagnose --pipeline MODULE:FUNCTION`: measure a user's own tf.data pipeline as it is, within
-a time budget, and inspect its graph for what can cost training time.
+a time budget, and inspect its graph for what can cost training time. This module holds the run; its records
+are in verdict/pipeline_figures.py, their findings in verdict/pipeline_findings.py.
 
 After the start-up and the step's first calls (kept apart), budgeted stages measure steady throughput
 (throughput.py), the input-bound share (given a step), the bottleneck (attribution.py), the fixes (fixes.py,
@@ -11,19 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from dataclasses import replace
 
-from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, find_layout
-from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
-from perfsuite.measure.machine import MachineFingerprint
+from perfsuite.measure.batch_spec import BatchLayout, find_layout
 from perfsuite.measure.speech import canonical_batch
 from perfsuite.measure.step_model import StepModel
-from perfsuite.records import Record, migrate, migration
 from perfsuite.tools.diagnose import rewrite
-from perfsuite.tools.diagnose.attribution import Bottleneck, BottleneckRounds, bottleneck_verdicts
-from perfsuite.tools.diagnose.fixes import FixGain, FixRounds, RewriteComparison, fix_verdicts
-from perfsuite.tools.diagnose.graph import graph_findings
+from perfsuite.tools.diagnose.attribution import BottleneckRounds
+from perfsuite.tools.diagnose.fixes import FixRounds, RewriteComparison
 from perfsuite.tools.diagnose.input_bound import InputBoundStage, twin_of
 from perfsuite.tools.diagnose.padding import PaddingComparison
 from perfsuite.tools.diagnose.plan import (
@@ -37,149 +33,24 @@ from perfsuite.tools.diagnose.plan import (
 )
 from perfsuite.tools.diagnose.stages import feed_stage
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
-from perfsuite.tools.diagnose.targets import (
+from perfsuite.tools.diagnose.targets import inspect_graph, load_callable, load_step, make_dataset
+from perfsuite.tools.diagnose.throughput import ThroughputRounds
+from perfsuite.tools.diagnose.work import read_work, with_rates
+from perfsuite.verdict.diagnosis_figures import FeedFigures, InputBoundFigures
+from perfsuite.verdict.pipeline_figures import (
+    FixGain,
     GraphFindings,
-    inspect_graph,
-    load_callable,
-    load_step,
-    make_dataset,
+    PipelineDiagnosis,
+    PipelineSettings,
+    StepRun,
+    Target,
+    Throughput,
+    WorkFigures,
 )
-from perfsuite.tools.diagnose.throughput import Throughput, ThroughputRounds, throughput_verdicts
-from perfsuite.tools.diagnose.work import WorkFigures, read_work, with_rates, work_verdicts
-from perfsuite.verdict.diagnosis import (
-    deferred_to_measured,
-    feed_verdict,
-    frame_assumed,
-    input_bound_finding,
-    percent,
-    ranked_changes,
-    retrace_recommendation,
-    stage_verdicts,
-    stand_in_step,
-    why_undecided,
-)
-from perfsuite.verdict.diagnosis_figures import (
-    DEFAULT_BUDGET_S,
-    DiagnosisFinding,
-    FeedFigures,
-    InputBoundFigures,
-    StageRecord,
-    check_step_time,
-    feed_figures_5_to_6,
-    gpu_stats_6_to_7,
-    without_kind,
-)
-from perfsuite.verdict.pipeline_findings import layout_finding, prefetch_finding, python_op_finding
+from perfsuite.verdict.pipeline_findings import pipeline_verdicts
 from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
-PIPELINE_SCHEMA_VERSION = 6
 PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "fixes": 4.0, "feed": 2.0}
-
-
-# ----------------------------------------------------------------------------------- the records
-
-
-@dataclass(frozen=True)
-class Target(Record):
-    """What was diagnosed: the --pipeline and --step specs and the --arg values."""
-
-    pipeline: str
-    step: str | None
-    args: dict[str, str]
-
-
-@dataclass(frozen=True)
-class PipelineSettings(Record):
-    """budget_s: the whole run, start-up included. warmup: batches (and step calls per side of an
-    input-bound round) taken untimed after the first one."""
-
-    budget_s: float = DEFAULT_BUDGET_S
-    warmup: int = 2
-    frame_s: float | None = None  # seconds of audio per frame (--frame-hop-s); None: perfsuite's mel definition
-    step_time: str | None = DEFAULT_STEP_PRESET  # the emulated GPU step (diagnose.DiagnoseSettings.step_time)
-    batch_spec: BatchSpec = BatchSpec()  # --batch-spec: the audio and its lengths (batch_spec.find_layout)
-
-    def __post_init__(self):
-        if not (isinstance(self.budget_s, int | float) and self.budget_s > 0):
-            raise ValueError(f"budget_s: expected a number of seconds > 0, found {self.budget_s!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"warmup: expected an integer >= 1, found {self.warmup!r}")
-        if self.frame_s is not None and not (isinstance(self.frame_s, int | float) and self.frame_s > 0):
-            raise ValueError(f"frame_s: expected seconds per frame > 0, found {self.frame_s!r}")
-        check_step_time(self.step_time)
-
-
-@dataclass(frozen=True)
-class StepRun(Record):
-    """The user's step: first_s (its first call on the first batch: trace, compile), first_steady_s (the
-    call after), calls (made after the first), and, for a tf.function, traces over the run and retraces
-    (traces after the first call). None: the step is not a tf.function, so its traces cannot be counted."""
-
-    first_s: float
-    first_steady_s: float
-    calls: int
-    traces: int | None
-    retraces: int | None
-
-
-@dataclass(frozen=True)
-class PipelineDiagnosis(Record):
-    """Everything one --pipeline diagnosis inspected, measured and concluded; complete and stages as in
-    diagnose.Diagnosis (an interrupted run's checkpoint has complete=False)."""
-
-    target: Target
-    settings: PipelineSettings
-    fingerprint: MachineFingerprint
-    complete: bool
-    elapsed_s: float
-    stages: tuple[StageRecord, ...]
-    graph: GraphFindings
-    throughput: Throughput | None
-    step: StepRun | None
-    input_bound: InputBoundFigures | None
-    feed: FeedFigures | None
-    verdicts: tuple[DiagnosisFinding, ...]
-    layout: BatchLayout | None = None  # which component is the audio and its lengths, by which rule
-    startup_s: float | None = None  # importing, building and the first batches, before any stage (kept apart)
-    bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.BottleneckRounds)
-    fixes: tuple[FixGain, ...] = ()  # each fix perfsuite could apply, measured before and after
-    work: WorkFigures | None = None  # the work fingerprints and the achieved float-op rates (diagnose/work.py)
-
-    SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
-
-    def as_dict(self) -> dict:
-        return {"schema_version": PIPELINE_SCHEMA_VERSION, "kind": "pipeline", **super().as_dict()}
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "diagnosis") -> PipelineDiagnosis:
-        """Read back what as_dict() wrote; RecordError names a wrong schema_version, kind or field."""
-        return super().from_dict(without_kind(migrate(cls, data, where), "pipeline", where), where)
-
-
-@migration(PipelineDiagnosis, 2, 3)
-def migrate_2_to_3(data: dict) -> dict:
-    """Schema 3 holds the feed rate as its record (diagnose's schema 6 change)."""
-    return {**data, "feed": feed_figures_5_to_6(data["feed"])} if "feed" in data else data
-
-
-@migration(PipelineDiagnosis, 3, 4)
-def migrate_3_to_4(data: dict) -> dict:
-    """Schema 4 holds the feed round's utilisation statistics as their GpuStats (diagnose's schema 7
-    change). The throughput's cycle (stats.Cycle's fields) and the fingerprint keep their shape."""
-    return {**data, "feed": gpu_stats_6_to_7(data["feed"])} if "feed" in data else data
-
-
-def fields_added(data: dict) -> dict:
-    """Schemas 5 (the input-bound figure's wait share, diagnose's schema 8 change) and 6 (the start-up's
-    seconds, the bottleneck, the measured fixes, the work) only add fields; their defaults say 'not measured'."""
-    return data
-
-
-migration(PipelineDiagnosis, 4, 5)(fields_added)
-migration(PipelineDiagnosis, 5, 6)(fields_added)
-
-
-# ------------------------------------------------------------------------------------------ the run
 
 
 def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: Progress = no_progress,
@@ -342,89 +213,3 @@ def _input_bound_pass(step: StepModel, first: StepRun, batch, dataset, settings:
         return {"input_bound": figures, "step": used}
 
     return Resumable(run, bound.more_rounds)
-
-
-# ------------------------------------------------------------------------------------------ verdicts
-
-
-def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
-    """Findings from the measured figures; the graph findings are judged by them (a Python op or a
-    missing prefetch is worth changing only when the step is measured to wait for input), and by the changes
-    measured here where one went their way. The changes measured on this pipeline come first, ranked by gain
-    (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed seconds per frame says
-    so first; the feed verdict at a stand-in step is left out where the user gave --step (the real one)."""
-    bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
-    waits = None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
-    judged = {"waits": waits, "why_not": _no_change_because(bound, target),
-              "share": None if bound is None else bound.share}
-    out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
-    if layout is not None:
-        out.append(layout_finding(layout))
-    out += _startup_verdicts(diagnosis)
-    if diagnosis.throughput is not None:
-        out += throughput_verdicts(diagnosis.throughput)
-    if target.step is None:
-        out.append(DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to "
-                                    "feed (--step MODULE:FUNCTION); throughput only", {}, None))
-    elif bound is not None:
-        out.append(input_bound_finding("input-bound", "the pipeline", bound, "the step waits for input: see the "
-                                       "Python-function, prefetch and parallelism findings"))
-    out += bottleneck_verdicts(diagnosis.bottleneck)
-    out += fix_verdicts(diagnosis.fixes)
-    out += [python_op_finding(op, **judged) for op in graph.python_ops]
-    last = graph.last_stage or (graph.transformations[-1] if graph.transformations else None)  # wrappers skipped
-    out.append(prefetch_finding(last, graph.ends_with_prefetch, graph.inject_prefetch, **judged))
-    out += graph_findings(graph, padding=None if diagnosis.throughput is None else diagnosis.throughput.padding,
-                          not_measured=layout.mel_rule if layout is not None and layout.mel is None
-                          else "the throughput stage read no batches", **judged)
-    out += _shape_verdicts(graph, diagnosis.step, target)
-    if diagnosis.feed is not None and not (target.step and stand_in_step(diagnosis.feed)):
-        out.append(feed_verdict(diagnosis.feed))
-    out += work_verdicts(diagnosis.work)
-    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, layout) for f in out if f is not None]))
-    return changes + rest
-
-
-def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
-    """Why a graph finding calls for no change: the input-bound share not measured, undecided, or low."""
-    if target.step is None:
-        return "whether it costs training time needs --step (the input-bound share)"
-    if bound is None:
-        return "the input-bound share was not measured (no time)"
-    why = why_undecided(bound.share, percent)
-    if why:
-        return f"whether it costs training time is {why}"
-    return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
-
-
-def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
-    """The start-up and the step's first call, measured apart from every stage's figures."""
-    if diagnosis.startup_s is None:
-        return []
-    parts = [f"importing and building the pipeline and its first batches {diagnosis.startup_s:.1f} s"]
-    evidence = {"startup_s": diagnosis.startup_s}
-    if diagnosis.throughput is not None:
-        parts.append(f"the first batch {diagnosis.throughput.first_batch_s:.2f} s")
-    if diagnosis.step is not None:
-        parts.append(f"the step's first call {diagnosis.step.first_s:.2f} s (trace, compile)")
-        evidence["first_call_s"] = diagnosis.step.first_s
-    return [DiagnosisFinding("start-up", f"{'; '.join(parts)}: kept apart; the stages shared the budget left after "
-                             "them", evidence, None)]
-
-
-def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[DiagnosisFinding]:
-    shapes, retraces = graph.dynamic_shapes, None if step is None else step.retraces
-    if not shapes and not retraces:
-        return []
-    where = ", ".join(f"{s.component or 'the element'} {s.shape}" for s in shapes) or "none in element_spec"
-    evidence = {"dynamic": where, "retraces": retraces, "step_calls": None if step is None else step.calls}
-    if target.step is None:
-        finding = f"dynamic shapes ({where}) can make a tf.function step retrace; --step measures whether it does"
-    elif retraces is None:
-        finding = f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot be counted"
-    elif retraces:
-        return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this "
-                                 f"run; dynamic shapes: {where}", evidence, retrace_recommendation(graph.buckets))]
-    else:
-        finding = f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in this run"
-    return [DiagnosisFinding("shapes", finding, evidence, None)]

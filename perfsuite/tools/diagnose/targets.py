@@ -1,6 +1,6 @@
 """The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: importing the
 user's dataset factory and step and calling the factory. A target perfsuite cannot use raises TargetError,
-one line naming what was looked up and what was found. graph.py's names are kept here for its callers."""
+one line naming what was looked up and what was found. graph.py's inspect_graph is kept here for its callers."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError, one_line_error
-from perfsuite.tools.diagnose.graph import GraphFindings, inspect_graph
+from perfsuite.tools.diagnose.graph import inspect_graph
 
-__all__ = ["GraphFindings", "TargetError", "inspect_graph", "load_callable", "load_step", "make_dataset",
-           "one_line_error"]
+__all__ = ["TargetError", "inspect_graph", "load_callable", "load_step", "make_dataset", "one_line_error"]
 
 
 class TargetError(PerfsuiteError, ValueError):

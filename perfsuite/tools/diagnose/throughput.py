@@ -1,5 +1,6 @@
 """The pipeline alone, as diagnose --pipeline measures it: steady throughput in rounds of a fresh, drained
-iterator (the start-up and the step's first calls kept apart), its record and its verdicts.
+iterator (the start-up and the step's first calls kept apart); its record (Throughput) is in
+verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py.
 
 A round reads its batches back to back and its rate is samples per wall-clock second over the round. The
 batches' content (padding, audio) is read after the round, from every batch (evenly spaced ones where they
@@ -12,51 +13,24 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
 
 from perfsuite.measure.batch_spec import BatchLayout, leaves
-from perfsuite.measure.speech import FrameCounter, PaddingFigures
-from perfsuite.measure.stats import Cycle, detect_cycle
-from perfsuite.records import Record
+from perfsuite.measure.speech import FrameCounter
+from perfsuite.measure.stats import detect_cycle
 from perfsuite.tools.diagnose.plan import Stage, calls_that_fit, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, samples_in, timed_next
-from perfsuite.verdict.diagnosis import estimate_evidence, span_words, variation_finding
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
     VARIATION_BOUNDARIES,
-    DiagnosisFinding,
     RoundsEstimate,
     estimate,
 )
-from perfsuite.verdict.pipeline_findings import speech_finding
+from perfsuite.verdict.pipeline_figures import Throughput
 
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
 MAX_THROUGHPUT_BATCHES = 256  # ... and at most
 ANALYSED_BYTES = 256 * 2**20  # a round's batches kept for their content read after it: every one up to this
-
-
-@dataclass(frozen=True)
-class Throughput(Record):
-    """first_batch_s (start-up) and warmup_s apart, then the rounds (batches_per_round: the last pass's;
-    round_batches: each round's). unit: 'samples' (the leading dimension of a batch) or 'batches' when a
-    batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the batch
-    times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s; restarts: times
-    the dataset ended and a new pass began (a finite dataset, measured as it is)."""
-
-    first_batch_s: float
-    warmup_s: tuple[float, ...]
-    unit: str
-    rate: RoundsEstimate | None
-    variation: RoundsEstimate | None
-    batches_per_round: int
-    batch_s: tuple[float, ...]
-    cycle: Cycle | None
-    restarts: int
-    audio_s_per_s: RoundsEstimate | None = None
-    padding_efficiency: float | None = None
-    padding: PaddingFigures | None = None  # measured by the layout (speech.PaddingFigures)
-    round_batches: tuple[int, ...] = ()  # batches of each round (a second pass sizes its rounds anew)
 
 
 class ThroughputRounds:
@@ -155,24 +129,3 @@ def _bytes(batch) -> int:
         if None not in shape:
             total += math.prod(int(d) for d in shape) * int(size or 0)
     return total
-
-
-def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
-    """The steady rate, the audio it carries and its padding, and a cycle or a large variation of batch times."""
-    rate, unit = figures.rate, figures.unit
-    if rate is None:
-        return []
-    evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
-                "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
-    out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit} per wall-clock second "
-                            f"over a round ({span_words(rate, fmt_rate)}); the first batch took "
-                            f"{figures.first_batch_s:.2f} s (start-up, kept apart)", evidence, None, rate)]
-    if figures.padding is not None or figures.audio_s_per_s is not None:  # a file before the layout: audio alone
-        out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate, figures.padding_efficiency))
-    out.append(variation_finding(figures.cycle, figures.variation, len(figures.batch_s)))
-    return [finding for finding in out if finding is not None]
-
-
-def fmt_rate(value: float) -> str:
-    """A rate in words: whole units from 100 up, three significant digits below."""
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
