@@ -114,6 +114,14 @@ def test_bad_options_are_usage_errors_naming_the_option(capfd, tiny_corpus, args
     assert code == 2 and out == "" and "error:" in err and args[0] in err
 
 
+@pytest.mark.parametrize("command", [[], ["check-data"], ["diagnose"], ["machine"], ["ab"], ["history"],
+                                     ["selftest"]])
+def test_every_help_prints_without_a_traceback(capfd, command):
+    """argparse formats help strings with %: a bare '%' in one made `perfsuite --help` a traceback."""
+    assert cli.main([*command, "--help"]) == 0
+    assert "usage: perfsuite" in capfd.readouterr().out
+
+
 def test_missing_subcommand_is_a_usage_error(capfd):
     assert cli.main([]) == 2
     assert "error:" in capfd.readouterr().err

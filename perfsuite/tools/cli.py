@@ -454,7 +454,7 @@ def _add_selftest(commands) -> None:
     from perfsuite.tools.detection import command
 
     parser = commands.add_parser(
-        "selftest", help="what a green run rules out on this machine: planted slowdowns of 0-40 % through the "
+        "selftest", help="what a green run rules out on this machine: planted slowdowns of 0-40 %% through the "
                          "same-run gates, the comparison with saved runs and perfsuite ab",
         description="Plants exact slowdowns (more of the loader's own work, in whole utterances) of 0, 5, 10, 20 "
                     "and 40 %, checks each plant's measured cost against its share, and measures per path the "
