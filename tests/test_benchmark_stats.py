@@ -3,6 +3,7 @@ the `pytest-benchmark compare` command line, and `stats.ops` agreeing with perfs
 
 import json
 import shutil
+import statistics
 import subprocess
 import textwrap
 
@@ -66,7 +67,10 @@ def test_saved_stats_are_seconds_per_sample_and_compare_ranks_by_samples_per_s(p
             assert info[benchmark_adapter.STATS_UNIT] == "s/sample"
             assert bench["group"] == "bench, s/sample"  # perfsuite's group (the file's name) and the unit
             assert stats["rounds"] == info["rounds"] == len(info["samples_per_s_rounds"])
-            assert stats["ops"] == pytest.approx(info["samples_per_s"], rel=0.05), bench["name"]
+            # ops is the rounds' samples/s through their mean time per sample: their harmonic mean, exactly
+            # (a wrong unit, per batch of 8 or per second, would be 8x off or inverted)
+            assert stats["ops"] == pytest.approx(statistics.harmonic_mean(info["samples_per_s_rounds"]),
+                                                 rel=1e-6), bench["name"]
             assert info["samples_per_s_interval"][0] <= info["samples_per_s"] * 1.05
     command = shutil.which("pytest-benchmark") or shutil.which("py.test-benchmark")
     assert command, "pytest-benchmark's command line is installed with pytest-benchmark"
