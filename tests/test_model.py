@@ -51,6 +51,7 @@ def test_graph_and_xla_agree_with_eager_from_the_same_seed(mode, eager_fp32_loss
     assert eager_fp32_losses[2] < eager_fp32_losses[0]
 
 
+@pytest.mark.slow  # tens of seconds (processes, an XLA compile): the unit run stays within 5 minutes
 def test_mixed_float16_compiles_with_xla_and_matches_fp32(eager_fp32_losses):
     step = make_train_step(model_config=TINY, mode="xla", precision="mixed_float16", input_shapes=SHAPES)
     losses = first_losses(step, tiny_batch(), 3)

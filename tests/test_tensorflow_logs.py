@@ -53,6 +53,7 @@ def test_machine_prints_only_its_fingerprint():
     assert not any(marker in result.stdout for marker in STARTUP)
 
 
+@pytest.mark.slow  # tens of seconds (processes, an XLA compile): the unit run stays within 5 minutes
 def test_verbose_shows_what_tensorflow_writes_when_imported(dataset):
     raw = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, timeout=300,
                          check=False, env=_environment())

@@ -298,6 +298,7 @@ _PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # tens of seconds (processes, an XLA compile): the unit run stays within 5 minutes
 def test_the_fingerprint_is_the_same_in_other_processes_and_thread_settings(reference, xla_reference):
     env = dict(os.environ, PYTHONHASHSEED="random")
     runs = [subprocess.Popen([sys.executable, "-c", _PROCESS, setting, str(Path(__file__).parent)],
