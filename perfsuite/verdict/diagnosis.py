@@ -427,8 +427,8 @@ PUSHES: dict[str, tuple[str, ...]] = {
     "cycle": ("more-prefetch", "more-parallelism"),
     "feed-": ("faster-input", "more-parallelism", "more-prefetch"),
 }
-# The step retraced (the retracing finding, pipeline_findings.py): one trace for every length, never padding back to a fixed shape, which
-# [fixed-padding] and the padding fix push against.
+# The step retraced (the retracing finding, pipeline_findings.py): one trace for every length, never padding back
+# to a fixed shape, which [fixed-padding] and the padding fix push against.
 _ONE_TRACE = ("give the step an input_signature with None on the axes that vary (tf.function(input_signature=["
               "tf.TensorSpec([None, None, ...])])) or tf.function(reduce_retracing=True), so one trace serves every "
               "length; where shapes must stay static (jit_compile), ")
