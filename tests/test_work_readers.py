@@ -1,6 +1,7 @@
 """The work fingerprint's file reads (perfsuite.measure.work): TFRecord readers whose file names come from
 list_files (sorted or shuffled, read directly or through an interleave) count the same bytes as a constant
-list of the same files; names computed at run time are listed unresolved, never a silent 0; and a pipeline
+list of the same files, and take, skip and shard of fixed names the files they select; names computed at run
+time are listed unresolved, never a silent 0; and a pipeline
 ending in prefetch_to_device (which TensorFlow cannot serialize) counts the same work as the pipeline
 before the copy."""
 
@@ -73,6 +74,21 @@ def test_a_five_percent_larger_record_payload_raises_the_file_bytes_accordingly(
     more = _file_bytes(tf.data.TFRecordDataset(tf.data.Dataset.list_files(str(tmp_path / "larger" / "*"))))
     assert (base, more) == (_bytes_per_record(), _bytes_per_record(larger))
     assert more > 1.04 * base
+
+
+def test_names_selected_by_take_skip_and_shard_count_the_files_they_select(tmp_path):
+    """Files sorted: payloads 100, 300, 180. A selection of shuffled names is not fixed: unresolved."""
+    _shards(tmp_path)
+    names = tf.data.Dataset.list_files(str(tmp_path / "*.tfrecord"), shuffle=False)
+    found = {"shard(2, 0)": tf.data.TFRecordDataset(names.shard(2, 0)),
+             "skip(1)": tf.data.TFRecordDataset(names.skip(1)),
+             "take(1) through an interleave": names.take(1).interleave(tf.data.TFRecordDataset, cycle_length=2),
+             "shard(2, 1), then shuffled": tf.data.TFRecordDataset(names.shard(2, 1).shuffle(4))}
+    assert {name: _file_bytes(dataset) for name, dataset in found.items()} == {
+        "shard(2, 0)": _bytes_per_record((100, 180)), "skip(1)": _bytes_per_record((300, 180)),
+        "take(1) through an interleave": _bytes_per_record((100,)), "shard(2, 1), then shuffled": _bytes_per_record((300,))}
+    shuffled = tf.data.TFRecordDataset(tf.data.Dataset.list_files(str(tmp_path / "*.tfrecord")).shard(2, 0))
+    assert _file_bytes(shuffled) == 0 and any("not constant" in key for key in _unresolved(shuffled))
 
 
 def test_names_computed_at_run_time_are_listed_unresolved_never_a_silent_zero(tmp_path):
