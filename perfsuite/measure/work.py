@@ -306,10 +306,11 @@ def _stage_record_read(node, nodes: dict, readers: dict[str, str]):
 
 _NAME_ORDER_FAMILIES = ("shuffle", "repeat", "prefetch", "cache", "wrapper")  # hand elements on, reordered at most
 _KEEP_ORDER_FAMILIES = ("prefetch", "cache", "wrapper")  # hand elements on in their order
-# Stages that select file names by constants: (how many constant inputs follow the dataset, the selection).
-_NAME_SLICES = {"TakeDataset": (1, lambda names, count: names if count < 0 else names[:count]),
-                "SkipDataset": (1, lambda names, count: names[:0] if count < 0 else names[count:]),
-                "ShardDataset": (2, lambda names, shards, index: names[index::shards])}
+# Stages that select file names by constants, by their tf.data method (the op table's): (how many constant
+# inputs follow the dataset, the selection).
+_NAME_SLICES = {"take": (1, lambda names, count: names if count < 0 else names[:count]),
+                "skip": (1, lambda names, count: names[:0] if count < 0 else names[count:]),
+                "shard": (2, lambda names, shards, index: names[index::shards])}
 
 
 def _dataset_names(node, nodes: dict):
@@ -320,19 +321,19 @@ def _dataset_names(node, nodes: dict):
     the names (a shard of shuffled names is not fixed); None for names computed at run time."""
     chain = []  # from the reader's input down to the source
     while node is not None and node.input and (kind_of(node.op).family in _NAME_ORDER_FAMILIES
-                                               or node.op in _NAME_SLICES):
+                                               or kind_of(node.op).method in _NAME_SLICES):
         chain.append(node)
         node = nodes.get(_node_name(node.input[0]))
     if node is None or node.op != TENSOR_SLICES_OP:
         return None
     names = _constant_value(nodes.get(_node_name(node.input[0])))
-    slices = [i for i, stage in enumerate(chain) if stage.op in _NAME_SLICES]
+    slices = [i for i, stage in enumerate(chain) if kind_of(stage.op).method in _NAME_SLICES]
     moved = [i for i, stage in enumerate(chain)
-             if stage.op not in _NAME_SLICES and kind_of(stage.op).family not in _KEEP_ORDER_FAMILIES]
+             if i not in slices and kind_of(stage.op).family not in _KEEP_ORDER_FAMILIES]
     if slices and moved and max(moved) > min(slices):  # reordered or repeated before a selection
         return None
     for stage in reversed([chain[i] for i in slices]):  # the selection nearest the source first
-        count, select = _NAME_SLICES[stage.op]
+        count, select = _NAME_SLICES[kind_of(stage.op).method]
         values = [_constant_value(nodes.get(_node_name(name))) for name in stage.input[1:1 + count]]
         if names is None or len(values) < count or any(value is None for value in values):
             return None
