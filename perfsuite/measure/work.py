@@ -141,7 +141,7 @@ def dataset_work(dataset, *, name: str = "pipeline", reference_elements: int = 8
     if reference_elements < 1:
         raise ValueError(f"reference_elements: expected ≥ 1, found {reference_elements}")
     with _unreadable(name, "a pipeline whose graph can be read and run on its first elements"):
-        pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+        pipeline = read_pipeline(dataset)
         return _dataset_work(pipeline, name, reference_elements, audio_seconds)
 
 

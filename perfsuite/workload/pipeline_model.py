@@ -346,7 +346,10 @@ class Pipeline:
 
 
 def read_pipeline(dataset) -> Pipeline:
-    """Reads a tf.data.Dataset once into its Pipeline (see the module docstring)."""
+    """Reads a tf.data.Dataset once into its Pipeline (see the module docstring); a Pipeline already read is
+    handed back as it is, so a caller given either asks the one reading."""
+    if isinstance(dataset, Pipeline):
+        return dataset
     from tensorflow.python.data.ops.options import ExternalStatePolicy
 
     tf = tensorflow()

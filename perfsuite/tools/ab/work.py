@@ -15,12 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
+
 from perfsuite.verdict.work import compare_sets
 
 OUT_VARIABLE = "PERFSUITE_WORK_OUT"  # benchmarks/test_work.py writes each fingerprint there when set
 WORK_FILE = "test_work.py"
 TIMEOUT_S = 600.0
-NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection (-k ...) leaves no test
 
 
 def work_file(side_root: Path, benchmarks: str) -> Path:
@@ -57,7 +58,8 @@ def fingerprint_diff(sides: Sequence, pytest_arguments: Sequence[str], scratch: 
             process.wait()
         log.close()
         found[name] = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("*.json"))}
-        why[name] = (f"no test of its {WORK_FILE} matches the selection" if process.returncode == NO_TESTS_COLLECTED
+        no_tests = process.returncode == pytest.ExitCode.NO_TESTS_COLLECTED
+        why[name] = (f"no test of its {WORK_FILE} matches the selection" if no_tests
                      else f"its {WORK_FILE} exited {process.returncode} (log: {log.name})")
     names = list(found)
     base, head = found[names[0]], found[names[1]]

@@ -6,7 +6,7 @@ prefetch_to_device last, ...): docs/diagnose.md, "The graph read as it runs"."""
 from __future__ import annotations
 
 from perfsuite.verdict.pipeline_figures import GraphFindings, dynamic_shapes
-from perfsuite.workload.pipeline_model import AUTOTUNE, Pipeline, read_pipeline
+from perfsuite.workload.pipeline_model import AUTOTUNE, read_pipeline
 from perfsuite.workload.pipeline_model import Stage as GraphStage
 
 __all__ = ["AUTOTUNE", "GraphStage", "inspect_graph"]
@@ -14,7 +14,7 @@ __all__ = ["AUTOTUNE", "GraphStage", "inspect_graph"]
 
 def inspect_graph(dataset) -> GraphFindings:
     """The GraphFindings of a tf.data.Dataset or of a Pipeline already read, asked of its model."""
-    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    pipeline = read_pipeline(dataset)
     model = pipeline.model
     stages = model.chain()
     last = model.last_real_stage()

@@ -119,7 +119,7 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
         """The undecided stages, which keep their part of what is left for their second pass (run.resume)."""
         return tuple(name for name in run.undecided() if name in passes)
 
-    for name in list(needs)[:-1]:  # every stage but the feed, the last one
+    for name in (name for name in needs if name != "feed"):  # the feed stage last, below
         with run.stage(name, held=held() if name == "fixes" else ()) as stage:
             run.parts.update(passes[name].run(stage))
     with run.stage("feed", held=held()) as stage:

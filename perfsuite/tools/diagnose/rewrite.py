@@ -243,7 +243,7 @@ def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float 
     """The fixes that apply to dataset (a tf.data.Dataset or a Pipeline already read) and, for the rest
     considered, why not. samples_per_s (the pipeline's measured throughput) estimates how long filling a
     cache takes; over fill_limit_s it is not tried."""
-    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    pipeline = read_pipeline(dataset)
     found = [NotApplied("prefetch", "the pipeline already ends with a prefetch") if ends_with_prefetch
              else Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch)]
     if pipeline.graph_def is None:

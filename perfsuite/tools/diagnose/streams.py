@@ -12,13 +12,13 @@ from typing import Any
 from perfsuite.measure.teardown import iterate
 from perfsuite.measure.timing import host_readback, leading_dim
 from perfsuite.tools.diagnose.targets import TargetError, one_line_error
-from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
+from perfsuite.workload.pipeline_model import read_pipeline
 
 
 def buffered_elements(dataset) -> int:
     """At most how many elements the buffers of a tf.data.Dataset or a Pipeline already read hold ready
     (PipelineModel.buffered_elements)."""
-    pipeline = dataset if isinstance(dataset, Pipeline) else read_pipeline(dataset)
+    pipeline = read_pipeline(dataset)
     return pipeline.model.buffered_elements()
 
 
