@@ -1,10 +1,26 @@
 """Benchmark parametrization follows the run profile (--perfsuite-profile): quick sweeps less than full."""
 
+from pathlib import Path
+
 import pytest
 
 from perfsuite.pytest_plugin.profiles import PROFILES
 
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
+
+
+def pytest_report_header(config):
+    """The run's first lines say when the work snapshots came from other TensorFlow or numpy versions."""
+    from perfsuite.verdict.work import snapshots_versions
+
+    versions = snapshots_versions(Path(__file__).parent / "baselines" / "work")
+    if not versions:
+        return None
+    profile = config.getoption("perfsuite_profile")
+    command = f"python -m pytest benchmarks/test_work.py --perfsuite-profile={profile} --force-regen"
+    line = (f"perfsuite: the work snapshots were recorded with {versions}: their figures are judged, their exact "
+            f"histograms reported, not failed; re-record them with: {command}")
+    return [line]
 
 
 @pytest.hookimpl(trylast=True)  # after @parametrize, so ids read kind-source-bs16-w2

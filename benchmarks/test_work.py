@@ -19,7 +19,8 @@ utterances, per audio second from their mel frames); the steps of test_step.py (
 XLA at mixed_float16) at batch 8, 80 tokens, 400 mel frames, of the profile's model (smoke: 'tiny'; quick and
 full: 'default'), traced on test_step's synthetic batch and on the first batch of the TF-native cache
 loader over the same corpus padded to those shapes (test_pipeline's loader for a step), the graph step also
-run on it: a step that retraces on it shows as more than one trace.
+run on it: a step that retraces on it shows as more than one trace. Each step's tf.function is also traced
+on a synthetic batch of half the tokens and frames: a dropped input signature shows as two shape traces.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from perfsuite.files import write_atomic
 from perfsuite.measure.work import WorkFingerprint, dataset_work, mel_seconds, step_work
 from perfsuite.pytest_plugin.summary import record_work_verdict
 from perfsuite.verdict.work import SnapshotUnreadable, compare_work, read_snapshot
+from perfsuite.workload.model import make_synthetic_batch
 
 pytest.importorskip("pytest_regressions", reason="the work snapshots need pytest-regressions (the 'test' extra)")
 
@@ -154,8 +156,11 @@ def test_step_work(request, data_regression, perfsuite_profile, loader_batches, 
     name = f"{mode}-bs{batch_size}-{step_precision}"
     # run on the loader's batch in graph mode, where a retrace the trace cache hides (the step's own Python)
     # shows; the XLA steps share that Python and are traced on it (their first call's compile is the cost)
+    # and traced on a batch of another shape, where a dropped input signature shows as a second trace
+    other_shape = make_synthetic_batch(batch_size=batch_size, text_len=steps.TEXT_LEN // 2,
+                                       mel_frames=steps.MEL_FRAMES // 2, seed=1)
     fingerprint = step_work(train, steps._batch(batch_size), name=name, batches=loader_batches,
-                            run=mode == "graph")
+                            run=mode == "graph", shapes=[other_shape])
     assert fingerprint.work["float_ops_per_step"] > 0 and fingerprint.structure["mode"] == mode, fingerprint
     check_snapshot(request, data_regression, fingerprint,
                    SNAPSHOTS / f"step-{perfsuite_profile.model}-{name}.yml")

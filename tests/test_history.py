@@ -5,7 +5,7 @@ import dataclasses
 import json
 import subprocess
 import sys
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -40,7 +40,7 @@ def write_runs(storage, fingerprint, *, seed: int, machine: str = "Linux-CPython
     rng = np.random.default_rng(seed)
     directory = storage / machine
     directory.mkdir(parents=True, exist_ok=True)
-    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 1, tzinfo=UTC)
     for index in range(RUNS):
         stepped = 1000.0 * (0.8 if index >= STEP_AT else 1.0) * rng.normal(1, NOISE)
         flat = 500.0 * rng.normal(1, NOISE)

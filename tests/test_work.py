@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.data.audio import MelConfig, log_mel_tf
@@ -636,17 +637,53 @@ def test_the_snapshot_path_writes_reloads_checks_the_schema_and_names_the_comman
         read_snapshot(path, fingerprint.SCHEMA_VERSION, command)
 
 
-def test_another_tensorflow_version_compares_the_structure_and_names_the_command_once(reference):
+def _other_minor(version: str) -> str:
+    major, minor = version.split(".")[:2]
+    return f"{major}.{int(minor) + 1}"
+
+
+def test_another_tensorflow_version_still_fails_more_work_naming_the_version_and_the_command(reference):
     command = "python -m pytest benchmarks/test_work.py --perfsuite-profile=smoke --force-regen"
     old = json.loads(json.dumps(reference))
-    old["tensorflow"], old["work"]["float_ops_per_sample"] = "2.20", old["work"]["float_ops_per_sample"] * 2
+    old["tensorflow"] = _other_minor(reference["tensorflow"])
+    old["work"]["float_ops_per_sample"] = round(old["work"]["float_ops_per_sample"] / 1.05)  # now 5 % more
+    verdict = compare_work(reference, old, rerecord=command)
+    assert verdict.failed and verdict.versions == f"TensorFlow {old['tensorflow']}, this is {reference['tensorflow']}"
+    assert any("float ops per sample +5.0 %" in c for c in verdict.changes), verdict.changes
+    assert sum(command in c and "may be the library's" in c for c in verdict.changes) == 1, verdict.changes
+
+
+def test_another_version_with_the_same_figures_reports_a_histogram_change_and_passes(reference):
+    from perfsuite.verdict.work import versions_note
+
+    command = "python -m pytest benchmarks/test_work.py --perfsuite-profile=smoke --force-regen"
+    old = json.loads(json.dumps(reference))
+    old["numpy"] = _other_minor(reference["numpy"])
     old["op_histogram"]["Old:float32"] = 1
     verdict = compare_work(reference, old, rerecord=command)
     assert not verdict.failed and verdict.decision == WITHIN
-    assert sum(command in n for n in verdict.notes) == 1 and any("TensorFlow 2.20, this is 2.21" in n
-                                                                  for n in verdict.notes)
+    assert any("op histogram" in n and "-1 Old:float32" in n for n in verdict.notes), verdict.notes
+    assert sum(command in n for n in verdict.notes) == 1
+    assert "numpy" in versions_note([verdict]) and versions_note([compare_work(reference, reference)]) is None
+    unchanged = compare_work(reference, {**json.loads(json.dumps(reference)), "numpy": old["numpy"]})
+    assert not unchanged.failed and unchanged.notes, "a version change is never silent"
     old["structure"]["prints"] = 3
     assert compare_work(reference, old, rerecord=command).failed
+    same_version = json.loads(json.dumps(reference))
+    same_version["op_histogram"]["Old:float32"] = 1
+    assert compare_work(reference, same_version).failed, "without a version change a histogram change fails"
+
+
+def test_the_run_header_says_when_the_snapshots_came_from_other_versions(tmp_path, reference):
+    from perfsuite.verdict.work import installed_versions, snapshots_versions
+
+    snapshot = json.loads(json.dumps(reference))
+    snapshot.update(installed_versions())
+    (tmp_path / "a.yml").write_text(yaml.safe_dump(snapshot))
+    assert snapshots_versions(tmp_path) == ""
+    snapshot["tensorflow"] = _other_minor(snapshot["tensorflow"])
+    (tmp_path / "b.yml").write_text(yaml.safe_dump(snapshot))
+    assert snapshots_versions(tmp_path).startswith(f"TensorFlow {snapshot['tensorflow']}, this is ")
 
 
 class _RetracingStep:
@@ -666,6 +703,22 @@ class _RetracingStep:
 
     def tracing_count(self):
         return self._function.experimental_get_tracing_count()
+
+
+def test_a_step_whose_input_signature_is_dropped_fails_on_a_batch_of_another_shape(batch):
+    import tensorflow as tf
+
+    other = make_synthetic_batch(batch_size=4, text_len=10, mel_frames=16, seed=1)
+    for mode in ("graph", "xla"):
+        kept = _step(mode)
+        dropped = _step(mode)
+        dropped._fn = tf.function(dropped._train_step, jit_compile=mode == "xla", autograph=False)  # the plant
+        good = step_work(kept, batch, name="s", shapes=[other])
+        planted = step_work(dropped, batch, name="s", shapes=[other])
+        assert good.structure["shape_traces"] == 1 and planted.structure["shape_traces"] == 2
+        verdict = compare_work(planted.snapshot(), good.snapshot())
+        assert verdict.failed and any("shape traces: 1 -> 2" in c for c in verdict.changes), verdict.changes
+    assert step_work(_step("eager"), batch, name="s", shapes=[other]).structure["shape_traces"] is None
 
 
 def test_a_retrace_the_trace_cache_hides_fails_when_the_step_runs_on_the_reference_batches(batch):

@@ -72,9 +72,9 @@ def test_nightly_runs_on_a_self_hosted_gpu_runner(nightly):
 
 def test_nightly_installs_the_gpu_extra_and_checks_the_gpu(nightly):
     commands = run_lines(only_job(nightly))
-    assert 'pip install -e ".[test,gpu]"' in commands
+    assert 'pip install -c constraints.txt -e ".[test,gpu]"' in commands
     assert "python -m perfsuite.measure.gpu" in commands
-    assert commands.index('pip install -e ".[test,gpu]"') < commands.index("python -m perfsuite.measure.gpu")
+    assert commands.index('pip install -c constraints.txt -e ".[test,gpu]"') < commands.index("python -m perfsuite.measure.gpu")
 
 
 def test_nightly_benchmarks_compare_and_autosave(nightly):
@@ -125,7 +125,7 @@ def test_ci_runs_tests_in_parallel_and_the_quick_profile_serially(ci):
     setup = uses(job, "actions/setup-python")
     assert len(setup) == 1 and str(setup[0]["with"]["python-version"]) == "3.11"
     commands = run_lines(job)
-    assert 'pip install -e ".[test]"' in commands
+    assert 'pip install -c constraints.txt -e ".[test]"' in commands
     assert "pytest -n auto" in commands
     quick = [c for c in commands if c.startswith("pytest benchmarks/")]
     assert len(quick) == 1
@@ -141,3 +141,12 @@ def test_workflows_use_pinned_major_versions_of_actions(nightly, ci):
             if "uses" in step:
                 action, _, version = step["uses"].partition("@")
                 assert version.startswith("v"), f"{action}: expected a pinned @vN version, found {version!r}"
+
+
+def test_every_install_of_the_project_passes_the_constraints_file():
+    """The work snapshots hold for the pinned TensorFlow and numpy: every workflow installs as the README does."""
+    installs = [line for path in sorted(WORKFLOWS.glob("*.yml")) for job in load(path.name)["jobs"].values()
+                for line in run_lines(job) if "pip install" in line and " -e " in f"{line} "]
+    assert installs, "expected the workflows to install the project"
+    for line in installs:
+        assert "-c constraints.txt" in line, f"expected '-c constraints.txt' in the install, found {line!r}"

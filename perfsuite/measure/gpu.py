@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from perfsuite.errors import GpuUnavailable
 from perfsuite.measure.utilisation import DeviceTimeline, GpuTimeline, gpu_stats, sample_coverage
@@ -317,7 +317,7 @@ class GpuSampler:
         self._crash: BaseException | None = None
         self._timeline: GpuTimeline | None = None
 
-    def __enter__(self) -> GpuSampler:
+    def __enter__(self) -> Self:
         if self._thread is not None:
             raise RuntimeError("GpuSampler: already entered; use a new sampler for each window")
         nvml = _load_nvml()

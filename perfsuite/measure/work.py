@@ -592,19 +592,22 @@ def _spec_text(spec) -> Any:
 
 
 def step_work(step: Callable[[Any], Any], batch, *, name: str = "step",
-              batches: Sequence[Any] | None = None, run: bool = True) -> WorkFingerprint:
+              batches: Sequence[Any] | None = None, run: bool = True, shapes: Sequence[Any] = ()) -> WorkFingerprint:
     """The work fingerprint of a training step at ``batch`` (a tensor, tuple, dict or nested structure of
     them, as the step takes it): traced, not run, for its work (see the module docstring). ``batches``: the
     reference batches whose traces are counted: a step that can count its traces is run on each of them
     (its variables then move as in training; ``run=False``: traced on them only, which a retrace its trace
-    cache hides escapes); a step retracing for them shows as more than one trace."""
+    cache hides escapes); a step retracing for them shows as more than one trace. ``shapes``: batches of
+    other shapes, on which the step's own tf.function (the step, or its ``function`` attribute) is traced,
+    not run: ``structure["shape_traces"]`` counts the traces ``batch`` and they need (one where an input
+    signature holds them, one per shape where it was dropped; None for a step with no tf.function)."""
     if not callable(step):
         raise WorkUnavailable(name, "a callable step", type(step).__name__)
     with _unreadable(name, "a step that traces at its batch's shapes"):
-        return _step_work(step, batch, name, batches, run)
+        return _step_work(step, batch, name, batches, run, shapes)
 
 
-def _step_work(step, batch, name, batches, run) -> WorkFingerprint:
+def _step_work(step, batch, name, batches, run, shapes) -> WorkFingerprint:
     tf = tensorflow()
     is_function = hasattr(step, "get_concrete_function")
     traced = step if is_function else tf.function(lambda b: step(b), autograph=False)
@@ -633,6 +636,7 @@ def _step_work(step, batch, name, batches, run) -> WorkFingerprint:
         "python_function_ops": _of_kinds(histogram, PYTHON_FUNCTION_OPS),
         "prints": _of_kinds(histogram, PRINT_OPS),
         "traces": traces,
+        "shape_traces": _shape_traces(step if is_function else getattr(step, "function", None), batch, shapes),
         "input_spec": _spec_text(tf.nest.map_structure(_spec_of, batch)),
         "unresolved_float_ops": dict(sorted(unresolved.items())),
     }
@@ -656,6 +660,14 @@ def _traces(step, traced, concrete, batches, run: bool) -> int:
     distinct = len({id(concrete), *(id(_concrete(traced, other)) for other in batches or ())})
     own = None if traced is step else tracing_count(step)
     return distinct if own is None else own
+
+
+def _shape_traces(function, batch, shapes: Sequence[Any]) -> int | None:
+    """The concrete functions a tf.function needs for ``batch`` and batches of other ``shapes`` (traced,
+    not run): 1 where its input signature holds them all, one per shape where it has none."""
+    if not shapes or not hasattr(function, "get_concrete_function"):
+        return None
+    return len({id(_concrete(function, reference)) for reference in (batch, *shapes)})
 
 
 def _of_kinds(histogram: Counter, kinds) -> int:

@@ -336,7 +336,8 @@ def _work_sections(terminalreporter, config, outcomes) -> list:
     sections = summary.work_section(config.stash.get(summary.WORK_KEY, []), outcomes)
     if sections and not outcomes:
         terminalreporter.section("perfsuite (work fingerprints)")
-        for line in summary.terminal(sections):
+        versions = summary.work_versions(config)
+        for line in ([f"note: {versions}"] if versions else []) + summary.terminal(sections):
             terminalreporter.write_line(line)
     return sections
 
@@ -352,7 +353,8 @@ def pytest_terminal_summary(terminalreporter, config):
     context = _context(config)
     decisions = config.stash.get(DECISIONS_KEY, [])
     sections = summary.sections(outcomes, decisions, alpha=context.compare_alpha) + work
-    notes = [summary.INTERVAL_NOTE, *context.baselines.notes]
+    versions = summary.work_versions(config)
+    notes = [*([versions] if versions else []), summary.INTERVAL_NOTE, *context.baselines.notes]
     if not any(o.check.verdicts for o in outcomes):
         notes.append("no benchmark of this run has a threshold (benchmarks/baselines: ratios.yaml and machine "
                      "profiles)")
@@ -371,7 +373,7 @@ def pytest_terminal_summary(terminalreporter, config):
         notes.append(f"plots and summary: {config.getoption('perfsuite_report') / 'summary.md'}")
     title = f"perfsuite ({context.profile.name} profile, gates: {context.gates})"
     terminalreporter.section(title)
-    for line in summary.terminal(sections):
+    for line in ([f"note: {versions}"] if versions else []) + summary.terminal(sections):
         terminalreporter.write_line(line)
     for note in notes:
         terminalreporter.write_line(f"note: {note}")

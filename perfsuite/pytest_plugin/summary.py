@@ -194,6 +194,13 @@ def record_work_verdict(config, verdict) -> None:
     config.stash.setdefault(WORK_KEY, []).append(verdict)
 
 
+def work_versions(config) -> str | None:
+    """The line that says this run's work snapshots came from other library versions, or None."""
+    from perfsuite.verdict.work import versions_note
+
+    return versions_note(config.stash.get(WORK_KEY, []))
+
+
 def _timed_decision(outcome) -> str:
     """A timed benchmark's decision: 'fail' if a gate failed or its run is significantly slower than its
     earlier runs, else 'inconclusive' if a gate was, else 'pass' (gates or earlier runs judged it),

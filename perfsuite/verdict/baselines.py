@@ -558,7 +558,7 @@ def record_measurements(
         benchmarks = document["benchmarks"]
         benchmarks[benchmark_id] = {**benchmarks.get(benchmark_id, {}), **new_thresholds}
         document["margin"] = margin
-        document["recorded"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        document["recorded"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         document["benchmarks"] = dict(sorted(benchmarks.items()))  # stable order, readable diffs
         profile = _parse_profile(path, document)  # never write what could not be read back
         _write_atomic(path, profile.as_dict())

@@ -9,9 +9,12 @@ How it decides (``compare_work``):
   on any difference;
 - otherwise unchanged (figures inside the tolerance are named, and pass).
 
-On another TensorFlow or numpy version (the snapshot's major.minor differs), op-level figures may move with
-the library, not the code: the structure alone decides, the figures and histograms that moved are reported
-as notes, and one note names the command that re-records the snapshots (``rerecord``).
+On another TensorFlow or numpy version (the snapshot's major.minor differs) the figures are still judged:
+a figure beyond the tolerance fails, naming the version change as a possible cause and the command that
+accepts it (``rerecord``). Only the exact histograms (op kinds, Python calls), which a library's own
+rewrites move without changing the work, do not fail there: a difference in them with unchanged figures is
+a note naming the command that re-records the snapshots. ``WorkVerdict.versions`` says which versions
+differ, so the run's summary can say it first.
 
 Every line names the fingerprint, the figure, the change and where it is, e.g.
 ``<loader>: float ops per audio-s +N.N % (+1 RFFT:complex128, +1 MatMul:float32, ...)``: the figure, its
@@ -22,6 +25,7 @@ a real change of work is larger than it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +58,7 @@ class WorkVerdict:
     decision: str  # UNCHANGED, WITHIN, CHANGED or NEW
     changes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    versions: str = ""  # 'TensorFlow 2.20, this is 2.21' where the snapshot came from other versions
 
     @property
     def failed(self) -> bool:
@@ -108,17 +113,57 @@ def compare_work(current: Mapping, snapshot: Mapping | None, *, tolerance: float
         return WorkVerdict(name, NEW, notes=(f"{name}: no snapshot to compare with",))
     figures = _figure_changes(name, current, snapshot, tolerance)
     structure = _structure_changes(name, current.get("structure", {}), snapshot.get("structure", {}))
-    if not figures[0] and not structure:
-        figures[0].extend(_histogram_changes(name, current, snapshot))
+    histograms = _histogram_changes(name, current, snapshot) if not figures[0] and not structure else []
     versions = _versions_differ(current, snapshot)
-    if versions:
-        notes = [*figures[0], *figures[1]]
-        notes.append(f"{name}: the snapshot was taken with {versions}: the structure is compared, the figures "
-                     "are reported" + (f"; re-record the snapshots with: {rerecord}" if rerecord else ""))
-        return WorkVerdict(name, CHANGED if structure else WITHIN, tuple(structure), tuple(notes))
     changes, notes = [*figures[0], *structure], list(figures[1])
+    if not versions:
+        changes += histograms
+    elif changes:
+        changes.append(f"{name}: the snapshot was taken with {versions}: the change may be the library's; "
+                       + (f"accept it with: {rerecord}" if rerecord else "re-record the snapshot to accept it"))
+    else:  # the same work under other versions: never silent, never a failure
+        notes += histograms
+        moved = "; the exact histograms moved with the library" if histograms else ""
+        notes.append(f"{name}: the snapshot was taken with {versions}: the work figures are the same{moved}"
+                     + (f"; re-record the snapshots with: {rerecord}" if rerecord else ""))
     decision = CHANGED if changes else WITHIN if notes else UNCHANGED
-    return WorkVerdict(name, decision, tuple(changes), tuple(notes))
+    return WorkVerdict(name, decision, tuple(changes), tuple(notes), versions)
+
+
+def versions_note(verdicts) -> str | None:
+    """One line for the top of a run's output where some snapshots came from other library versions."""
+    differing = sorted({v.versions for v in verdicts if v.versions})
+    if not differing:
+        return None
+    return (f"work snapshots recorded with other library versions ({'; '.join(differing)}): their figures are "
+            "judged, their exact histograms reported, not failed")
+
+
+def installed_versions() -> dict[str, str]:
+    """The major.minor of TensorFlow and numpy as installed, read from their distributions (no import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for key, distribution in (("tensorflow", "tensorflow"), ("numpy", "numpy")):
+        try:
+            found[key] = ".".join(version(distribution).split(".")[:2])
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def snapshots_versions(directory: Path) -> str:
+    """'TensorFlow 2.20, this is 2.21' where the snapshots in ``directory`` were recorded with another
+    major.minor of TensorFlow or numpy than the installed one; '' where none was (or none is there)."""
+    import yaml
+
+    installed, words = installed_versions(), set()
+    for path in sorted(Path(directory).glob("*.yml")):
+        with contextlib.suppress(OSError, yaml.YAMLError):
+            snapshot = yaml.safe_load(path.read_text(encoding="utf-8"))
+            if isinstance(snapshot, dict):
+                words.add(_versions_differ(installed, snapshot))
+    return "; ".join(sorted(w for w in words if w))
 
 
 def _versions_differ(current: Mapping, snapshot: Mapping) -> str:

@@ -489,6 +489,11 @@ class TrainStep:
             return self._train_step(tensors)
         return self._fn(tensors)
 
+    @property
+    def function(self):
+        """The step's tf.function (its input signature, its XLA setting); None in eager mode."""
+        return self._fn
+
     def tracing_count(self):
         """How many times the step function has been traced; None in eager mode."""
         return None if self._fn is None else self._fn.experimental_get_tracing_count()

@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import ServiceError
@@ -263,7 +264,7 @@ class ServiceCluster:
 
     # -------------------------------------------------------------------------------- lifecycle
 
-    def __enter__(self) -> ServiceCluster:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from perfsuite.options import fraction, integer, seconds
@@ -155,7 +155,7 @@ def measure(settings: Settings, *, ratios: Path, data_dir: Path | None, progress
     from perfsuite.tools.detection.paths import Context
     from perfsuite.verdict.baselines import load_ratios
 
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     announce(settings, progress)
     context = Context(settings=settings, dataset_dir=plant.corpus(data_dir), ratios=ratios, progress=progress,
                       data_dir=data_dir, kept=kept)
@@ -172,7 +172,7 @@ def measure(settings: Settings, *, ratios: Path, data_dir: Path | None, progress
     gates = decide_gates(load_ratios(ratios), curves, not_run)
     return SelftestReport(settings=settings, machine=machine_fingerprint().as_dict(),
                           started=started.strftime("%Y-%m-%d %H:%M UTC"),
-                          elapsed_s=(datetime.now(timezone.utc) - started).total_seconds(), curves=tuple(curves),
+                          elapsed_s=(datetime.now(UTC) - started).total_seconds(), curves=tuple(curves),
                           gates=gates)
 
 
