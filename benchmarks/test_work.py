@@ -14,7 +14,7 @@ Snapshots are keyed by TensorFlow's and numpy's major.minor: against another ver
 the figures are reported, and one note names that command.
 
 Reference shapes, the same in every profile: the loaders of test_loaders.py at its ratio configuration
-(batch 16, 2 workers) over the seeded 'tiny' corpus (their maps and Python bodies run on its first 8
+(batch 16, 2 workers) over the seeded 'tiny' corpus (their maps and Python bodies run on 8 of its
 utterances, per audio second from their mel frames); the steps of test_step.py (eager, graph, XLA at fp32,
 XLA at mixed_float16) at batch 8, 80 tokens, 400 mel frames, of the profile's model (smoke: 'tiny'; quick and
 full: 'default'), traced on test_step's synthetic batch and on the first batch of the TF-native cache

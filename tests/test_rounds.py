@@ -189,7 +189,8 @@ def test_a_ratio_gate_whose_budget_runs_out_leaves_the_same_note_as_every_undeci
     assert outcome.stopped == BUDGET_SPENT and outcome.added >= 2
     assert recorder.notes == [f"xla_over_graph_ratio: {outcome.note}"]
     assert recorder.notes[0].startswith("xla_over_graph_ratio: budget spent with a gate still inconclusive after")
-    assert outcome.seconds <= outcome.limit_s  # the added pairs kept to twice the budget after the planned rounds
+    # the overshoot of the budget is the engine's, tested on a fake clock
+    # (test_rounds_never_outrun_the_limit_or_max_rounds): this run's wall clock decides nothing here
     decided = _recorder(profile, undecided=False)
     _compare_order(decided, warm=False)
     assert decided.notes == []

@@ -11,12 +11,19 @@ every machine, in every process and under every thread setting, in seconds.
 How float operations are counted (``FLOAT_OPS_METHOD``): TensorFlow's registered ``flops`` statistics
 per op (what ``tf.compat.v1.profiler``'s ``float_operation`` option sums), at fully known shapes, plus
 FFT ops, for which TensorFlow registers none, at 2.5·N·log2(N) per real transform of length N
-(5·N·log2(N) per complex one). Ops with no registered statistic (casts, square roots, exponentials,
-gathers ...) count in the op histogram, not in the float ops.
+(5·N·log2(N) per complex one). Ops with no registered statistic count in the op histogram, not in the float
+ops; the elementwise and data-movement ones among them (casts, transposes, pads, gathers, square roots,
+exponentials ...: the op table's ``ELEMENTWISE_OPS``) count their output elements as a figure of their own,
+``elementwise_elements_per_sample`` / ``_per_step``, so a cast added moves a figure while float ops keep their
+meaning. A loop's body counts times its trip count (perfsuite.measure.float_ops: measured in a pipeline, fixed
+by constants and shapes in a step), one whose count is unknown is named in ``unresolved_float_ops``.
 
-- A pipeline: every map function's graph is run, op by op shape-resolved, on the first
-  ``reference_elements`` elements of its input dataset (the same files in the same order on every
-  machine), and its float ops are counted at those elements' shapes. Per sample: a map after a batch
+- A pipeline: every map function's graph is run, op by op shape-resolved, on ``reference_elements``
+  elements of its input dataset (``reference_inputs``: evenly spaced over its first elements where its
+  cardinality is known, the first ones where not; the same elements on every machine), and its float ops are
+  counted at those elements' shapes. A conditional runs the branch taken for each element, as a nested call
+  does: its Python bodies, reads and float ops count as they ran; a loop counts the trip count its counter
+  says; a loop holding a Python function or a read is named, not run. Per sample: a map after a batch
   stage counts per its batch's samples. Per audio second: with ``audio_seconds`` (e.g.
   ``mel_seconds(frame_s)``), the audio the reference elements hold. The stages and their parameters
   come from the dataset's serialized graph; AUTOTUNE is recorded as ``"autotune"``, never its resolved
@@ -25,12 +32,16 @@ gathers ...) count in the op histogram, not in the float ops.
 - A step: traced (not run) at the reference batch's shapes for its work, wrapped in a ``tf.function``
   when it is not one (a plain callable, an eager step, a callable wrapping a tf.function: whatever it
   calls in graph ops is traced through); nested function calls are followed, a conditional counts its
-  costlier branch, a loop body once. ``traces``: the traces the reference batches need; a step that
+  costlier branch, a loop body its trip count where constants and the batch's shapes fix it (else once,
+  named). ``traces``: the traces the reference batches need; a step that
   counts its traces (a tf.function, ``tracing_count()``) is run on them to count them, as a benchmark
   runs it.
 
 What it cannot see: a slower kernel, a slower disk, contention, Python work the counter cannot reach
-(ufuncs and operators between library calls, pure-Python loops). That is the timing's job.
+(ufuncs and operators between library calls, pure-Python loops). That is the timing's job. What it cannot
+count it names (``structure.unresolved_float_ops``): ops at unknown shapes, loops of unknown trip count,
+Python functions and reads inside a loop body, datasets built inside a function. Why: a figure that quietly
+leaves work out passes a change it should fail; a named gap fails when it moves.
 """
 
 from __future__ import annotations
@@ -48,22 +59,42 @@ from perfsuite.measure.float_ops import (
     count_graph,
     float_ops_at,
     function_registry,
+    truth,
     typed_op,
 )
-from perfsuite.measure.python_work import PYTHON_WORK_METHOD, PythonCounts, count_python, python_body
+from perfsuite.measure.python_work import (
+    PYTHON_WORK_METHOD,
+    PythonCounts,
+    count_generator,
+    count_python,
+    python_body,
+)
 from perfsuite.records import Record
 from perfsuite.workload.op_table import (
+    ADD_OPS,
     BOOKKEEPING_OPS,
+    BRANCH_OPS,
     CALL_OPS,
+    CASE_OPS,
+    CONST_OP,
+    FILE_READ_OPS,
+    GENERATOR_OP,
+    IDENTITY_OP,
+    LOOP_OPS,
     PRINT_OPS,
     PYTHON_FUNCTION_OPS,
+    READ_FILE_OP,
     TENSOR_SLICES_OP,
     TFRECORD_OPS,
     kind_of,
 )
-from perfsuite.workload.pipeline_model import Pipeline, PipelineModel, read_pipeline
+from perfsuite.workload.pipeline_model import Pipeline, PipelineModel, function_names, read_pipeline
 
-FINGERPRINT_VERSION = 2  # 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version
+# 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version. 3: loops count their trip
+# count; elementwise and data-movement elements as figures of their own (elementwise_elements_per_sample / _step);
+# the branch taken run in pipelines (its Python bodies and reads counted); reference elements spread over the input
+FINGERPRINT_VERSION = 3
+REFERENCE_SPREAD = 32  # reference elements are spread over at most this many times their count of first elements
 METHOD = f"float ops: {FLOAT_OPS_METHOD}; Python bodies: {PYTHON_WORK_METHOD}"
 AUTOTUNE = "autotune"
 
@@ -163,7 +194,7 @@ def _dataset_work(pipeline: Pipeline, name, reference_elements, audio_seconds) -
     stages, samples_before = model.chain(), model.samples_per_element()
     flops, histogram, unresolved, python_calls = Counter(), Counter(), Counter(), Counter()
     totals = Counter()  # per sample: float_ops, file_bytes, python_work; per element: element_bytes
-    seconds, samples_seen, maps = None, 0, []
+    seconds, samples_seen, maps, spread = None, 0, [], []
     sample_maps = [s.node for s in model.sample_maps()]
     main_line = [s.node for s in stages if s.node in sample_maps]
     seconds_map = (main_line or sample_maps or [None])[-1]  # where audio_seconds reads the element
@@ -184,11 +215,13 @@ def _dataset_work(pipeline: Pipeline, name, reference_elements, audio_seconds) -
             measured = _run_function(*found, reference_elements, name, stage.node in sample_maps,
                                      audio_seconds if stage.node == seconds_map and callable(audio_seconds) else None)
             per = measured.elements * samples_per_element
+            spread.append(f"{stage.op}: {measured.reference}")
             for op, value in measured.flops.items():  # per sample, as the totals
                 flops[op] += value / per
             unresolved.update(measured.unresolved)
             python_calls.update(measured.python.calls)
             totals.update({"float_ops": measured.float_ops / per, "python_work": measured.python.work / per,
+                           "elementwise": measured.elementwise / per,
                            "file_bytes": (measured.file_bytes + measured.python.file_bytes) / per,
                            "element_bytes": measured.output_bytes / measured.elements})
             if stage.node == seconds_map:
@@ -196,9 +229,12 @@ def _dataset_work(pipeline: Pipeline, name, reference_elements, audio_seconds) -
     totals["file_bytes"] += _source_record_bytes(pipeline, reference_elements, unresolved)
     work = _pipeline_figures(model, totals, audio_seconds, seconds, samples_seen)
     structure = _pipeline_structure(pipeline, stages, maps, unresolved)
-    reference = (f"the first {reference_elements} elements of each map, filter and interleave function's input "
-                 "dataset, in its order, nested functions and Python bodies run on the values they are called "
-                 "with; per sample: a function after a batch stage divided by its batch's samples")
+    reference = (f"{reference_elements} elements of each map, filter and interleave function's input dataset: "
+                 "evenly spaced over its first min(cardinality, "
+                 f"{REFERENCE_SPREAD * reference_elements}) elements where its cardinality is finite and known, else "
+                 "its first ones (" + "; ".join(spread) + "); nested functions, the branches taken and Python "
+                 "bodies run on the values they are called with; per sample: a function after a batch stage "
+                 "divided by its batch's samples")
     return _fingerprint(name, "pipeline", reference, work, flops, histogram, structure,
                         python_calls={k: round(v) for k, v in python_calls.items()})
 
@@ -207,7 +243,8 @@ def _pipeline_figures(model: PipelineModel, totals: Counter, audio_seconds, seco
     per_sample = totals["float_ops"]
     work = {"float_ops_per_sample": round(per_sample), "file_bytes_per_sample": round(totals["file_bytes"]),
             "element_bytes_per_sample": round(totals["element_bytes"]),
-            "python_work_per_sample": round(totals["python_work"])}
+            "python_work_per_sample": round(totals["python_work"]),
+            "elementwise_elements_per_sample": round(totals["elementwise"])}
     batch = _samples_per_batch(model)
     if batch is not None:
         work["float_ops_per_batch"] = round(per_sample * batch)
@@ -365,15 +402,17 @@ def _autotune(value, default):
 class _Counts:
     def __init__(self):
         self.flops, self.unresolved = Counter(), Counter()
-        self.float_ops = self.file_bytes = self.output_bytes = 0
+        self.float_ops = self.file_bytes = self.output_bytes = self.elementwise = 0
         self.elements = 0
         self.audio_seconds = 0.0
         self.python = PythonCounts()
+        self.reference = ""  # which elements of the input, in words
 
 
 def _run_function(wrapper, source, count: int, name: str, per_sample: bool, audio_seconds) -> _Counts:
-    """Runs a dataset function's graph on the first ``count`` elements of its input, resolving every
-    tensor's shape (nested calls run on the values they are called with), and counts its float ops."""
+    """Runs a dataset function's graph on ``count`` reference elements of its input (``reference_inputs``),
+    resolving every tensor's shape (nested calls and the branches taken run on the values they are called
+    with), and counts its float ops."""
     tf = tensorflow()
     from tensorflow.python.data.util import structure
 
@@ -383,7 +422,8 @@ def _run_function(wrapper, source, count: int, name: str, per_sample: bool, audi
                        reference=count)
     run = _Counts()
     spec = source.element_spec
-    for element in source.take(count):
+    elements, run.reference = reference_inputs(source, count)
+    for element in elements:
         flat_out = runner.run(structure.to_tensor_list(spec, element) + list(concrete.captured_inputs), run)
         if per_sample:
             values = structure.from_tensor_list(wrapper.output_structure, list(flat_out))
@@ -396,9 +436,34 @@ def _run_function(wrapper, source, count: int, name: str, per_sample: bool, audi
     return run
 
 
+def reference_inputs(source, count: int):
+    """(the reference elements of a dataset, which ones in words): ``count`` elements at evenly spaced indices
+    (``i * span // count``) over its first ``span`` = min(cardinality, REFERENCE_SPREAD × count) where its
+    cardinality is finite and known, so later, longer or other elements count too, the same ones on every
+    machine; its first ``count`` where the cardinality is infinite, unknown or no larger than ``count``. The
+    elements skipped pass through the stages before it (bounded by the span), not through the function."""
+    tf = tensorflow()
+    size = int(source.cardinality().numpy())
+    if size < 0:
+        known = "infinite" if size == tf.data.INFINITE_CARDINALITY else "unknown"
+        return source.take(count), f"the first {count} (cardinality {known})"
+    if size <= count:
+        return source, f"all {size}"
+    span = min(size, REFERENCE_SPREAD * count)
+    indices = sorted({i * span // count for i in range(count)})
+    chosen = tf.constant(indices, tf.int64)
+    plain = tf.autograph.experimental.do_not_convert
+    picked = source.enumerate().filter(plain(lambda index, _: tf.reduce_any(tf.equal(index, chosen))))
+    return (picked.map(plain(lambda _, element: element)).take(len(indices)),
+            f"{len(indices)} evenly spaced over the first {span} of {size}")
+
+
 class _GraphRun:
-    """One graph run to resolve its shapes: every tensor's shape, the bytes its ReadFile ops read, and
-    the values each nested function call is called with, which run the called function the same way."""
+    """One graph run to resolve its shapes: every tensor's shape, the bytes its ReadFile ops read, the values
+    each nested function call is called with, which run the called function the same way, each conditional's
+    predicate and inputs, which run the branch taken the same way (its Python bodies, reads and float ops counted
+    as they ran), and each while_v2 loop's counter, its trip count. A loop whose body holds a Python function or a
+    file read (not run: its values per pass are not at hand) is listed as such, never a silent 0."""
 
     def __init__(self, graph_def, inputs: Sequence[str], outputs: Sequence[str], depth: int = 0,
                  reference: int = 8):
@@ -410,14 +475,25 @@ class _GraphRun:
             tf.graph_util.import_graph_def(graph_def, name="")
         operations = graph.get_operations()
         self.tensors = [t.name for op in operations for t in op.outputs if t.dtype not in (tf.resource, tf.variant)]
-        reads = [t.name for op in operations if op.type == "ReadFile" for t in op.outputs]
+        reads = [t.name for op in operations if op.type == READ_FILE_OP for t in op.outputs]
         plain = [op for op in operations if all(t.dtype not in (tf.resource, tf.variant) for t in op.inputs)]
         self.calls = [op for op in plain if op.type in CALL_OPS and op.get_attr("f").name in self.library]
+        self.branches = [op for op in plain if op.type in BRANCH_OPS
+                         and all(name in self.library for name in _branch_names(op))]
+        self.loops = [op for op in operations if op.type in LOOP_OPS and _counts_its_trips(op, self.library)]
+        self.unrun = Counter()  # loops, and branches not run, holding Python functions or reads: named per run
+        for op in operations:
+            if (op.type in LOOP_OPS or (op.type in BRANCH_OPS and op not in self.branches)) \
+                    and _holds_reads(function_names(op.node_def), self.library):
+                where = "its body" if op.type in LOOP_OPS else "a branch"
+                self.unrun[f"{op.type} (a Python function or file read in {where}: not run)"] += 1
         self.bodies = [op for op in plain if op.type in PYTHON_FUNCTION_OPS]
+        self.generators = [op for op in operations if op.type == GENERATOR_OP]  # from_generator
         self.records = _record_reads(operations, reader_functions(self.library))  # (op, file names, compression)
-        arguments = [t.name for op in self.calls + self.bodies for t in op.inputs]
+        arguments = [t.name for op in self.calls + self.branches + self.bodies for t in op.inputs]
         arguments += [tensor.name for _, names, compression in self.records if names is not None
                       for tensor in (names, compression) if not isinstance(tensor, str)]
+        arguments += [op.outputs[0].name for op in self.loops]  # while_v2's loop counter: the trip count
         sizes = (len(self.tensors), len(reads), len(arguments))
 
         @tf.function(autograph=False, reduce_retracing=True)
@@ -431,22 +507,33 @@ class _GraphRun:
         self.resolve = resolve
 
     def run(self, flat: list, counts: _Counts) -> list:
-        """Runs the graph on ``flat`` (its inputs), adds its float ops, reads and unresolved ops to
-        ``counts`` and returns its outputs."""
+        """Runs the graph on ``flat`` (its inputs), adds its float ops, elementwise elements, reads and
+        unresolved ops to ``counts`` and returns its outputs."""
         shapes, lengths, arguments, outputs = self.resolve(flat)
-        flops, unresolved = float_ops_at(self.graph_def, self.tensors, [s.numpy().tolist() for s in shapes],
-                                          {op.name for op in self.calls})
+        arguments = list(arguments)
+        counters = arguments[len(arguments) - len(self.loops):]
+        trips = {op.name: int(value.numpy()) for op, value in zip(self.loops, counters)}
+        flops, unresolved, elements = float_ops_at(self.graph_def, self.tensors, [s.numpy().tolist() for s in shapes],
+                                                   {op.name for op in self.calls + self.branches}, trips)
         counts.flops.update(flops)
         counts.unresolved.update(unresolved)
+        counts.unresolved.update(self.unrun)
         counts.float_ops += sum(flops.values())
+        counts.elementwise += sum(elements.values())
         counts.file_bytes += int(sum(int(x.numpy()) for x in lengths))
-        arguments = list(arguments)
         for op in self.calls:
             values, arguments = arguments[:len(op.inputs)], arguments[len(op.inputs):]
             self._called(op.get_attr("f").name, counts).run(values, counts)
+        for op in self.branches:
+            values, arguments = arguments[:len(op.inputs)], arguments[len(op.inputs):]
+            self._called(_branch_taken(op, values[0].numpy()), counts).run(values[1:], counts)
         for op in self.bodies:
             values, arguments = arguments[:len(op.inputs)], arguments[len(op.inputs):]
             _run_python_body(op, values, counts)
+        for op in self.generators:  # its Python generator, on the reference elements (per element)
+            missing = count_generator(op, self.library, self.reference, counts.python)
+            if missing is not None:
+                counts.unresolved[f"{GENERATOR_OP} ({missing})"] += 1
         for op_type, names, compression in self.records:
             if names is None:
                 counts.unresolved[f"{op_type} (TFRecord file names not constant)"] += 1
@@ -467,6 +554,59 @@ class _GraphRun:
             inputs = [f"{arg.name}:0" for arg in function.signature.input_arg]
             self.nested[function_name] = _GraphRun(body, inputs, [], self.depth + 1, self.reference)
         return self.nested[function_name]
+
+
+def _branch_names(op) -> list[str]:
+    """A conditional's branch functions, in order: then, else (If); by index (Case)."""
+    attrs = op.node_def.attr
+    if "branches" in attrs:
+        return [f.name for f in attrs["branches"].list.func]
+    return [attrs["then_branch"].func.name, attrs["else_branch"].func.name]
+
+
+def _branch_taken(op, predicate) -> str:
+    """The branch a conditional runs for its first input's value: If by the predicate's truth (a scalar's
+    value, else whether it holds elements); Case by its index, the last branch where it is out of range."""
+    names = _branch_names(op)
+    if op.type in CASE_OPS:
+        index = int(predicate)
+        return names[index] if 0 <= index < len(names) else names[-1]
+    return names[0] if truth(predicate) else names[1]
+
+
+def _counts_its_trips(op, library: dict) -> bool:
+    """Whether a loop is while_v2's, whose first loop variable is its counter (the body returns it plus 1), so
+    that its first output is its trip count."""
+    from tensorflow.python.framework import tensor_util
+
+    body = library.get(op.node_def.attr["body"].func.name) if "cond" in op.node_def.attr else None
+    if body is None or not body.signature.input_arg or not body.signature.output_arg:
+        return False
+    nodes = {node.name: node for node in body.node_def}
+    counter = body.signature.input_arg[0].name
+    node = nodes.get(body.ret.get(body.signature.output_arg[0].name, "").split(":")[0])
+    while node is not None and node.op == IDENTITY_OP and node.input:
+        node = nodes.get(node.input[0].split(":")[0])
+    if node is None or node.op not in ADD_OPS:
+        return False
+    inputs = [name.split(":")[0] for name in node.input if not name.startswith("^")]
+    others = [nodes.get(name) for name in inputs if name != counter]
+    return (len(inputs) == 2 and len(others) == 1 and others[0] is not None and others[0].op == CONST_OP
+            and tensor_util.MakeNdarray(others[0].attr["value"].tensor).reshape(-1).tolist() == [1])
+
+
+def _holds_reads(names, library: dict, seen: set | None = None) -> bool:
+    """Whether the functions named (and those they call) hold a Python-function op or a file read."""
+    seen = set() if seen is None else seen
+    for name in names:
+        if name in seen or name not in library:
+            continue
+        seen.add(name)
+        for node in library[name].node_def:
+            if node.op in PYTHON_FUNCTION_OPS or node.op in FILE_READ_OPS \
+                    or _holds_reads(function_names(node), library, seen):
+                return True
+    return False
 
 
 def _run_python_body(op, values: list, counts: _Counts) -> None:
@@ -620,10 +760,11 @@ def _step_work(step, batch, name, batches, run, shapes) -> WorkFingerprint:
                             autograph=getattr(step, "_autograph", True))
         concrete = again.get_concrete_function(tf.nest.map_structure(_spec_of, batch))
     graph = concrete.graph
-    flops, histogram, unresolved = Counter(), Counter(), Counter()
-    total = count_graph(graph, function_registry(graph), flops, histogram, unresolved)
+    flops, histogram, unresolved, elements = Counter(), Counter(), Counter(), Counter()
+    total = count_graph(graph, function_registry(graph), flops, histogram, unresolved, elements=elements)
     samples = _leading_dimension(batch)
     work = {"float_ops_per_step": total, "input_bytes_per_step": _bytes_of(batch),
+            "elementwise_elements_per_step": sum(elements.values()),
             "variable_bytes": sum(v.shape.num_elements() * v.dtype.size for v in concrete.graph.variables
                                   if v.shape.is_fully_defined())}
     if samples:

@@ -45,6 +45,7 @@ FIGURE_WORDS = {
     "input_bytes_per_step": "input bytes per step",
     "variable_bytes": "variable bytes",
     "python_work_per_sample": "Python work per sample",
+    **{f"elementwise_elements_per_{per}": f"elementwise elements per {per}" for per in ("sample", "step")},
 }
 MAX_OPS_NAMED = 6
 
@@ -181,11 +182,12 @@ def _figure_changes(name: str, current: Mapping, snapshot: Mapping, tolerance: f
     where = _ops_changed(snapshot.get("op_histogram", {}), current.get("op_histogram", {}))
     calls = _ops_changed(snapshot.get("python_calls", {}), current.get("python_calls", {}))
     float_where = _float_ops_changed(snapshot, current) or where
+    by_figure = {"python": calls, "elementwise": where, "float_ops": float_where}
     changes, notes = [], []
     for figure in sorted(set(snapshot.get("work", {})) | set(current.get("work", {}))):
         line, beyond = _figure_line(name, figure, snapshot.get("work", {}).get(figure),
                                     current.get("work", {}).get(figure),
-                                    calls if figure.startswith("python") else float_where, tolerance)
+                                    next((v for k, v in by_figure.items() if figure.startswith(k)), ""), tolerance)
         if line is not None:
             (changes if beyond else notes).append(line)
     return changes, notes
@@ -213,7 +215,7 @@ def _structure_changes(name: str, new_structure: Mapping, old_structure: Mapping
 
 def _figure_line(name, figure, old, new, where: str, tolerance: float) -> tuple[str | None, bool]:
     words = FIGURE_WORDS.get(figure, figure.replace("_", " "))
-    suffix = f" ({where})" if where and figure.startswith(("float_ops", "python")) else ""
+    suffix = f" ({where})" if where else ""
     if old == new:
         return None, False
     if old is None or new is None:

@@ -1,5 +1,6 @@
 """The one table of tf.data dataset op kinds (``OP_TABLE``) and the op names the pipeline's readers
-recognise: Python-function ops, TFRecord readers, function calls, bookkeeping ops. Every reader of a
+recognise: Python-function ops, TFRecord readers, function calls, bookkeeping ops, control flow, the
+elementwise and data-movement ops the work fingerprint counts by element. Every reader of a
 user's pipeline asks here (through perfsuite.workload.pipeline_model); none keeps an op list of its own.
 """
 
@@ -15,6 +16,33 @@ BOOKKEEPING_OPS = frozenset({"Placeholder", "Const", "Identity", "IdentityN", "N
 RANDOM_WORDS = ("Random", "Shuffle", "Sample")  # an op whose name holds one is not deterministic
 FILE_READ_OPS = frozenset({"TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
                            "FixedLengthRecordDatasetV2", "ReadFile"})
+READ_FILE_OP = "ReadFile"  # tf.io.read_file: the bytes it reads count where it runs
+# Control flow and the graph ops the work fingerprint's loop and branch reading follows (perfsuite.measure.float_ops).
+LOOP_OPS = frozenset({"While", "StatelessWhile", "For"})  # a body run a trip count of times
+BRANCH_OPS = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})  # one branch run, chosen by the first input
+CASE_OPS = frozenset({"Case", "StatelessCase"})  # chosen by an index (out of range: the last branch)
+STATIC_SHAPE_OPS = frozenset({"Shape", "Size", "Rank"})  # a value a fully known static shape fixes
+CONST_OP, PLACEHOLDER_OP, IDENTITY_OP = "Const", "Placeholder", "Identity"
+ADD_OPS = frozenset({"Add", "AddV2"})  # while_v2's loop counter: counter + 1
+# Elementwise and data-movement ops TensorFlow registers no 'flops' statistic for: the fingerprint counts their
+# output elements as a figure of its own (elementwise_elements_per_*), so float ops keep their meaning. Views
+# (Reshape, ExpandDims, Squeeze, Bitcast) move nothing and are left out; so are reductions (their output is
+# no measure of their work). None of these has a registered statistic (tests/test_work_graph.py checks).
+ELEMENTWISE_OPS = frozenset({
+    # data movement
+    "Cast", "Transpose", "ConjugateTranspose", "Pad", "PadV2", "MirrorPad", "Gather", "GatherV2", "GatherNd", "Tile",
+    "Concat", "ConcatV2", "Slice", "StridedSlice", "Pack", "Unpack", "Split", "SplitV", "Reverse", "ReverseV2", "Roll",
+    "Select", "SelectV2", "BroadcastTo", "OneHot", "Fill", "ZerosLike", "OnesLike", "ScatterNd", "TensorScatterUpdate",
+    "TensorScatterAdd", "TensorStridedSliceUpdate", "MatrixBandPart", "MatrixDiag", "MatrixDiagV3", "MatrixDiagPart",
+    "MatrixDiagPartV3", "DepthToSpace", "SpaceToDepth", "ExtractImagePatches", "ResizeBilinear",
+    "ResizeNearestNeighbor", "ResizeBicubic",
+    # elementwise math with no statistic
+    "Abs", "ComplexAbs", "Sqrt", "Exp", "Expm1", "Log1p", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Atan2", "Sinh",
+    "Cosh", "Tanh", "Sigmoid", "Softplus", "Softsign", "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Sign", "Floor",
+    "Ceil", "Round", "Rint", "Erf", "Erfc", "Erfinv", "Lgamma", "Digamma", "Real", "Imag", "Angle", "Conj", "Complex",
+    "IsFinite", "IsNan", "IsInf", "FloorDiv", "FloorMod", "TruncateDiv", "TruncateMod", "Mod", "Div", "DivNoNan",
+    "MulNoNan", "Xlogy", "Xdivy", "LogicalAnd", "LogicalOr", "LogicalNot", "ClipByValue", "Cumsum", "Cumprod",
+    "CumulativeLogsumexp", "LogSoftmax", "Invert", "BitwiseAnd", "BitwiseOr", "LeftShift", "RightShift"})
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,7 @@ UNKNOWN_KIND = OpKind("", "stage", "other")
 # The ops diagnose's rewrites turn a stage into or recognise (tools/diagnose/rewrite.py), named here with the table.
 SEQUENTIAL_MAP_OP, PARALLEL_MAP_OP = "MapDataset", "ParallelMapDatasetV2"
 FLAT_MAP_OP, PARALLEL_INTERLEAVE_OP = "FlatMapDataset", "ParallelInterleaveDatasetV4"
+GENERATOR_OP = "GeneratorDataset"  # from_generator: its Python generator is counted per element
 TENSOR_SLICES_OP = "TensorSliceDataset"  # a constant list of file names the fingerprint's reader bytes follow
 
 
