@@ -165,7 +165,8 @@ def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measur
     _, _, err, result, _ = measured
     assert result["schema_version"] == PIPELINE_SCHEMA_VERSION and result["kind"] == "pipeline"
     assert result["complete"] is True
-    assert [s["name"] for s in result["stages"]] == ["throughput", "input_bound", "bottleneck", "fixes", "feed"]
+    assert [s["name"] for s in result["stages"]] == ["throughput", "input_bound", "bottleneck", "capacity", "fixes",
+                                                     "feed"]
     throughput = result["throughput"]
     assert throughput["unit"] == "samples" and throughput["rate"]["median"] > 0 and throughput["first_batch_s"] > 0
     assert len(throughput["warmup_s"]) == 2  # the warm-up apart from the steady rounds
@@ -203,7 +204,7 @@ def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(meas
     from perfsuite.measure.emulated import FeedRate
 
     result = measured[3]
-    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 6
+    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 7
     flat = FeedRate.from_dict(result["feed"]["feed"]).extra_info()  # what schema 2 wrote: FeedRate's flat figures
     old = {**_schema_3(result), "schema_version": 2, "feed": {**_schema_3(result)["feed"], "feed": flat}}
     assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)

@@ -344,9 +344,9 @@ def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
     [first, again] = [e for e in events if e.stage == "throughput" and e.kind == "start"]
     assert "then again" in throughput.plan and throughput.rounds >= 1
     assert first.share_s < 0.1 and again.left_s > 0
-    # the time the others left went to it: at least a fair part of it, shared with at most the two other
-    # stages that can run again (bottleneck and fixes; with no step there is no input-bound stage)
-    assert again.share_s >= again.left_s / 3 - 1e-6
+    # the time the others left went to it: at least a fair part of it, shared with at most the three other
+    # stages that can run again (bottleneck, capacity and fixes; with no step there is no input-bound stage)
+    assert again.share_s >= again.left_s / 4 - 1e-6
     assert throughput.status == "decided" or throughput.needs_s is not None
     assert found.throughput.rate.rounds == throughput.rounds
 

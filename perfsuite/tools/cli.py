@@ -186,6 +186,10 @@ def _add_diagnose(commands) -> None:
                           help="the GPU step to judge each pipeline against on an emulated accelerator: seconds, or "
                                f"a preset of published GPU step times (default: {DEFAULT_STEP_PRESET}; "
                                "docs/emulated.md lists them)")
+    diagnose.add_argument("--cores", type=integer(1), metavar="K",
+                          help="with --pipeline: the cores of the machine you train on; the capacity model gives the "
+                               "pipeline's ceiling and the parallel calls per stage there (default: none, this "
+                               "machine's only)")
     diagnose.add_argument("--batches", type=integer(1), metavar="N",
                           help="steady batches per loader and sweep round (default: 16)")
     diagnose.set_defaults(run=_diagnose)
@@ -219,7 +223,7 @@ def _diagnose(args, parser) -> int:
     if args.step is not None or args.arg:
         parser.error(f"{'--step' if args.step is not None else '--arg'}: expected with --pipeline MODULE:FUNCTION, "
                      "found no --pipeline")
-    for name in ("batch_spec", "frame_hop_s"):
+    for name in ("batch_spec", "frame_hop_s", "cores"):
         if getattr(args, name) is not None:
             parser.error(f"--{name.replace('_', '-')}: expected with --pipeline MODULE:FUNCTION, found no --pipeline")
     if args.path is None:
@@ -275,7 +279,7 @@ def _diagnose_pipeline(args, parser) -> int:
 
     target = Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or []))
     settings = PipelineSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})),
-                                **_given(step_time=args.step_time, frame_s=args.frame_hop_s))
+                                **_given(step_time=args.step_time, frame_s=args.frame_hop_s, cores=args.cores))
     from perfsuite.tools.diagnose.quiet import log_path_for, user_output_to
 
     log = log_path_for(args.json)
@@ -319,6 +323,7 @@ def _print_outcome(diagnosis) -> None:
 def _print_pipeline_outcome(diagnosis, *head: str) -> None:
     """A --pipeline run's outcome, opening with what to change first (the changes measured on the pipeline,
     ranked by gain), then the head lines, the other findings, the stages and the time spent."""
+    from perfsuite.verdict.capacity import change_first_lines
     from perfsuite.verdict.diagnosis import CHANGE_FIRST, change_first_words, ranked_changes
 
     changes, rest = ranked_changes(list(diagnosis.verdicts))
@@ -326,6 +331,8 @@ def _print_pipeline_outcome(diagnosis, *head: str) -> None:
     for rank, change in enumerate(changes, 1):
         first, *more = change.lines()
         print("\n".join([f"{rank}. {first}", *more]))
+    for line in change_first_lines(diagnosis.capacity):
+        print(line)
     print("\n".join(head))
     print("the other findings:")
     _print_outcome(replace(diagnosis, verdicts=tuple(rest)))

@@ -421,6 +421,7 @@ PUSHES: dict[str, tuple[str, ...]] = {
     "parallelism": ("more-parallelism",),
     "read-parallelism": ("parallel-reads",),
     "fix-read-parallelism": ("parallel-reads",),
+    "fix-capacity-split": ("parallelism-split",),  # the capacity model's calls per stage: more or fewer
     "cache-order": ("cache-before-repeat",),
     "fixed-padding": ("less-padding",),
     "retracing": ("fewer-traces",),

@@ -15,6 +15,7 @@ from perfsuite.measure.speech import PaddingFigures
 from perfsuite.measure.stats import Cycle
 from perfsuite.measure.work import WorkFingerprint
 from perfsuite.records import Record, migrate, migration
+from perfsuite.verdict.capacity import CapacityFigures
 from perfsuite.verdict.diagnosis_figures import (
     DEFAULT_BUDGET_S,
     DiagnosisFinding,
@@ -30,7 +31,7 @@ from perfsuite.verdict.diagnosis_figures import (
 from perfsuite.workload.pipeline_model import PythonOp
 from perfsuite.workload.pipeline_model import Stage as GraphStage
 
-PIPELINE_SCHEMA_VERSION = 6
+PIPELINE_SCHEMA_VERSION = 7
 
 # ------------------------------------------------------------------------------------ the diagnosis
 
@@ -54,6 +55,7 @@ class PipelineSettings(Record):
     frame_s: float | None = None  # seconds of audio per frame (--frame-hop-s); None: perfsuite's mel definition
     step_time: str | None = DEFAULT_STEP_PRESET  # the emulated GPU step (diagnose.DiagnoseSettings.step_time)
     batch_spec: BatchSpec = BatchSpec()  # --batch-spec: the audio and its lengths (batch_spec.find_layout)
+    cores: int | None = None  # --cores: the cores of the machine the user trains on (the capacity model's K)
 
     def __post_init__(self):
         if not (isinstance(self.budget_s, int | float) and self.budget_s > 0):
@@ -63,6 +65,9 @@ class PipelineSettings(Record):
         if self.frame_s is not None and not (isinstance(self.frame_s, int | float) and self.frame_s > 0):
             raise ValueError(f"frame_s: expected seconds per frame > 0, found {self.frame_s!r}")
         check_step_time(self.step_time)
+        if self.cores is not None and (not isinstance(self.cores, int) or isinstance(self.cores, bool)
+                                       or self.cores < 1):
+            raise ValueError(f"cores: expected an integer >= 1, found {self.cores!r}")
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class PipelineDiagnosis(Record):
     bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.BottleneckRounds)
     fixes: tuple[FixGain, ...] = ()  # each fix perfsuite could apply, measured before and after
     work: WorkFigures | None = None  # the work fingerprints and the achieved float-op rates (diagnose/work.py)
+    capacity: CapacityFigures | None = None  # stage costs, cores needed, the 2-core check (verdict/capacity.py)
 
     SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
 
@@ -133,6 +139,13 @@ def fields_added(data: dict) -> dict:
 
 migration(PipelineDiagnosis, 4, 5)(fields_added)
 migration(PipelineDiagnosis, 5, 6)(fields_added)
+
+
+@migration(PipelineDiagnosis, 6, 7)
+def migrate_6_to_7(data: dict) -> dict:
+    """Schema 7 holds the capacity section (verdict/capacity.py): null in a file written before it was measured.
+    Its settings' --cores is left out, which reads as its default (none given)."""
+    return {**data, "capacity": data.get("capacity")}
 
 # ---------------------------------------------------------------------------------------- its parts
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.speech import PaddingFigures
+from perfsuite.verdict.capacity import capacity_verdicts
 from perfsuite.verdict.diagnosis import (
     deferred_to_measured,
     estimate_evidence,
@@ -76,6 +77,7 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
         out.append(input_bound_finding("input-bound", "the pipeline", bound, "the step waits for input: see the "
                                        "Python-function, prefetch and parallelism findings"))
     out += bottleneck_verdicts(diagnosis.bottleneck)
+    out += capacity_verdicts(diagnosis.capacity)
     out += fix_verdicts(diagnosis.fixes)
     out += [python_op_finding(op, **judged) for op in graph.python_ops]
     last = graph.last_stage or (graph.transformations[-1] if graph.transformations else None)  # wrappers skipped

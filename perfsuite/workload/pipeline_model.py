@@ -22,6 +22,7 @@ import contextlib
 import functools
 import inspect
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -262,6 +263,13 @@ class PipelineModel(Record):
     def samples_per_element(self) -> dict[str, int]:
         """Per stage, the samples one of its input elements holds: the batch sizes before it on its first
         input's line multiplied (0 where one is not constant: a group, an unknown batch size)."""
+        return self._samples()[0]
+
+    def output_samples(self) -> dict[str, int]:
+        """Per stage, the samples one of the elements it produces holds (samples_per_element's rule)."""
+        return self._samples()[1]
+
+    def _samples(self) -> tuple[dict[str, int], dict[str, int]]:
         out, after = {}, {}
         for stage in self.stages:  # inputs come first
             samples = after.get(stage.inputs[0], 1) if stage.inputs else 1
@@ -273,7 +281,17 @@ class PipelineModel(Record):
             elif stage.family == "group":
                 samples = 0
             after[stage.node] = samples
-        return out
+        return out, after
+
+    def branch_stages(self, stage: Stage) -> tuple[Stage, ...]:
+        """The stages feeding stage's inputs after the first (a zip's other branches), every one upstream of them."""
+        nodes, out, pending = self.by_node(), {}, list(stage.inputs[1:])
+        while pending:
+            upstream = nodes.get(pending.pop())
+            if upstream is not None and upstream.node not in out:
+                out[upstream.node] = upstream
+                pending += upstream.inputs
+        return tuple(out.values())
 
     def sample_maps(self) -> tuple[Stage, ...]:
         """The maps whose outputs are the samples batched: on each line into the first batch, the last map
@@ -343,6 +361,26 @@ class Pipeline:
     # the serialized graph the model's graph stages were read from: the whole pipeline's, or the graph of the
     # input below the stages read from Python objects (None: no input serializes)
     stages_graph_def: Any = field(default=None, repr=False)
+
+
+def _base_op(op: str) -> str:
+    """An op name without its version suffix: 'ParallelMapDatasetV2' -> 'ParallelMapDataset'."""
+    return re.sub(r"V\d+$", "", op)
+
+
+def chain_stages(pipeline: Pipeline) -> tuple[Stage | None, ...]:
+    """The model's stage of each Python dataset of pipeline.python_chain, in its order (None where none matches):
+    the two chains zipped where they are as long, else matched in order by op (version suffixes aside)."""
+    chain, objects = pipeline.model.chain(), pipeline.python_chain
+    ops = [_base_op(op_of_class(node)) for node in objects]
+    if len(chain) == len(objects) and all(_base_op(s.op) == op for s, op in zip(chain, ops)):
+        return tuple(chain)
+    out, position = [], 0
+    for op in ops:
+        found = next((i for i in range(position, len(chain)) if _base_op(chain[i].op) == op), None)
+        out.append(None if found is None else chain[found])
+        position = position if found is None else found + 1
+    return tuple(out)
 
 
 def read_pipeline(dataset) -> Pipeline:

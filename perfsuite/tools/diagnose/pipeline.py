@@ -3,9 +3,10 @@ a time budget, and inspect its graph for what can cost training time. This modul
 are in verdict/pipeline_figures.py, their findings in verdict/pipeline_findings.py.
 
 After the start-up and the step's first calls (kept apart), budgeted stages measure steady throughput
-(throughput.py), the input-bound share (given a step), the bottleneck (attribution.py), the fixes (fixes.py,
-padding.py) and the feed rate; the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come
-only from measured figures: the graph says where to look, the figures whether it matters.
+(throughput.py), the input-bound share (given a step), the bottleneck (attribution.py), the stages' costs and
+the cores they need (capacity.py), the fixes (fixes.py, padding.py, the capacity model's split) and the feed rate;
+the time left goes to the undecided ones (plan.StageLog.resume). Verdicts come only from measured figures: the
+graph says where to look, the figures whether it matters.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from perfsuite.measure.speech import canonical_batch
 from perfsuite.measure.step_model import StepModel
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import BottleneckRounds
+from perfsuite.tools.diagnose.capacity import CapacityRounds
 from perfsuite.tools.diagnose.fixes import FixRounds, RewriteComparison
 from perfsuite.tools.diagnose.input_bound import InputBoundStage, twin_of
 from perfsuite.tools.diagnose.padding import PaddingComparison
@@ -32,10 +34,11 @@ from perfsuite.tools.diagnose.plan import (
     no_progress,
 )
 from perfsuite.tools.diagnose.stages import feed_stage
-from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, timed_next
 from perfsuite.tools.diagnose.targets import inspect_graph, load_callable, load_step, make_dataset
 from perfsuite.tools.diagnose.throughput import ThroughputRounds
 from perfsuite.tools.diagnose.work import read_work, with_rates
+from perfsuite.verdict.capacity import CapacityFigures, with_need
 from perfsuite.verdict.diagnosis_figures import FeedFigures, InputBoundFigures
 from perfsuite.verdict.pipeline_figures import (
     FixGain,
@@ -50,7 +53,8 @@ from perfsuite.verdict.pipeline_figures import (
 from perfsuite.verdict.pipeline_findings import pipeline_verdicts
 from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
-PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "fixes": 4.0, "feed": 2.0}
+PIPELINE_STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "capacity": 3.0, "fixes": 4.0,
+                        "feed": 2.0}
 
 
 def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: Progress = no_progress,
@@ -101,16 +105,19 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
             "layout": layout, "startup_s": startup_s}
     run = StageLog(make=lambda **found: _with_verdicts(PipelineDiagnosis(**head, **found, verdicts=())),
                    parts={"throughput": None, "step": first_step, "input_bound": None, "feed": None,
-                          "bottleneck": None, "fixes": (), "work": work},
+                          "bottleneck": None, "capacity": None, "fixes": (), "work": work},
                    budget=budget, progress=progress, checkpoint=checkpoint)
     run.save()
     run.tell_plan(after="the start-up" + (" and the step's first calls" if step is not None else ""))
     throughput = ThroughputRounds(dataset, target.pipeline, first_s, warmup_s, layout=layout, drain=drain)
     bottleneck = BottleneckRounds(pipeline, target.pipeline, warmup=settings.warmup)
+    capacity = CapacityRounds(pipeline, target.pipeline, warmup=settings.warmup, target_cores=settings.cores)
     fixes = FixRounds(lambda stage: _fix_comparisons(stage, pipeline, graph, model, settings, target, layout,
-                                                     run.parts["throughput"]))
+                                                     run.parts["throughput"],
+                                                     capacity.split_fix(run.parts["capacity"])))
     passes = {"throughput": Resumable(lambda stage: {"throughput": throughput.run(stage)}, throughput.more_rounds),
               "bottleneck": Resumable(lambda stage: {"bottleneck": bottleneck.run(stage)}, bottleneck.more_rounds),
+              "capacity": Resumable(lambda stage: {"capacity": capacity.run(stage)}, capacity.more_rounds),
               "fixes": Resumable(lambda stage: {"fixes": fixes.run(stage)}, fixes.more_rounds)}
     if model is not None:
         passes["input_bound"] = _input_bound_pass(model, first_step, first_batch, dataset, settings, target)
@@ -128,6 +135,8 @@ def diagnose_pipeline(*, target: Target, settings: PipelineSettings, progress: P
     run.resume(passes)  # the time decided stages left goes to those still undecided
     fixes.close()
     run.parts["work"] = _with_rates(work, run.parts["throughput"], run.parts["input_bound"], run.parts["step"])
+    run.parts["capacity"] = _with_need(run.parts["capacity"], settings, first_batch, run.parts["input_bound"],
+                                       run.parts["step"], run.parts["feed"])
     final = run.snapshot(complete=True)
     if checkpoint is not None:
         checkpoint(final)
@@ -144,6 +153,26 @@ def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBo
     return with_rates(work, audio_s_per_sample=audio, samples_per_s=rate, step_s=step_s)
 
 
+def _with_need(capacity: CapacityFigures | None, settings: PipelineSettings, batch, bound: InputBoundFigures | None,
+               step: StepRun | None, feed: FeedFigures | None) -> CapacityFigures | None:
+    """The capacity figures with the step's need: --step-time's seconds where given, else the measured step (fed a
+    synthetic batch where measured, else its second call), else the preset's step on these batches (the feed stage);
+    the samples per batch from the first batch."""
+    from perfsuite.measure.emulated import STEP_PRESETS
+
+    count, unit = samples_in(batch)
+    step_s, source = None, None
+    if settings.step_time is not None and settings.step_time not in STEP_PRESETS:
+        step_s, source = float(settings.step_time), "--step-time"
+    elif bound is not None:
+        step_s, source = bound.t_synthetic, "the measured step (--step), fed a synthetic batch"
+    elif step is not None:
+        step_s, source = step.first_steady_s, "the measured step (--step), its second call"
+    elif feed is not None and feed.step_s:
+        step_s, source = feed.step_s, f"the {feed.step_time} step on these batches, --step-time"
+    return with_need(capacity, step_s=step_s, step_source=source, batch=count if unit == "samples" else None)
+
+
 def _samples_per_s(throughput: Throughput | None) -> float | None:
     """The steady rate's median where it counts samples (a batch's leading dimension), else None."""
     counts_samples = throughput is not None and throughput.rate is not None and throughput.unit == "samples"
@@ -152,15 +181,17 @@ def _samples_per_s(throughput: Throughput | None) -> float | None:
 
 def _fix_comparisons(stage: Stage, pipeline: Pipeline, graph: GraphFindings, step: StepModel | None,
                      settings: PipelineSettings, target: Target, layout: BatchLayout,
-                     measured: Throughput | None) -> tuple[list, list[FixGain]]:
-    """The fixes perfsuite can apply to this pipeline (padding first: the step's gain), and those it considered
-    and cannot apply, with why."""
+                     measured: Throughput | None, split: rewrite.Fix | rewrite.NotApplied
+                     ) -> tuple[list, list[FixGain]]:
+    """The fixes perfsuite can apply to this pipeline (padding first: the step's gain; the capacity model's split
+    last), and those it considered and cannot apply, with why."""
     try:
         fixes, skipped = rewrite.applicable_fixes(
             pipeline, ends_with_prefetch=graph.ends_with_prefetch, fill_limit_s=stage.left_s() / 4,
             samples_per_s=_samples_per_s(measured))
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
+    (fixes if isinstance(split, rewrite.Fix) else skipped).append(split)
     comparisons = [RewriteComparison(fix, pipeline, target.pipeline, warmup=settings.warmup, step=step)
                    for fix in fixes]
     padding = None if measured is None else measured.padding

@@ -146,6 +146,32 @@ def _made_parallel(pipeline: Pipeline, stages, op: str, inputs: Callable):
     return _from_graph(graph, pipeline.dataset.element_spec), _nothing
 
 
+def with_parallel_calls(pipeline: Pipeline, calls: dict[str, int]):
+    """The pipeline rebuilt from its graph with each named node's num_parallel_calls input a Const of calls[node]
+    (a parallel map, interleave, batch or filter: what the capacity model's split sets); ValueError for a named
+    node that has no such input."""
+    from tensorflow.python.framework import op_def_registry
+
+    tf = tensorflow()
+    graph = _graph(pipeline)
+    for node in [node for node in graph.node if node.name in calls]:
+        op_def = op_def_registry.get(node.op)
+        position = 0
+        for arg in op_def.input_arg if op_def is not None else ():
+            if arg.name == "num_parallel_calls":
+                break
+            position += node.attr[arg.number_attr].i if arg.number_attr else \
+                len(node.attr[arg.type_list_attr].list.type) if arg.type_list_attr else 1
+        else:
+            raise ValueError(f"{node.name} ({node.op}) has no num_parallel_calls input")
+        dtype = tf.as_dtype(arg.type)
+        const = graph.node.add(name=f"{node.name}/perfsuite_split_calls", op="Const")
+        const.attr["dtype"].type = dtype.as_datatype_enum
+        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(int(calls[node.name]), dtype))
+        node.input[position] = const.name
+    return _from_graph(graph, pipeline.dataset.element_spec), _nothing
+
+
 def parallel_maps(pipeline: Pipeline):
     """The pipeline rebuilt with every sequential map a parallel one of AUTOTUNE calls, order kept."""
     return _made_parallel(pipeline, pipeline.model.sequential_maps(), PARALLEL_MAP_OP,

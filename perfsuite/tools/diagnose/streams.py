@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from perfsuite.measure.teardown import iterate
+from perfsuite.measure.teardown import BackgroundTeardown, iterate
 from perfsuite.measure.timing import host_readback, leading_dim
 from perfsuite.tools.diagnose.targets import TargetError, one_line_error
 from perfsuite.workload.pipeline_model import read_pipeline
@@ -36,6 +36,13 @@ class Stream:
 
     def __iter__(self):
         return self
+
+    @property
+    def iterator(self):
+        """The tf.data iterator now read (None once closed), for what it reports of itself (tf.data's model); not
+        to be kept: its teardown in the background needs the only reference."""
+        iterator = self._iterator
+        return iterator._iterator if isinstance(iterator, BackgroundTeardown) else iterator
 
     def __next__(self):
         for attempt in range(2):
