@@ -156,7 +156,7 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
 
 def plot_capacity(figures: CapacityFigures, path: Path) -> Path:
     """The capacity model's ceiling (samples/s) against cores: as written (its interval from the stages' cost
-    intervals as a band) and with the split's parallel calls; the step's need as a horizontal line; the 2-core
+    intervals as a band) and with the split's parallel calls; the step's need as a horizontal line; the two-core
     check's measured figure with its interval; --cores marked."""
     plt = pyplot()
     top = max(PLOT_MIN_CORES, 2 * figures.cores, figures.target_cores or 0, (figures.cores_needed or 0) + 2)

@@ -37,9 +37,9 @@ from perfsuite.records import Record
 from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate
 from perfsuite.workload.op_table import SEQUENTIAL_MAP_OP
 
-CAPACITY_MARGIN = 0.20  # the model's stated margin: its 2-core prediction within +-20 % of the measured rate
+CAPACITY_MARGIN = 0.20  # the model's stated margin: its two-core prediction within +-20 % of the measured rate
 CHECK_BOUNDARIES = (1 - CAPACITY_MARGIN, 1 + CAPACITY_MARGIN)  # on predicted / measured, per round
-CHECK_CORES = 2  # the check: the pipeline on 2 cores, predicted from measurements confined to one
+CHECK_CORES = 2  # the check: the pipeline on two cores, predicted from measurements confined to one
 PLOT_MIN_CORES = 8  # the report's curve runs to at least this many cores
 _TOLERANCE = 1e-9  # relative: a ceiling this close to a need meets it (floating-point sums of exact costs)
 
@@ -158,7 +158,7 @@ class StageSplit:
 def split(stages: Sequence[StageCost], cores: float) -> tuple[StageSplit, ...]:
     """The split of `cores` that reaches the ceiling: c_i = X u_i cores per stage, and ceil(X s_i) calls (the
     threads it keeps busy, at least 1) for a parallel stage, 1 for a sequential one. With nothing costing, every
-    stage 0 cores and 1 call."""
+    stage no cores and 1 call."""
     top = ceiling(stages, cores)
     out = []
     for stage in stages:
@@ -249,12 +249,12 @@ class CapacityStage(Record):
 @dataclass(frozen=True)
 class CapacityFigures(Record):
     """The capacity section of a --pipeline diagnosis. method: how the costs were measured; cores: this machine's
-    usable cores; predicted_2core and measured_2core: samples/s per round (the model on the 1-core measurements,
-    and the pipeline as written on 2 cores, from the same rounds); check: predicted / measured per round against
+    usable cores; predicted_2core and measured_2core: samples/s per round (the model on the one-core measurements,
+    and the pipeline as written on two cores, from the same rounds); check: predicted / measured per round against
     CHECK_BOUNDARIES; check_how: how both sides were taken; cpu_per_wall: process CPU seconds per wall second of
-    the whole pipeline confined to one core (1: truly confined), cpu_per_wall_2core: the same of the 2-core side,
+    the whole pipeline confined to one core (1: truly confined), cpu_per_wall_2core: the same of the two-core side,
     cpu_per_sample_ratio: its process CPU per sample over the confined pipeline's, per round (above 1: running on
-    2 cores costs more CPU per sample, hand-offs between threads, which 1-core costs do not hold); autotune:
+    two cores costs more CPU per sample, hand-offs between threads, which one-core costs do not hold); autotune:
     tf.data's own model of the as-written iterator and autotune_source how it was read or why not; the need:
     step_s (seconds per batch) from step_source, batch (samples per batch), need_samples_per_s, cores_needed (None:
     no K suffices, or no step, cores_needed_why says which); target_cores: --cores, the machine the user trains

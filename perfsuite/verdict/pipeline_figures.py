@@ -105,7 +105,7 @@ class PipelineDiagnosis(Record):
     bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.BottleneckRounds)
     fixes: tuple[FixGain, ...] = ()  # each fix perfsuite could apply, measured before and after
     work: WorkFigures | None = None  # the work fingerprints and the achieved float-op rates (diagnose/work.py)
-    capacity: CapacityFigures | None = None  # stage costs, cores needed, the 2-core check (verdict/capacity.py)
+    capacity: CapacityFigures | None = None  # stage costs, cores needed, the two-core check (verdict/capacity.py)
 
     SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
 

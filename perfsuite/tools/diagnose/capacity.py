@@ -1,6 +1,6 @@
 """The capacity stage of diagnose --pipeline: each stage's cost in core-seconds per element, measured on the user's
 own pipeline through the prefixes the bottleneck stage cuts (rewrite.prefixes), the model of the pipeline on K cores
-built on them (verdict/capacity.py), its 2-core prediction checked against the pipeline as written, what AUTOTUNE
+built on them (verdict/capacity.py), its two-core prediction checked against the pipeline as written, what AUTOTUNE
 chose, and the model's split as a fix (split_fix, measured by the fixes stage like the others).
 
 How a stage's cost is measured, and why so. A stage's cost is the time one core spends per element it produces.
@@ -18,8 +18,7 @@ Two readings were weighed:
 Confinement is used: it measures what the model needs, and its prediction is checked (below). Its known limit: work
 outside tf.data's function runner (a source's iteration, a batch's copying, the thread that pulls a parallel map's
 input) runs in the thread that pulls it and overlaps with the confined thread, so the prefix reads cheaper than it
-is (on the recipes of tests/pipelines, process CPU per wall second of the confined pipeline is 1.2-1.3, and the
-2-core prediction came out 20-60 % high). So each confined read's process CPU per wall second is taken with it, and
+is (docs/capacity.md has how much, measured). So each confined read's process CPU per wall second is taken with it, and
 where it is above 1 the prefix's seconds per sample are scaled by it: its core-seconds are the thread's time, or the
 cores it used where it used more than one. Below 1 (a sleep, I/O, the GIL: the thread waited) the thread's time
 stands, as a sequential stage's cap needs. The reading's own cost (attribution.reading_cost, confined and scaled
@@ -32,10 +31,10 @@ by what tf.data ran (a plain map its map_parallelization optimization made a Par
 model); sequential stages chained with no buffer or parallel stage between them share one thread.
 
 The check. Each round reads every prefix confined, the reading's twins confined, and the whole pipeline as the user
-wrote it on 2 cores (on this 2-core machine: as it is, with the prefetch tf.data injects at its end; on a larger
+wrote it on two cores (on a machine of exactly CHECK_CORES cores: as it is, with the prefetch tf.data injects at its end; on a larger
 one: a private thread pool of 2 and intra-op parallelism 2), a fresh iterator each round drained of its buffers, so
 that none refills behind the other reads, in alternating order (A B ... then ... B A), all in this one process:
-what differs between processes cancels. The 2-core side is read as the prefixes are (counted, one Python read per
+what differs between processes cancels. The two-core side is read as the prefixes are (counted, one Python read per
 batch), so each round's prediction is the model on that round's costs with the reading's own cost as a sequential
 stage on its thread (a training loop reads so too); predicted / measured per round gives the error and its
 interval. Its figure can sit below diagnose's throughput figure by what copying each batch to the host costs there.
@@ -155,7 +154,7 @@ def match_autotune(nodes: tuple[AutotuneNode, ...], chain) -> dict[str, int]:
 
 
 class CapacityRounds:
-    """The capacity stage, resumable: every prefix confined to one core and the pipeline as written on 2 cores, in
+    """The capacity stage, resumable: every prefix confined to one core and the pipeline as written on two cores, in
     interleaved rounds (module docstring) until the check's interval leaves its margin's boundaries out, or the share
     is spent. run() again adds rounds to the earlier ones (fresh iterators)."""
 
@@ -165,7 +164,7 @@ class CapacityRounds:
         self.cores = usable_cores()
         self.values: dict = {("one", index): [] for index in range(len(self.cuts))}
         self.cpu: dict = {}  # per confined key, per round: process CPU s per wall s of its read ...
-        self.cpu2: list[float] = []  # ... and of the 2-core side's
+        self.cpu2: list[float] = []  # ... and of the two-core side's
         self.autotune: tuple[AutotuneNode, ...] = ()
         self.autotune_source = "not read: no round of the pipeline as written ran"
         self.two = "as written" if self.cores == CHECK_CORES else (
@@ -316,7 +315,7 @@ class CapacityRounds:
         return out
 
     def _cpu_ratio(self, rounds: int, measured: list[float]):
-        """Per round, the 2-core side's process CPU per sample over the whole pipeline's confined (None: unpaired)."""
+        """Per round, the two-core side's process CPU per sample over the whole pipeline's confined (None: unpaired)."""
         key = ("one", len(self.cuts) - 1)
         whole, cpu = self.values[key], self.cpu.get(key, [])
         if not measured or len(cpu) < rounds or len(self.cpu2) < rounds:
@@ -357,8 +356,8 @@ class CapacityRounds:
                           status_from(False, self._rounds()))
             return self.figures()
         stage.planned(f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}) confined to one core, and the "
-                      f"pipeline {self.two or '(no 2-core side: 1 core)'}, read for {read_s:.2f} s each per round, "
-                      "interleaved, until the 2-core check is decided against its margin")
+                      f"pipeline {self.two or '(no two-core side: 1 core)'}, read for {read_s:.2f} s each per round, "
+                      "interleaved, until the two-core check is decided against its margin")
         started = time.perf_counter()
         sources = {("one", index): counted(cut.dataset.repeat(), batched=cut.batched)
                    for index, cut in enumerate(cuts)}
@@ -392,7 +391,7 @@ class CapacityRounds:
     def as_written(self):
         """The whole pipeline as the user wrote it, read as the prefixes are (counted: the same reading as the
         reading's twin, so the check's prediction holds it too), with the prefetch tf.data would inject at its end
-        (counted() turns injection off), on 2 cores: this machine's 2, or 2 threads on a larger one."""
+        (counted() turns injection off), on CHECK_CORES cores: this machine's, or as many threads on a larger one."""
         dataset, model = self.pipeline.dataset, self.pipeline.model
         last = model.last_real_stage()
         if model.inject_prefetch and (last is None or last.family != "prefetch"):
@@ -401,7 +400,7 @@ class CapacityRounds:
         return source if self.cores == CHECK_CORES else confined(source, CHECK_CORES)
 
     def _as_written(self, read_s: float) -> float:
-        """One round's samples/s of the pipeline on 2 cores (as_written()): a fresh iterator, drained of its warm-up
+        """One round's samples/s of the pipeline on two cores (as_written()): a fresh iterator, drained of its warm-up
         and what its buffers hold, read for read_s (MIN_READS at least); AUTOTUNE's model read after, then closed,
         so that no buffer of it refills behind the next reads."""
         source = self.as_written()
