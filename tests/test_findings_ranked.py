@@ -7,6 +7,7 @@ Every diagnosis here is built from records: no TensorFlow run, no timing.
 
 import functools
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -367,3 +368,36 @@ def test_findings_that_rest_on_no_frame_figure_are_left_as_they_are():
     found = pipeline_verdicts(diagnosis())
     assumed = {f.topic for f in found if f.finding.startswith("assuming ")}
     assert assumed == {"speech", "feed-m:make"}  # the feed round's audio-s/s rests on the frame too
+
+
+def _bucketed_stages(boundaries=(10, 20, 30)):
+    import tensorflow as tf
+
+    from perfsuite.workload.pipeline_model import read_pipeline
+
+    lengths = tf.data.Dataset.range(64).map(lambda i: tf.ones([i % 40 + 1]))
+    bucketed = lengths.bucket_by_sequence_length(lambda x: tf.shape(x)[0], list(boundaries),
+                                                 [4] * (len(boundaries) + 1))
+    return read_pipeline(tf.data.Dataset.zip((bucketed, tf.data.Dataset.range(8).repeat()))).model.stages
+
+
+def test_a_cycle_at_the_buckets_period_is_named_as_the_buckets_and_no_stall_fix_is_advised():
+    from perfsuite.workload.pipeline_model import structural_periods
+
+    stages = _bucketed_stages()
+    assert 4 in structural_periods(stages), structural_periods(stages)
+    for period in (4, 8):  # the buckets' period, and twice it
+        cycle = replace(_cycle(True), period=period)
+        found = words.variation_finding(cycle, None, 64, structure=structural_periods(stages))
+        assert found.recommendation is None and "4 length buckets" in found.finding, found
+        assert f"repeat every {period} batches" in found.finding and "not a stall" in found.finding
+    unexplained = words.variation_finding(replace(_cycle(True), period=5), None, 64,
+                                          structure=structural_periods(stages))
+    assert "periodic stalls" in unexplained.recommendation, "a period the structure does not make is a stall"
+    throughput = replace(_throughput(), cycle=_cycle(True))
+    from perfsuite.verdict.pipeline_findings import throughput_verdicts
+
+    [cycle_finding] = [f for f in throughput_verdicts(throughput, stages) if f.topic == "cycle"]
+    assert cycle_finding.recommendation is None
+    [plain] = [f for f in throughput_verdicts(throughput) if f.topic == "cycle"]
+    assert plain.recommendation is not None, "without the structure the same cycle keeps its advice"

@@ -276,12 +276,20 @@ def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[Diagnosis
 
 
 def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, batches: int,
-                      name: str | None = None) -> DiagnosisFinding | None:
+                      name: str | None = None, structure: dict[int, str] | None = None) -> DiagnosisFinding | None:
     """A significant cycle in the times of `batches` steady batches, else their per-round variation at or
-    above UNSTABLE_VARIATION; None for neither. name: a loader's, said first and ending the topic."""
+    above UNSTABLE_VARIATION; None for neither. name: a loader's, said first and ending the topic. structure:
+    the periods the pipeline's own structure makes (pipeline_model.structural_periods): a cycle at one of them,
+    or at a small multiple, is named as that structure, with no fix advised."""
     said, suffix = ("", "") if name is None else (f"{name}: ", f"-{name}")
     evidence = {**(estimate_evidence("variation", variation) if variation is not None else {}), "batches": batches,
                 "cycle_period": None if cycle is None else cycle.period}
+    explained = _structure_of(cycle, structure or {})
+    if explained is not None:
+        return DiagnosisFinding(f"cycle{suffix}", f"{said}per-batch times repeat every {cycle.period} batches: the "
+                                f"pipeline's own structure, {explained}; not a stall",
+                                {**evidence, "cycle_strength": cycle.strength, "cycle_explained_by": explained},
+                                None)
     if cycle is not None and cycle.significant:
         return DiagnosisFinding(f"cycle{suffix}", f"{said}per-batch times repeat every {cycle.period} batches",
                                 {**evidence, "cycle_strength": cycle.strength, "cycle_threshold": cycle.threshold},
@@ -292,6 +300,17 @@ def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, bat
     return DiagnosisFinding(f"variation{suffix}", f"{said}per-batch times vary by {variation.median:.0%} of the mean "
                             f"({why_undecided(variation, percent) or span_words(variation, percent)})", evidence,
                             None, variation)
+
+
+STRUCTURE_MULTIPLES = (1, 2, 3)  # a cycle at a structure's period times one of these is that structure
+
+
+def _structure_of(cycle: Cycle | None, structure: dict[int, str]) -> str | None:
+    """The structure (in words) whose period a significant cycle has, or a small multiple of; None otherwise."""
+    if cycle is None or not cycle.significant or not cycle.period:
+        return None
+    return next((words for period, words in sorted(structure.items())
+                 if any(cycle.period == period * k for k in STRUCTURE_MULTIPLES)), None)
 
 
 def point_label(axis: str, point: int) -> str:

@@ -43,7 +43,7 @@ from perfsuite.verdict.pipeline_figures import (
     Throughput,
     WorkFigures,
 )
-from perfsuite.workload.pipeline_model import PythonOp, shape_words
+from perfsuite.workload.pipeline_model import PythonOp, shape_words, structural_periods
 
 FIXED_PADDING_WASTE = 0.10  # padded frames past each batch's longest sample, as a share: padding to a fixed length
 # A stage's median share below minus this: the prefixes' rates disagree. tf.data's own rewrites (a map fused
@@ -69,7 +69,7 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
         out.append(layout_finding(layout))
     out += _startup_verdicts(diagnosis)
     if diagnosis.throughput is not None:
-        out += throughput_verdicts(diagnosis.throughput)
+        out += throughput_verdicts(diagnosis.throughput, graph.stages)
     if target.step is None:
         out.append(DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to "
                                     "feed (--step MODULE:FUNCTION); throughput only", {}, None))
@@ -141,8 +141,9 @@ def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) 
 # ---------------------------------------------------------------------------------------- its parts
 
 
-def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
-    """The steady rate, the audio it carries and its padding, and a cycle or a large variation of batch times."""
+def throughput_verdicts(figures: Throughput, stages=()) -> list[DiagnosisFinding]:
+    """The steady rate, the audio it carries and its padding, and a cycle or a large variation of batch times (a
+    cycle the pipeline's own stages make named as them)."""
     rate, unit = figures.rate, figures.unit
     if rate is None:
         return []
@@ -153,7 +154,8 @@ def throughput_verdicts(figures: Throughput) -> list[DiagnosisFinding]:
                             f"{figures.first_batch_s:.2f} s (start-up, kept apart)", evidence, None, rate)]
     if figures.padding is not None or figures.audio_s_per_s is not None:  # a file before the layout: audio alone
         out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate, figures.padding_efficiency))
-    out.append(variation_finding(figures.cycle, figures.variation, len(figures.batch_s)))
+    out.append(variation_finding(figures.cycle, figures.variation, len(figures.batch_s),
+                                 structure=structural_periods(stages)))
     return [finding for finding in out if finding is not None]
 
 

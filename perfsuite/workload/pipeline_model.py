@@ -311,6 +311,22 @@ class PipelineModel(Record):
                 out.append(stage)
         return tuple(out)
 
+def structural_periods(stages) -> dict[int, str]:
+    """Periods of batches the pipeline's own structure makes, in words, by period: a bucket_by_sequence_length's
+    buckets (each bucket's batches differ in length, so batch times repeat with the buckets) and an interleave's
+    cycle over its inputs (a fixed cycle length). A cycle of batch times at such a period is that structure, not
+    a stall to hide."""
+    found = {}
+    for stage in stages:
+        if stage.family == "group" and stage.bucket_boundaries:
+            buckets = len(stage.bucket_boundaries) + 1
+            found.setdefault(buckets, f"its {buckets} length buckets ({stage.method}): each bucket's batches have "
+                                      "their own length")
+        elif stage.family == "interleave" and isinstance(stage.cycle_length, int) and stage.cycle_length > 1:
+            found.setdefault(stage.cycle_length, f"its {stage.method}'s cycle over {stage.cycle_length} inputs")
+    return found
+
+
 def _elements(value: int | None, autotuned: int) -> int:
     return autotuned if value is None or value == AUTOTUNE else max(int(value), 0)
 
