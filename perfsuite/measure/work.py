@@ -70,25 +70,20 @@ from perfsuite.measure.python_work import (
     python_body,
 )
 from perfsuite.records import Record
+from perfsuite.workload.function_library import branch_names, counts_its_trips, holds_reads
 from perfsuite.workload.op_table import (
-    ADD_OPS,
     BOOKKEEPING_OPS,
     BRANCH_OPS,
     CALL_OPS,
     CASE_OPS,
-    CONST_OP,
-    FILE_READ_OPS,
     GENERATOR_OP,
-    IDENTITY_OP,
     LOOP_OPS,
     PRINT_OPS,
     PYTHON_FUNCTION_OPS,
     READ_FILE_OP,
-    TENSOR_SLICES_OP,
-    TFRECORD_OPS,
-    kind_of,
 )
 from perfsuite.workload.pipeline_model import Pipeline, PipelineModel, function_names, read_pipeline
+from perfsuite.workload.tfrecord_files import reader_functions, record_reads, tfrecord_stages
 
 # 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version. 3: loops count their trip
 # count; elementwise and data-movement elements as figures of their own (elementwise_elements_per_sample / _step);
@@ -97,7 +92,6 @@ FINGERPRINT_VERSION = 3
 REFERENCE_SPREAD = 32  # reference elements are spread over at most this many times their count of first elements
 METHOD = f"float ops: {FLOAT_OPS_METHOD}; Python bodies: {PYTHON_WORK_METHOD}"
 AUTOTUNE = "autotune"
-
 
 
 class WorkUnavailable(PerfsuiteError, ValueError):
@@ -305,91 +299,17 @@ def _source_record_bytes(pipeline: Pipeline, count: int, unresolved: Counter) ->
     TFRecordDataset's per-file flat_map / interleave over a dataset of file names; one inside a traced function
     is counted where its function runs), over the first ``count`` files' first ``count`` records. The graph is
     the one the stages were read from: below a ``prefetch_to_device`` too. File names count where that graph
-    fixes them (``_dataset_names``); names computed at run time, and a reader read from Python objects only,
-    are listed unresolved, never a silent 0."""
-    graph = pipeline.stages_graph_def
-    nodes = {node.name: node for node in graph.node} if graph is not None else {}
-    readers = reader_functions({f.signature.name: f for f in graph.library.function}) if graph is not None else {}
+    fixes them (perfsuite.workload.tfrecord_files); names computed at run time, and a reader read from Python
+    objects only, are listed unresolved, never a silent 0."""
     total = 0.0
-    for stage in pipeline.model.stages:
-        node = nodes.get(stage.node)
-        if node is None:
-            if stage.op in TFRECORD_OPS:
-                unresolved[f"{stage.op} (TFRecord reader read from Python objects: file names not known)"] += 1
-            continue
-        found = _stage_record_read(node, nodes, readers)
-        if found is None:
-            continue
-        names, compression = found
-        if names is None:
+    for stage, names, compression in tfrecord_stages(pipeline):
+        if compression is None:
+            unresolved[f"{stage.op} (TFRecord reader read from Python objects: file names not known)"] += 1
+        elif names is None:
             unresolved[f"{stage.op} (TFRecord file names not constant)"] += 1
-            continue
-        total += record_bytes(names[:count], compression, count)
+        else:
+            total += record_bytes(names[:count], compression, count)
     return total
-
-
-def _stage_record_read(node, nodes: dict, readers: dict[str, str]):
-    """(file names or None where the graph does not fix them, compression) of a stage that reads TFRecords;
-    None for a stage that does not."""
-    if node.op in TFRECORD_OPS:
-        names = _constant_value(nodes.get(_node_name(node.input[0])))
-        compression = _constant_value(nodes.get(_node_name(node.input[1])))
-        return names, "" if compression is None else compression[0]
-    function = node.attr["f"].func.name if "f" in node.attr else ""
-    if function in readers and node.input:
-        return _dataset_names(nodes.get(_node_name(node.input[0])), nodes), readers[function]
-    return None
-
-
-_NAME_ORDER_FAMILIES = ("shuffle", "repeat", "prefetch", "cache", "wrapper")  # hand elements on, reordered at most
-_KEEP_ORDER_FAMILIES = ("prefetch", "cache", "wrapper")  # hand elements on in their order
-# Stages that select file names by constants, by their tf.data method (the op table's): (how many constant
-# inputs follow the dataset, the selection).
-_NAME_SLICES = {"take": (1, lambda names, count: names if count < 0 else names[:count]),
-                "skip": (1, lambda names, count: names[:0] if count < 0 else names[count:]),
-                "shard": (2, lambda names, shards, index: names[index::shards])}
-
-
-def _dataset_names(node, nodes: dict):
-    """The file names a dataset node yields where the serialized graph fixes them: a tensor slice of a
-    constant (list_files' too: it matches its pattern when the dataset is built, and the graph holds the
-    sorted matches), through stages that only reorder or repeat them (a shuffle's names count in their listed
-    order), and through take, skip and shard by constants where nothing nearer the source reorders or repeats
-    the names (a shard of shuffled names is not fixed); None for names computed at run time."""
-    chain = []  # from the reader's input down to the source
-    while node is not None and node.input and (kind_of(node.op).family in _NAME_ORDER_FAMILIES
-                                               or kind_of(node.op).method in _NAME_SLICES):
-        chain.append(node)
-        node = nodes.get(_node_name(node.input[0]))
-    if node is None or node.op != TENSOR_SLICES_OP:
-        return None
-    names = _constant_value(nodes.get(_node_name(node.input[0])))
-    slices = [i for i, stage in enumerate(chain) if kind_of(stage.op).method in _NAME_SLICES]
-    moved = [i for i, stage in enumerate(chain)
-             if i not in slices and kind_of(stage.op).family not in _KEEP_ORDER_FAMILIES]
-    if slices and moved and max(moved) > min(slices):  # reordered or repeated before a selection
-        return None
-    for stage in reversed([chain[i] for i in slices]):  # the selection nearest the source first
-        count, select = _NAME_SLICES[kind_of(stage.op).method]
-        values = [_constant_value(nodes.get(_node_name(name))) for name in stage.input[1:1 + count]]
-        if names is None or len(values) < count or any(value is None for value in values):
-            return None
-        names = select(names, *(int(value[0]) for value in values))
-    return names
-
-
-def _constant_value(node):
-    """A Const node's value as a flat numpy array (strings as bytes), None for any other node. Parsed by
-    TensorFlow: a serialized graph packs a list of strings into ``tensor_content``, which numpy cannot read."""
-    if node is None or node.op != "Const":
-        return None
-    tf = tensorflow()
-    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
-    return tf.io.parse_tensor(node.attr["value"].tensor.SerializeToString(), dtype).numpy().reshape(-1)
-
-
-def _node_name(text: str) -> str:
-    return text.split(":")[0].lstrip("^")
 
 
 _COUNTED_FAMILIES = ("map", "filter", "interleave")  # stages whose functions run once per input element
@@ -479,17 +399,17 @@ class _GraphRun:
         plain = [op for op in operations if all(t.dtype not in (tf.resource, tf.variant) for t in op.inputs)]
         self.calls = [op for op in plain if op.type in CALL_OPS and op.get_attr("f").name in self.library]
         self.branches = [op for op in plain if op.type in BRANCH_OPS
-                         and all(name in self.library for name in _branch_names(op))]
-        self.loops = [op for op in operations if op.type in LOOP_OPS and _counts_its_trips(op, self.library)]
+                         and all(name in self.library for name in branch_names(op))]
+        self.loops = [op for op in operations if op.type in LOOP_OPS and counts_its_trips(op, self.library)]
         self.unrun = Counter()  # loops, and branches not run, holding Python functions or reads: named per run
         for op in operations:
             if (op.type in LOOP_OPS or (op.type in BRANCH_OPS and op not in self.branches)) \
-                    and _holds_reads(function_names(op.node_def), self.library):
+                    and holds_reads(function_names(op.node_def), self.library):
                 where = "its body" if op.type in LOOP_OPS else "a branch"
                 self.unrun[f"{op.type} (a Python function or file read in {where}: not run)"] += 1
         self.bodies = [op for op in plain if op.type in PYTHON_FUNCTION_OPS]
         self.generators = [op for op in operations if op.type == GENERATOR_OP]  # from_generator
-        self.records = _record_reads(operations, reader_functions(self.library))  # (op, file names, compression)
+        self.records = record_reads(operations, reader_functions(self.library))  # (op, file names, compression)
         arguments = [t.name for op in self.calls + self.branches + self.bodies for t in op.inputs]
         arguments += [tensor.name for _, names, compression in self.records if names is not None
                       for tensor in (names, compression) if not isinstance(tensor, str)]
@@ -556,57 +476,14 @@ class _GraphRun:
         return self.nested[function_name]
 
 
-def _branch_names(op) -> list[str]:
-    """A conditional's branch functions, in order: then, else (If); by index (Case)."""
-    attrs = op.node_def.attr
-    if "branches" in attrs:
-        return [f.name for f in attrs["branches"].list.func]
-    return [attrs["then_branch"].func.name, attrs["else_branch"].func.name]
-
-
 def _branch_taken(op, predicate) -> str:
     """The branch a conditional runs for its first input's value: If by the predicate's truth (a scalar's
     value, else whether it holds elements); Case by its index, the last branch where it is out of range."""
-    names = _branch_names(op)
+    names = branch_names(op)
     if op.type in CASE_OPS:
         index = int(predicate)
         return names[index] if 0 <= index < len(names) else names[-1]
     return names[0] if truth(predicate) else names[1]
-
-
-def _counts_its_trips(op, library: dict) -> bool:
-    """Whether a loop is while_v2's, whose first loop variable is its counter (the body returns it plus 1), so
-    that its first output is its trip count."""
-    from tensorflow.python.framework import tensor_util
-
-    body = library.get(op.node_def.attr["body"].func.name) if "cond" in op.node_def.attr else None
-    if body is None or not body.signature.input_arg or not body.signature.output_arg:
-        return False
-    nodes = {node.name: node for node in body.node_def}
-    counter = body.signature.input_arg[0].name
-    node = nodes.get(body.ret.get(body.signature.output_arg[0].name, "").split(":")[0])
-    while node is not None and node.op == IDENTITY_OP and node.input:
-        node = nodes.get(node.input[0].split(":")[0])
-    if node is None or node.op not in ADD_OPS:
-        return False
-    inputs = [name.split(":")[0] for name in node.input if not name.startswith("^")]
-    others = [nodes.get(name) for name in inputs if name != counter]
-    return (len(inputs) == 2 and len(others) == 1 and others[0] is not None and others[0].op == CONST_OP
-            and tensor_util.MakeNdarray(others[0].attr["value"].tensor).reshape(-1).tolist() == [1])
-
-
-def _holds_reads(names, library: dict, seen: set | None = None) -> bool:
-    """Whether the functions named (and those they call) hold a Python-function op or a file read."""
-    seen = set() if seen is None else seen
-    for name in names:
-        if name in seen or name not in library:
-            continue
-        seen.add(name)
-        for node in library[name].node_def:
-            if node.op in PYTHON_FUNCTION_OPS or node.op in FILE_READ_OPS \
-                    or _holds_reads(function_names(node), library, seen):
-                return True
-    return False
 
 
 def _run_python_body(op, values: list, counts: _Counts) -> None:
@@ -619,46 +496,6 @@ def _run_python_body(op, values: list, counts: _Counts) -> None:
         return
     arguments = [tf.identity(v) if takes_tensors else _numpy(v) for v in values]
     count_python(function, arguments, counts.python)
-
-
-def reader_functions(library: dict) -> dict[str, str]:
-    """The library functions that open a TFRecord reader on their first argument (TFRecordDataset's
-    per-file flat_map function), by name, with the compression their constant names."""
-    from tensorflow.python.framework import tensor_util
-
-    found = {}
-    for name, function in library.items():
-        first = function.signature.input_arg[0].name if function.signature.input_arg else None
-        nodes = {node.name: node for node in function.node_def}
-        for node in function.node_def:
-            if node.op in TFRECORD_OPS and first is not None and node.input and node.input[0] == first:
-                constant = nodes.get(node.input[1].split(":")[0]) if len(node.input) > 1 else None
-                value = tensor_util.MakeNdarray(constant.attr["value"].tensor).reshape(-1) \
-                    if constant is not None and constant.op == "Const" else []
-                found[name] = value[0].decode() if len(value) else ""
-    return found
-
-
-def _record_reads(operations, readers: dict[str, str]) -> list[tuple[str, Any, Any]]:
-    """The TFRecord reads of a graph's operations: (op type, file names tensor, compression tensor or text) of
-    each reader op, and of each per-file flat_map / interleave over a dataset of file names (TFRecordDataset
-    (names)): a tensor's slices, through stages that only reorder or repeat them (list_files(shuffle=True)).
-    The names are None where they come from another dataset (computed at run time from its data)."""
-    out = []
-    for op in operations:
-        if op.type in TFRECORD_OPS:
-            out.append((op.type, op.inputs[0], op.inputs[1]))
-        elif "f" in op.node_def.attr and op.node_def.attr["f"].func.name in readers and op.inputs:
-            out.append((op.type, _sliced_names(op.inputs[0].op), readers[op.node_def.attr["f"].func.name]))
-    return out
-
-
-def _sliced_names(op):
-    """The tensor whose slices a dataset op of file names yields, through stages that only reorder or
-    repeat them; None where they come from anything else."""
-    while kind_of(op.type).family in _NAME_ORDER_FAMILIES and op.inputs:
-        op = op.inputs[0].op
-    return op.inputs[0] if op.type == TENSOR_SLICES_OP else None
 
 
 def record_bytes(names, compression, count: int) -> float:

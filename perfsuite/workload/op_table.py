@@ -62,6 +62,7 @@ def _kinds(role: str, family: str, methods: dict[str, str], buffers: bool = Fals
     return {op: OpKind(method, role, family, buffers) for op, method in methods.items()}
 
 
+FUSED_MAP_AND_BATCH = "map and batch (fused)"  # the method of a map fused with its batch
 OP_TABLE: dict[str, OpKind] = {
     **_kinds("source", "source", {
         "RangeDataset": "range", "TensorSliceDataset": "from_tensor_slices", "TensorDataset": "from_tensors",
@@ -72,8 +73,8 @@ OP_TABLE: dict[str, OpKind] = {
     **_kinds("stage", "map", {"MapDataset": "map", "ExperimentalMapDataset": "map"}),
     **_kinds("stage", "map", {"ParallelMapDataset": "map (parallel)", "ParallelMapDatasetV2": "map (parallel)"},
              buffers=True),
-    **_kinds("stage", "map", {"MapAndBatchDataset": "map and batch (fused)",
-                              "ExperimentalMapAndBatchDataset": "map and batch (fused)"}, buffers=True),
+    **_kinds("stage", "map", {"MapAndBatchDataset": FUSED_MAP_AND_BATCH,
+                              "ExperimentalMapAndBatchDataset": FUSED_MAP_AND_BATCH}, buffers=True),
     **_kinds("stage", "filter", {"FilterDataset": "filter"}),
     **_kinds("stage", "filter", {"ParallelFilterDataset": "filter (parallel)"}, buffers=True),
     **_kinds("stage", "interleave", {"FlatMapDataset": "flat_map", "InterleaveDataset": "interleave"}),

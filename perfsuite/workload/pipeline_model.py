@@ -32,6 +32,8 @@ from perfsuite.records import Record
 from perfsuite.workload.op_table import (
     BOOKKEEPING_OPS,
     FILE_READ_OPS,
+    FUSED_MAP_AND_BATCH,
+    GENERATOR_OP,
     OP_TABLE,
     PYTHON_FUNCTION_OPS,
     RANDOM_WORDS,
@@ -243,7 +245,7 @@ class PipelineModel(Record):
 
     def buckets(self) -> bool:
         """Whether the pipeline groups elements into batches by a key (bucket_by_sequence_length, group_by_window)."""
-        return any(stage.op == "GroupByWindowDataset" for stage in self.stages)
+        return any(kind_of(stage.op).method == "group_by_window" for stage in self.stages)
 
     def buffered_elements(self) -> int:
         """At most how many elements the pipeline's buffers hold ready: every prefetch's buffer
@@ -302,7 +304,7 @@ class PipelineModel(Record):
                 consumers.setdefault(upstream, []).append(stage)
         out = []
         for stage in self.stages:
-            if stage.family != "map" or stage.op.endswith("MapAndBatchDataset") or samples[stage.node] != 1:
+            if stage.family != "map" or kind_of(stage.op).method == FUSED_MAP_AND_BATCH or samples[stage.node] != 1:
                 continue
             later = consumers.get(stage.node, [])
             while len(later) == 1 and later[0].family not in ("map", "batch", "group"):
@@ -516,13 +518,13 @@ def _stage_of_node(node, nodes: dict, library: dict | None = None) -> Stage:
         elif arg.name == "filename" and taken:
             name = _constant(nodes.get(_name(taken[0])), text=True)
             values["cache"] = None if name is None else "memory" if not name else f"file {name}"
-    if node.op in ("MapDataset", "ExperimentalMapDataset"):
+    if kind_of(node.op).method == "map":  # a sequential map: one call at a time
         values["parallelism"] = 1
     if "deterministic" in node.attr and node.attr["deterministic"].s:
         values["deterministic"] = node.attr["deterministic"].s.decode()
-    if node.op == "OptionsDataset":
+    if kind_of(node.op).method == "with_options":
         values["options"] = _options_text(node.attr["serialized_options"].s)
-    if node.op == "GroupByWindowDataset":
+    if kind_of(node.op).method == "group_by_window":
         values["bucket_boundaries"] = _bucket_boundaries(library or {}, node.attr["key_func"].func.name)
         if values["bucket_boundaries"] is None:
             values.pop("bucket_batch_sizes", None)
@@ -587,7 +589,7 @@ def _python_ops_of(node, library: dict) -> list[PythonOp]:
             continue
         seen.add(name)
         for inner in library[name].node_def:
-            generator |= inner.op == "GeneratorDataset"
+            generator |= inner.op == GENERATOR_OP
             if inner.op in PYTHON_FUNCTION_OPS:
                 found.append((inner, name))
             pending += function_names(inner)
@@ -669,7 +671,7 @@ def _stage_of_object(dataset, below: str | None) -> tuple[Stage, list[PythonOp]]
             values[name] = int(getattr(dataset, attribute))
     if kind.family != "prefetch" and kind.family != "shuffle":
         values.pop("buffer", None)
-    if op == "MapDataset":
+    if op == SEQUENTIAL_MAP_OP:
         values["parallelism"] = 1
     if kind.family == "cache":
         with contextlib.suppress(Exception):
