@@ -144,12 +144,12 @@ def installed_versions() -> dict[str, str]:
     """The major.minor of TensorFlow and numpy as installed, read from their distributions (no import)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from perfsuite.measure.work import minor
+
     found = {}
-    for key, distribution in (("tensorflow", "tensorflow"), ("numpy", "numpy")):
-        try:
-            found[key] = ".".join(version(distribution).split(".")[:2])
-        except PackageNotFoundError:
-            continue
+    for key in ("tensorflow", "numpy"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[key] = minor(version(key))
     return found
 
 
