@@ -45,8 +45,8 @@ def selftest_corpus(pytestconfig):
 
 
 def test_detection_curves_decide_the_selftest_gates(pytestconfig, capsys):
-    """`perfsuite selftest`'s gates and saved paths (perfsuite.tools.detection; docs/selftest.md) with this
-    session's profile and comparison settings: exact plants of 0-40 %, each checked against its share,
+    """`perfsuite selftest`'s work and saved paths (perfsuite.tools.detection; docs/selftest.md) with this
+    session's profile and comparison settings: exact plants of 0-40 %, each certified in work,
     then every selftest_* gate of ratios.yaml decided on the path it gates by the interval of its share.
     A failed gate fails the test; a gate no measurement here can decide (a failed plant, a path the
     budget could not hold, a path not run) is listed with its reason, and when none is decided the test
@@ -56,9 +56,10 @@ def test_detection_curves_decide_the_selftest_gates(pytestconfig, capsys):
     from perfsuite.tools.detection.records import LEVELS, Settings
 
     baselines = pytestconfig.getoption("perfsuite_baselines") or Path(__file__).parent / "baselines"
-    settings = Settings(paths=("gates", "saved"), levels=LEVELS,
+    settings = Settings(paths=("work", "saved"), levels=LEVELS,
                         trials=int(os.environ.get("PERFSUITE_SELFTEST_TRIALS", "20")),
-                        budget_s=float(os.environ.get("PERFSUITE_SELFTEST_BUDGET") or command.DEFAULT_BUDGET_S),
+                        budget_s=float(os.environ.get("PERFSUITE_SELFTEST_BUDGET")
+                                       or sum(command.PATH_BUDGET_S[path] for path in ("work", "saved"))),
                         profile=pytestconfig.getoption("perfsuite_profile"),
                         history_runs=max(3, pytestconfig.getoption("perfsuite_compare_runs")),
                         alpha=pytestconfig.getoption("perfsuite_compare_alpha"),

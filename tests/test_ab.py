@@ -23,7 +23,7 @@ from perfsuite.pytest_plugin.profiles import PROFILES
 from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
 from perfsuite.tools.ab import manager, present, results, runner
 from perfsuite.verdict import ab
-from perfsuite.verdict.ab import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, ABSettings, Paired
+from perfsuite.verdict.ab import FASTER, NO_CHANGE, SLOWER, UNDECIDED, ABSettings, Paired
 
 SETTINGS = ABSettings()
 
@@ -93,7 +93,7 @@ def test_a_lower_is_better_figure_counts_a_rise_as_worse():
 def test_few_noisy_rounds_are_inconclusive_with_an_estimate_of_the_rounds_needed():
     rng = np.random.default_rng(3)
     [verdict] = ab.decide_revisions([ab.estimate(_rounds(rng, 12, noise=0.10), SETTINGS)], SETTINGS)
-    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.verdict == UNDECIDED
     assert verdict.more_rounds is not None and verdict.more_rounds >= 2 and verdict.more_rounds % 2 == 0
     assert f"needs ~{verdict.more_rounds} more rounds" in verdict.label()
 
@@ -157,10 +157,12 @@ def test_a_difference_between_processes_fools_the_rounds_but_not_the_passes():
 
 
 def test_passes_catch_ten_percent_where_processes_differ_little():
-    # A loader whose processes differ by SD 1.5 % (the TF-native WAV loader's A/A runs): 6 passes.
+    # A loader whose processes differ by SD 1.5 % (the TF-native WAV loader's A/A runs), passes added
+    # until decided.
     rng = np.random.default_rng(12)
-    caught = sum(ab.decide_revisions([ab.estimate_passes(_passes(rng, change=-0.10, process_sd=0.015), SETTINGS)],
-                           SETTINGS)[0].verdict == SLOWER for _ in range(200))
+    caught = sum(ab.decide_revisions([ab.estimate_passes(_adaptive_passes(rng, change=-0.10, process_sd=0.015,
+                                                                          noise=0.03), SETTINGS)],
+                                     SETTINGS)[0].verdict == SLOWER for _ in range(200))
     assert caught >= 190
 
 
@@ -169,8 +171,8 @@ def test_an_estimate_over_passes_says_so():
     e = ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.07), SETTINGS)
     assert e.passes == SETTINGS.passes and e.rounds == 24 * SETTINGS.passes and e.low < e.change < e.high
     verdict = ab.decide_revisions([e], SETTINGS)[0]
-    if verdict.verdict == INCONCLUSIVE:
-        assert verdict.more_rounds is None and "more passes would narrow it" in verdict.label()
+    if verdict.verdict == UNDECIDED:
+        assert verdict.more_rounds is None and "would narrow it" in verdict.label()
     with pytest.raises(ValueError, match="expected at least 2 passes, found 1"):
         ab.estimate_passes(_passes(rng, change=0.0, process_sd=0.0, count=1), SETTINGS)
     with pytest.raises(ValueError, match="passes: expected an integer >= 1, found 0"):
@@ -186,12 +188,12 @@ def _adaptive_passes(rng, *, change, process_sd, settings=SETTINGS, noise=0.10):
     return passes
 
 
-def test_pass_looks_double_up_to_max_passes_and_widen_the_interval():
-    assert SETTINGS.pass_looks == (6, 12, 24)
-    assert ABSettings(passes=5, max_passes=12).pass_looks == (5, 10, 12)
+def test_pass_looks_grow_by_half_up_to_max_passes_and_widen_the_interval():
+    assert SETTINGS.pass_looks == (6, 9, 14, 21, 24)
+    assert ABSettings(passes=5, max_passes=12).pass_looks == (5, 8, 12)
     assert ABSettings(passes=6, max_passes=6).pass_looks == (6,)
     assert ABSettings(passes=1).pass_looks == (1,)
-    assert SETTINGS.confidence(6) == pytest.approx(1 - 0.1 / 3)
+    assert SETTINGS.confidence(6) == pytest.approx(1 - 0.1 / 5)
     assert ABSettings(max_passes=6).confidence(6) == pytest.approx(0.9)  # fixed passes: no looks to pay for
     with pytest.raises(ValueError, match="max_passes: expected an integer >= passes \\(6\\), found 4"):
         ABSettings(max_passes=4)
@@ -208,17 +210,52 @@ def test_more_passes_reach_no_change_where_processes_differ_without_more_false_a
     runs = [_adaptive_passes(rng, change=0.0, process_sd=0.046) for _ in range(300)]
     adaptive = [ab.decide_revisions([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0] for r in runs]
     assert sum(v.verdict == NO_CHANGE for v in six) <= 150
-    assert sum(v.verdict == NO_CHANGE for v in adaptive) >= 270
+    assert sum(v.verdict == NO_CHANGE for v in adaptive) >= 255
     assert sum(v.verdict in (SLOWER, FASTER) for v in adaptive) <= 6  # alpha 1 %: 3 expected
     assert all(len(r) in SETTINGS.pass_looks for r in runs)
 
 
-def test_adaptive_passes_stop_at_the_first_look_where_processes_differ_little():
+def test_adaptive_passes_stop_at_an_early_look_where_processes_differ_little():
     rng = np.random.default_rng(22)
     quiet = [_adaptive_passes(rng, change=0.0, process_sd=0.015, noise=0.03) for _ in range(100)]
     slower = [_adaptive_passes(rng, change=-0.10, process_sd=0.015, noise=0.03) for _ in range(100)]
-    assert sum(len(r) == SETTINGS.passes for r in quiet) >= 95
+    assert sum(len(r) <= SETTINGS.pass_looks[1] for r in quiet) >= 95
     assert sum(ab.decide_revisions([ab.estimate_passes(r, SETTINGS)], SETTINGS)[0].verdict == SLOWER for r in slower) >= 95
+
+
+def _offset_run(rng, *, change, settings=SETTINGS, slow_share=1 / 3, slow=0.6, process_sd=0.04, rounds=6,
+                noise=0.14):
+    """Passes added as compare_revisions adds them. Each pass a fresh worker pair, and each worker keeps a
+    constant speed offset of its own for its whole life: with probability slow_share it is in a slow
+    mode (speed x slow), on either side at random, besides a normal offset of SD process_sd (the
+    spread a 2-core AMD box showed between fresh processes: docs/ab.md, "Where the noise lives")."""
+    passes = []
+    while not passes or not ab.passes_settled(passes, settings, benchmarks=1):
+        a_offset, b_offset = (rng.normal(0, process_sd) + (math.log(slow) if rng.random() < slow_share else 0.0)
+                              for _ in range(2))
+        passes.append(_rounds(rng, rounds, change=math.expm1(math.log1p(change) + b_offset - a_offset), noise=noise))
+    return ab.decide_revisions([ab.estimate_passes(passes, settings)], settings)[0]
+
+
+def test_a_constant_offset_of_one_side_s_process_is_not_called_a_change():
+    # A third of the processes in a slow mode 40 % down for their life, on either side at random: the
+    # trimmed test over the passes drops the outlying passes; the false alarms stay within alpha (1 %).
+    rng = np.random.default_rng(50)
+    same = [_offset_run(rng, change=0.0, settings=ABSettings(max_passes=32)) for _ in range(300)]
+    assert sum(v.verdict in (SLOWER, FASTER) for v in same) <= 6  # 3 expected at alpha 1 %
+    untrimmed = ABSettings(max_passes=32, trim=0.0)
+    plain = [_offset_run(rng, change=0.0, settings=untrimmed) for _ in range(300)]
+    assert sum(v.verdict == NO_CHANGE for v in same) > sum(v.verdict == NO_CHANGE for v in plain)
+
+
+def test_a_slow_mode_of_a_third_of_the_processes_leaves_ten_percent_undecided_never_reversed():
+    # What the passes cannot do: with a third of the processes 40 % down for their life, a 10 % change
+    # stays undecided within 32 passes (the pairing of two processes cannot cancel it: docs/ab.md),
+    # and is never called faster or no change.
+    rng = np.random.default_rng(51)
+    planted = [_offset_run(rng, change=-1 / 11, settings=ABSettings(max_passes=32)) for _ in range(100)]
+    assert not any(v.verdict in (FASTER, NO_CHANGE) for v in planted)
+    assert sum(v.verdict == UNDECIDED for v in planted) >= 80
 
 
 def _process(rng, *, work, load, rounds, hog):
@@ -272,7 +309,7 @@ def test_under_load_false_alarms_stay_within_one_percent_and_a_planted_ten_perce
         assert all(v.verdict != NO_CHANGE for v in planted)
         assert sum(v.verdict == SLOWER or v.estimate.busy for v in planted) >= 95
         assert sum(v.estimate.busy for v in same) >= 100  # the disturbance is seen, not decided through
-        assert all("machine busy" in v.label() for v in same if v.estimate.busy and v.verdict == INCONCLUSIVE)
+        assert all("machine busy" in v.label() for v in same if v.estimate.busy and v.verdict == UNDECIDED)
     else:
         assert sum(v.verdict == SLOWER for v in planted) >= 95
         assert not any(v.estimate.busy for v in same + planted)
@@ -311,7 +348,7 @@ def test_a_ratio_decided_by_its_sides_takes_fewer_passes_without_more_false_alar
     rng = np.random.default_rng(40)
     whole = [_ratio_run(rng, by_sides=False) for _ in range(100)]
     sides = [_ratio_run(rng, by_sides=True) for _ in range(100)]
-    assert sum(n for n, _, _ in sides) < 0.9 * sum(n for n, _, _ in whole)
+    assert sum(n for n, _, _ in sides) < 0.95 * sum(n for n, _, _ in whole)
     assert sum(any(v.verdict in (SLOWER, FASTER) for v in verdicts) for _, verdicts, _ in sides) <= 2
     assert all([v.name for v in verdicts] == ["r [numerator]", "r [denominator]"] for _, verdicts, _ in sides)
     planted = [_ratio_run(rng, by_sides=True, numerator_change=-0.10) for _ in range(50)]
@@ -719,6 +756,18 @@ def test_the_plot_draws_every_benchmark(tmp_path):
     assert path.stat().st_size > 1000
 
 
+def test_undecided_is_an_exit_status_of_its_own_neither_0_nor_1():
+    rng = np.random.default_rng(14)
+    few = [_rounds(rng, 4, noise=0.30)]  # four noisy rounds decide nothing
+    (verdict,) = ab.decide_revisions([ab.estimate(few[0], SETTINGS)], SETTINGS)
+    assert verdict.verdict == ab.UNDECIDED
+    report = _report((verdict,), [_measured(few[0])])
+    assert report.exit_status == results.EXIT_UNDECIDED and report.exit_status not in (0, 1)
+    decided = [_rounds(rng, 48, name="test_x.py::same")]
+    assert _report(ab.decide_revisions([ab.estimate(decided[0], SETTINGS)], SETTINGS),
+                   [_measured(decided[0])]).exit_status == results.EXIT_OK
+
+
 def test_a_side_failure_gives_exit_status_3_unless_a_slowdown_was_found():
     failure = manager.SideFailure("B", "the worker was killed by signal 9 while measuring round 3",
                                benchmark="test_x.py::t")
@@ -912,12 +961,24 @@ def test_the_json_loader_reads_schema_1_through_its_migrations_and_names_what_it
     path.write_text(json.dumps({"benchmarks": []}))
     with pytest.raises(records.RecordError, match="ab.json: sides: expected a value"):
         results.load_report(path)
-    path.write_text(json.dumps({**schema_1, "schema_version": 4}))
-    with pytest.raises(records.RecordError, match=r"ab.json: schema_version: expected one of \[1, 2, 3\], found 4"):
+    path.write_text(json.dumps({**schema_1, "schema_version": 5}))
+    with pytest.raises(records.RecordError, match=r"ab.json: schema_version: expected one of \[1, 2, 3, 4\], found 5"):
         results.load_report(path)
     path.write_text("{")
     with pytest.raises(records.RecordError, match="ab.json: \\(file\\): expected a readable ab JSON file"):
         results.load_report(path)
+
+
+def test_a_schema_3_report_reads_its_inconclusive_verdict_as_undecided(tmp_path):
+    rng = np.random.default_rng(15)
+    few = _rounds(rng, 4, noise=0.30)
+    report = _report(ab.decide_revisions([ab.estimate(few, SETTINGS)], SETTINGS), [_measured(few)])
+    data = json.loads(records.dumps(report))
+    data["schema_version"] = 3
+    data["benchmarks"][0]["verdict"] = "inconclusive"
+    (tmp_path / "ab.json").write_text(json.dumps(data))
+    read = results.load_report(tmp_path / "ab.json")
+    assert read.verdicts[0].verdict == UNDECIDED and read.exit_status == results.EXIT_UNDECIDED
 
 
 def test_a_hung_round_is_stopped_at_its_deadline(repo):

@@ -1,4 +1,4 @@
-"""perfsuite selftest's pieces on synthetic numbers: the plant check (a broken plant refused), the
+"""perfsuite selftest's pieces on synthetic numbers: the plant certified in work (a broken plant refused), the
 shares and their intervals, the smallest slowdown caught, the gates decided by the interval, option
 parsing, and the records read back. No TensorFlow pipeline, no timing."""
 
@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite.measure import timing
 from perfsuite.records import RecordError
 from perfsuite.tools.cli import main
 from perfsuite.tools.detection import command, curve
@@ -28,7 +27,7 @@ from perfsuite.tools.detection.records import (
 from perfsuite.verdict.baselines import load_ratios
 
 SHIPPED_RATIOS = load_ratios(Path(__file__).parents[1] / "benchmarks" / "baselines" / "ratios.yaml")
-SETTINGS = Settings(paths=("gates", "saved"), levels=LEVELS, trials=20, budget_s=1200.0, profile="quick",
+SETTINGS = Settings(paths=("work", "saved"), levels=LEVELS, trials=20, budget_s=1200.0, profile="quick",
                     history_runs=10, alpha=0.01, min_effect=0.10)
 
 
@@ -44,73 +43,43 @@ def test_every_planted_share_is_a_whole_number_of_utterances():
         extra_units(-0.1)
 
 
-class FakeArm:
-    """A round of `units` units of work on a fake clock: seconds = units x unit_s, plus a fixed seam."""
-
-    def __init__(self, units: float, unit_s: float = 0.01, seam_s: float = 0.0):
-        self.seconds = units * unit_s + seam_s
-
-    def __call__(self) -> float:
-        return self.seconds
-
-
-def _measured_plants(arms: dict, rounds: int = 8, tolerance: float = 0.3) -> dict:
-    """The plant check of each planted arm from interleaved rounds of the arms (round values: seconds)."""
-    result = timing.interleave_rounds(arms, rounds=rounds, warmup_rounds=0)
-    genuine = result.values["0"]
-    return {float(label): curve.check_plant(float(label), [p / g for p, g in zip(result.values[label], genuine)],
-                                            tolerance=tolerance)
-            for label in arms if label != "0"}
-
-
-def test_whole_unit_plants_pass_their_check():
-    arms = {"0": FakeArm(BATCH)} | {str(level): FakeArm(BATCH + extra_units(level)) for level in LEVELS[1:]}
-    checks = _measured_plants(arms)
-    assert all(check.ok for check in checks.values()), checks
-    assert checks[0.10].measured == pytest.approx(0.10)
-
-
-def test_a_fixed_cost_seam_is_refused():
-    """A broken plant: a seam that costs the same whatever its share (a sleep of a fixed length)."""
-    seam_s = 0.1 * BATCH * 0.01  # costs 10 % of a round at every share
-    arms = {"0": FakeArm(BATCH)} | {str(level): FakeArm(BATCH, seam_s=seam_s) for level in LEVELS[1:]}
-    checks = _measured_plants(arms)
-    assert checks[0.10].ok  # at its own size a fixed seam looks right...
-    refused = {level: check for level, check in checks.items() if not check.ok}
-    assert set(refused) == {0.05, 0.20, 0.40}  # ...and is refused everywhere else
-    assert "the plant failed: planting 5% cost +10.0%" in refused[0.05].reason
-    level = curve.level_rate(0.05, [True] * 20, refused[0.05])
+def test_a_plant_is_certified_by_its_work_and_its_time_cost_is_only_reported():
+    exact = curve.certify_plant(0.10, 0.10, [1.02, 1.30, 1.07] * 4)  # time read anywhere: reported, no band
+    assert exact.ok and exact.work == pytest.approx(0.10) and exact.measured == pytest.approx(0.07)
+    assert exact.low is not None and exact.pairs == 12
+    off = curve.certify_plant(0.10, 0.09, [1.10] * 10)  # time says 10 %, the work says 9 %: refused
+    assert off.failed and off.reason.startswith("the plant failed: planting 10% added +9.00% float ops")
+    unread = curve.certify_plant(0.10, None, [1.10] * 10)
+    assert unread.failed and "no work fingerprint" in unread.reason
+    untimed = curve.certify_plant(0.05, 0.05, [])
+    assert untimed.ok and untimed.measured is None and untimed.pairs == 0
+    with pytest.raises(ValueError, match="planted share > 0"):
+        curve.certify_plant(0.0, 0.0, [1.0])
+    level = curve.level_rate(0.10, [True] * 20, off)
     assert level.rate is None and not level.reported and level.withheld.startswith("the plant failed")
 
 
-def test_the_plant_check_is_both_ways_and_decided_by_its_interval():
-    assert curve.check_plant(0.10, [1.07] * 10, tolerance=0.3).ok
-    too_cheap = curve.check_plant(0.10, [1.069] * 10, tolerance=0.3)
-    assert too_cheap.failed and too_cheap.reason.startswith("the plant failed: planting 10% cost +6.9%")
-    assert curve.check_plant(0.10, [1.131] * 10, tolerance=0.3).failed  # too dear
-    missing = curve.check_plant(0.10, [], tolerance=0.3)
-    assert missing.failed and missing.measured is None and "no paired round" in missing.reason
-    with pytest.raises(ValueError, match="planted share > 0"):
-        curve.check_plant(0.0, [1.0], tolerance=0.3)
-
-
-def test_a_plant_the_noise_cannot_size_is_unresolved_and_no_claim_rests_on_it():
-    noisy = curve.check_plant(0.10, list(np.linspace(1.0, 1.2, 9)), tolerance=0.3)  # median +10 %, interval 2.5-17.5 %
-    assert noisy.state == "unresolved" and noisy.measured == pytest.approx(0.10)
-    assert (noisy.low, noisy.high) == (pytest.approx(0.025), pytest.approx(0.175))
-    assert "its interval reaches past the band" in noisy.reason
-    single = curve.check_plant(0.10, [1.10], tolerance=0.3)
-    assert single.state == "unresolved" and single.low is None and "1 pairs give no 95 % interval" in single.reason
-    wide = curve.check_plant(0.20, list(np.linspace(1.0, 1.4, 9)), tolerance=0.3)
-    level = curve.level_rate(0.20, [True] * 80, wide)
-    assert wide.state == "unresolved" and level.reported and level.rate == 1.0  # the rate is given...
-    exact = curve.check_plant(0.40, [1.4] * 10, tolerance=0.3)
+def test_a_failed_plant_supports_no_claim():
+    failed = curve.certify_plant(0.20, 0.15, [1.2] * 9)
+    level = curve.level_rate(0.20, [True] * 80, failed)
+    exact = curve.certify_plant(0.40, 0.40, [1.4] * 10)
     levels = (curve.level_rate(0.0, [False] * 80, None), level, curve.level_rate(0.40, [True] * 80, exact))
-    assert curve.smallest_caught(levels) == 0.40  # ...and no claim rests on it
+    assert curve.smallest_caught(levels) == 0.40
     saved = PathCurve(path="saved", status="measured", reason="", how="test", levels=levels)
     (gate,) = [d for d in curve.decide_gates(SHIPPED_RATIOS, [saved], {})
                if d.metric == "selftest_saved_detection_20pct_rate"]
-    assert gate.decision == "inconclusive" and "not shown" in gate.reason
+    assert gate.decision == "skipped" and "plant failed" in gate.reason
+
+
+def test_the_saved_path_says_the_smallest_slowdown_its_runs_can_flag():
+    from perfsuite.tools.detection.paths import smallest_flaggable
+
+    quiet = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1, 99.9, 100.0]
+    assert smallest_flaggable(quiet, SETTINGS) == pytest.approx(1 / 0.9 - 1)  # the minimum effect rules
+    noisy = list(np.exp(np.random.default_rng(3).normal(0, 0.13, 10)) * 100)
+    floor = smallest_flaggable(noisy, SETTINGS)
+    sd = float(np.std(np.log(noisy), ddof=1))
+    assert floor == pytest.approx(np.expm1(2.821 * sd * np.sqrt(1.1)), rel=1e-3) and floor > 0.40
 
 
 # --------------------------------------------------------------------------------------- statistics
@@ -157,15 +126,14 @@ def _curve(path: str, flags_per_level: dict, status: str = "measured") -> PathCu
 def test_the_shipped_selftest_gates_are_decided_by_the_interval_on_their_path():
     saved = _curve("saved", {0.0: [False] * 80, 0.05: [False] * 80, 0.10: [True] * 40 + [False] * 40,
                              0.20: [True] * 80, 0.40: [True] * 80})
-    gates = _curve("gates", {0.0: [True] * 20, 0.05: [True] * 20, 0.10: [True] * 20, 0.20: [True] * 20,
-                             0.40: [True] * 20})
-    decisions = {d.metric: d for d in curve.decide_gates(SHIPPED_RATIOS, [saved, gates], {"ab": "not selected"})}
-    assert set(decisions) == {"selftest_gates_false_alarm_rate", "selftest_saved_false_alarm_rate",
-                              "selftest_saved_detection_20pct_rate", "selftest_ab_false_alarm_rate",
-                              "selftest_ab_detection_10pct_rate"}
+    ab = _curve("ab", {0.0: [True] * 20, 0.10: [True] * 20})
+    decisions = {d.metric: d for d in curve.decide_gates(SHIPPED_RATIOS, [saved, ab], {})}
+    assert set(decisions) == {"selftest_saved_false_alarm_rate", "selftest_saved_detection_20pct_rate",
+                              "selftest_ab_false_alarm_rate", "selftest_ab_detection_10pct_rate"}
     assert decisions["selftest_saved_false_alarm_rate"].decision == "pass"  # 0/80: up to 4.5 %
     assert decisions["selftest_saved_detection_20pct_rate"].decision == "pass"  # 80/80: from 95.5 %
-    assert decisions["selftest_gates_false_alarm_rate"].decision == "fail"  # 20/20 on unchanged code
+    assert decisions["selftest_ab_false_alarm_rate"].decision == "fail"  # 20/20 on unchanged code
+    decisions = {d.metric: d for d in curve.decide_gates(SHIPPED_RATIOS, [saved], {"ab": "not selected"})}
     assert decisions["selftest_ab_detection_10pct_rate"].decision == "skipped"
     assert decisions["selftest_ab_detection_10pct_rate"].reason == "not selected"
     few = _curve("saved", {0.0: [False] * 20, 0.20: [True] * 20})
@@ -174,14 +142,7 @@ def test_the_shipped_selftest_gates_are_decided_by_the_interval_on_their_path():
     assert inconclusive.decision == "inconclusive"  # 20/20: 83-100 % straddles 95 %
 
 
-def test_a_gate_whose_plant_failed_is_skipped_naming_why():
-    failed = curve.check_plant(0.20, [1.5] * 10, tolerance=0.3)
-    level = curve.level_rate(0.20, [True] * 20, failed)
-    saved = PathCurve(path="saved", status="measured", reason="", how="test",
-                      levels=(curve.level_rate(0.0, [False] * 20, None), level))
-    (decision,) = [d for d in curve.decide_gates(SHIPPED_RATIOS, [saved], {})
-                   if d.metric == "selftest_saved_detection_20pct_rate"]
-    assert decision.decision == "skipped" and "the plant failed: planting 20% cost +50.0%" in decision.reason
+def test_a_skipped_path_skips_its_gates_naming_why():
     skipped = PathCurve(path="saved", status="skipped", reason="the budget held 2 runs", how="test")
     (decision,) = [d for d in curve.decide_gates(SHIPPED_RATIOS, [skipped], {})
                    if d.metric == "selftest_saved_false_alarm_rate"]
@@ -191,7 +152,7 @@ def test_a_gate_whose_plant_failed_is_skipped_naming_why():
 def test_gate_metrics_name_their_path_and_share():
     assert curve.gate_metric("saved", 0.0) == "selftest_saved_false_alarm_rate"
     assert curve.gate_metric("ab", 0.10) == "selftest_ab_detection_10pct_rate"
-    assert curve._gate_level("selftest_gates_detection_40pct_rate") == ("gates", 0.40)
+    assert curve._gate_level("selftest_work_detection_40pct_rate") == ("work", 0.40)
     assert curve._gate_level("tf_native_cache_input_wait") is None
 
 
@@ -205,21 +166,33 @@ def _parse(*argv):
 
 
 def test_options_parse_into_settings():
-    args = _parse("--paths", "saved,gates", "--budget", "60", "--trials", "2", "--profile", "smoke",
+    args = _parse("--paths", "saved,work", "--budget", "60", "--trials", "2", "--profile", "smoke",
                   "--history-runs", "3")
     settings = command.settings_of(args)
-    assert settings.paths == ("gates", "saved") and settings.levels == LEVELS
+    assert settings.paths == ("work", "saved") and settings.levels == LEVELS
     assert (settings.budget_s, settings.trials, settings.profile, settings.history_runs) == (60.0, 2, "smoke", 3)
     assert (settings.alpha, settings.min_effect) == (command.DEFAULT_ALPHA, command.DEFAULT_MIN_EFFECT)
     defaults = command.settings_of(_parse())
-    assert defaults.paths == ("gates", "saved") and defaults.budget_s == command.DEFAULT_BUDGET_S
+    assert defaults.paths == ("work", "saved") and defaults.budget_s == pytest.approx(120 + 1200)
+    assert command.settings_of(_parse("--paths", "ab")).budget_s == pytest.approx(3600)  # ab's own default
     assert command.settings_of(_parse("--levels", "0.1,0")).levels == (0.0, 0.1)
     shares = command.budget_shares(defaults)
-    assert shares["saved"] == pytest.approx(2 * shares["gates"]) and sum(shares.values()) == pytest.approx(1200)
+    assert shares["saved"] == pytest.approx(10 * shares["work"]) and sum(shares.values()) == pytest.approx(1320)
+
+
+def test_the_ab_path_runs_every_trial_at_0_and_10_percent_and_three_elsewhere():
+    from perfsuite.tools.detection.ab_path import cost_line, flagged, trials_at
+
+    assert [trials_at(level, 20) for level in LEVELS] == [20, 3, 20, 3, 3]
+    assert [trials_at(level, 2) for level in LEVELS] == [2, 2, 2, 2, 2]
+    assert "49 runs of `perfsuite ab`" in cost_line(LEVELS, 20)  # 20 + 3 + 20 + 3 + 3
+    assert flagged(0.0, "faster") and flagged(0.0, "slower (CPU per sample +3.0% [+1.0%, +5.0%])")
+    assert not flagged(0.0, "undecided (over 32 passes; more passes or a longer --budget would narrow it)")
+    assert flagged(0.10, "slower") and not flagged(0.10, "faster") and not flagged(0.10, "no change")
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--paths", "gates,nightly"], "expected comma-separated paths among gates,saved,ab"),
+    (["--paths", "gates,nightly"], "expected comma-separated paths among work,saved,ab"),
     (["--paths", "ab,ab"], "each once"),
     (["--budget", "0"], "seconds > 0"),
     (["--trials", "0"], "integer >= 1"),
@@ -260,20 +233,16 @@ def test_the_report_reads_back_as_written(tmp_path):
     assert load_report(path).curve("saved").levels[0].trials == 3
 
 
-def test_a_version_1_report_reads_its_plant_verdict_as_a_state(tmp_path):
-    plant = curve.check_plant(0.20, [1.2] * 10, tolerance=0.3)
-    level = curve.level_rate(0.20, [True] * 3, plant)
-    report = replace(_report(), curves=(PathCurve(path="saved", status="measured", reason="", how="test",
-                                                  levels=(level,)),))
-    data = json.loads(write_report(report, tmp_path / "v2.json").read_text())
-    old = data["curves"][0]["levels"][0]["plant"]
-    for key in ("state", "low", "high"):
-        old.pop(key)
-    old["ok"] = True
-    data["schema_version"] = 1
-    (tmp_path / "v1.json").write_text(json.dumps(data))
-    read = load_report(tmp_path / "v1.json").curves[0].levels[0].plant
-    assert read.ok and read.measured == pytest.approx(0.20) and read.low is None
+def test_a_version_2_report_reads_without_its_gates_path(tmp_path):
+    data = json.loads(write_report(_report(), tmp_path / "v3.json").read_text())
+    data["schema_version"] = 2
+    data["settings"] |= {"paths": ["gates", "saved"], "tolerance": 0.3}
+    data["curves"].insert(0, {**data["curves"][0], "path": "gates"})
+    data["gates"].append({"metric": "selftest_gates_false_alarm_rate", "bound": "≤ 0.05", "decision": "skipped"})
+    (tmp_path / "v2.json").write_text(json.dumps(data))
+    read = load_report(tmp_path / "v2.json")
+    assert read.settings.paths == ("saved",) and [c.path for c in read.curves] == ["saved", "ab"]
+    assert [g.metric for g in read.gates] == ["selftest_ab_false_alarm_rate"]
 
 
 def test_a_wrong_report_names_the_field(tmp_path):
@@ -317,14 +286,16 @@ def test_the_ab_path_keeps_each_run_s_report(tmp_path, monkeypatch):
 
     def fake_ab(repo, base, head, out, data_dir):
         out.write_text("{}")
-        return False, -0.1 if head == "head" else 0.0, ""
+        return ("slower", -0.1, "") if head == "head" else ("undecided (over 24 passes)", 0.0, "")
 
-    monkeypatch.setattr(ab_path, "planted_clone", lambda root, repo, levels: {0.0: "base", 0.1: "head"})
+    monkeypatch.setattr(ab_path, "planted_clone", lambda root, repo, levels: {"base": "b", 0.0: "aa", 0.1: "head"})
     monkeypatch.setattr(ab_path, "_run_ab", fake_ab)
     settings = replace(SETTINGS, paths=("ab",), levels=(0.0, 0.1), trials=2)
     context = Context(settings=settings, dataset_dir=tmp_path, ratios=tmp_path, progress=lambda line: None,
-                      kept=tmp_path / "ab")
+                      kept=tmp_path / "ab", work=({0.1: 0.1}, {}))
     curve_ = ab_path.ab(context, 10_000.0, root=tmp_path)
     assert sorted(path.name for path in (tmp_path / "ab").iterdir()) == [
         "ab-trial1-0%.json", "ab-trial1-10%.json", "ab-trial2-0%.json", "ab-trial2-10%.json"]
     assert [level.trials for level in curve_.levels] == [2, 2]
+    assert [level.flagged for level in curve_.levels] == [0, 2]  # undecided is no false alarm
+    assert curve_.levels[0].verdicts == ("undecided (over 24 passes)",) * 2 and curve_.levels[1].plant.ok

@@ -1,5 +1,5 @@
 """`perfsuite selftest`'s smoke mode end to end (tiny budget, 2 trials, the smoke profile): the command
-finishes, and its summary holds every path measured or skipped with a reason, every plant checked,
+finishes, and its summary holds every path measured or skipped with a reason, every plant certified,
 and rows for 0, 5, 10, 20 and 40 %. Structure only: no figure is asserted (a smoke run's rounds are too
 short to measure a plant; it may say so). Marked slow: about a minute of fresh processes."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.tools.detection.records import LEVELS, PATHS, SKIPPED, load_report
+from perfsuite.tools.detection.records import LEVELS, PATHS, SKIPPED, SelftestReport, load_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ["--budget", "60", "--trials", "2", "--profile", "smoke", "--history-runs", "3"]
@@ -71,5 +71,14 @@ def test_the_table_and_files_hold_every_share(smoke):
     section = (out / "results.md").read_text()
     assert section.startswith("# results\n") and "### perfsuite selftest" in section
     assert (out / "report" / "detection-curve.png").stat().st_size > 0
-    assert json.loads((out / "selftest.json").read_text())["schema_version"] == 2
-    assert "gates trial 1/2" in done.stderr
+    assert json.loads((out / "selftest.json").read_text())["schema_version"] == SelftestReport.SCHEMA_VERSION
+    assert "work 10%: FLAGGED (float ops per sample +10.00%)" in done.stderr
+    assert "saved: the smallest slowdown these 3 runs can flag" in done.stderr
+
+
+def test_every_plant_is_certified_exact_in_work_and_the_fingerprint_catches_it(smoke):
+    _, report, _ = smoke
+    work = report.curve("work")
+    assert [level.flagged for level in work.levels] == [0, 1, 1, 1, 1]
+    assert all(level.plant.ok and level.plant.work == pytest.approx(level.level, abs=1e-6)
+               for level in work.levels if level.level > 0)

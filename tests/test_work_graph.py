@@ -224,3 +224,17 @@ def test_an_input_of_unknown_cardinality_reads_its_first_elements_and_says_so():
     found = dataset_work(generated.map(lambda n: tf.signal.rfft(tf.ones([n]))))
     assert found.work["float_ops_per_sample"] == dataset_work(_lengths([256] * 16)).work["float_ops_per_sample"]
     assert "the first 8 (cardinality unknown)" in found.reference
+
+
+def _squares(batch: int, kept: int | None):
+    """Vectors of 1000 squared, batched by ``batch``; with ``kept``, each batch cut to its first ``kept``."""
+    tf = tensorflow()
+    dataset = tf.data.Dataset.range(64).map(lambda i: tf.fill([1000], tf.cast(i, tf.float32)) ** 2).batch(batch)
+    return dataset if kept is None else dataset.map(lambda b: b[:kept])
+
+
+def test_work_done_for_samples_a_map_after_the_batch_drops_counts_per_sample_delivered():
+    whole, cut = dataset_work(_squares(10, None)), dataset_work(_squares(12, 10))  # 12 computed, 10 delivered
+    assert cut.work["float_ops_per_sample"] == pytest.approx(1.2 * whole.work["float_ops_per_sample"], rel=1e-3)
+    assert compare_work(cut.snapshot(), whole.snapshot()).failed
+    assert dataset_work(_squares(10, 10)).work["float_ops_per_sample"] == whole.work["float_ops_per_sample"]

@@ -221,6 +221,11 @@ def _dataset_work(pipeline: Pipeline, name, reference_elements, audio_seconds) -
             if stage.node == seconds_map:
                 seconds, samples_seen = measured.audio_seconds, measured.elements
     totals["file_bytes"] += _source_record_bytes(pipeline, reference_elements, unresolved)
+    dropped = _batch_kept(pipeline)  # a map after the batch that keeps part of it: work per sample delivered
+    for figure in ("float_ops", "python_work", "elementwise", "file_bytes"):
+        totals[figure] /= dropped
+    for op in flops:
+        flops[op] /= dropped
     work = _pipeline_figures(model, totals, audio_seconds, seconds, samples_seen)
     structure = _pipeline_structure(pipeline, stages, maps, unresolved)
     reference = (f"{reference_elements} elements of each map, filter and interleave function's input dataset: "
@@ -524,6 +529,23 @@ def _bytes_of(values) -> int:
         else:
             total += int(tf.size(value).numpy()) * value.dtype.size
     return total
+
+
+def _batch_kept(pipeline: Pipeline) -> float:
+    """The share of a batch's samples the pipeline delivers: 1, unless a map or filter follows the last
+    batch stage (it may cut the batch, so work done for samples then dropped is work per delivered sample);
+    then one output element is drawn and its leading dimension read against the batch size."""
+    model = pipeline.model
+    chain = model.chain()
+    batch = _samples_per_batch(model)
+    last = max((i for i, s in enumerate(chain) if s.family == "batch"), default=None)
+    if batch is None or last is None or not any(s.family in ("map", "filter") for s in chain[last + 1:]):
+        return 1.0
+    from perfsuite.measure.timing import leading_dim
+
+    for element in pipeline.dataset.take(1):
+        return min(1.0, leading_dim(element) / batch)
+    return 1.0
 
 
 def _samples_per_batch(model: PipelineModel) -> int | None:

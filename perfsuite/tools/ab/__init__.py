@@ -11,10 +11,11 @@ controller's loop over passes and benchmarks), ``results`` (what was measured an
 the decision perfsuite.verdict.ab. This module is the command line. No process or worktree outlives
 the command.
 
-Exit status: 0 no significant slowdown; 1 a significant slowdown beyond the minimum effect; 2 a usage
-error (a bad revision, option or path); 3 a side could not be measured (it failed to start, crashed or
-hung) or a benchmark raised on one side: the message names the side (base/head), the benchmark and the
-worker's log; 130 interrupted.
+Exit status: 0 every benchmark decided, none slower; 1 a significant slowdown beyond the minimum effect;
+2 a usage error (a bad revision, option or path); 3 a side could not be measured (it failed to start,
+crashed or hung) or a benchmark raised on one side: the message names the side (base/head), the
+benchmark and the worker's log; 6 a benchmark undecided within the budget (no slowdown shown, none ruled
+out); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -53,12 +54,14 @@ def pytest_args(args) -> list[str]:
 # --------------------------------------------------------------------------------------------- CLI
 
 
-# The defaults are sized for a pull request on a small CI runner: many short passes rather than long
-# ones, since a difference between two processes of the same code outweighs the rounds' noise within
-# one (docs/results/, machine D's "Cost and verdicts": the measurements behind these values).
-DEFAULT_BUDGET_S = 120.0
+# The defaults are sized for a pull request on a small CI runner: many short passes, sequential, since a
+# process's own speed can outweigh the rounds' noise within it (docs/ab.md, "Where the noise lives": the
+# measurements behind these values).
+DEFAULT_BUDGET_S = 300.0
+DEFAULT_PASS_S = 3.0
 DEFAULT_MIN_ROUNDS = 4
-DEFAULT_PASSES = 8
+DEFAULT_PASSES = 6
+DEFAULT_MAX_PASSES = 24
 
 
 def add_arguments(parser) -> None:
@@ -75,8 +78,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick",
                         help="run profile of both sides: corpus and round length (default: %(default)s)")
     parser.add_argument("--budget", type=seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                        help="measuring time over all benchmarks; each gets its share (at least --min-rounds), "
-                             "and stops early once decided (default: %(default)g)")
+                        help="measuring time over all benchmarks and passes: no pass is started that it cannot "
+                             "hold; a benchmark still undecided then is 'undecided' (default: %(default)g)")
+    parser.add_argument("--pass-seconds", dest="pass_s", type=seconds, default=DEFAULT_PASS_S, metavar="SECONDS",
+                        help="rounds each benchmark gets in one pass, at least --min-rounds (default: %(default)g)")
     parser.add_argument("--alpha", type=fraction, default=0.01, metavar="P",
                         help="false-alarm rate over all benchmarks compared (default: %(default)g)")
     parser.add_argument("--min-effect", type=fraction, default=0.02, metavar="FRACTION",
@@ -89,14 +94,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-rounds", type=integer(1), default=96, metavar="N",
                         help="rounds per benchmark at most, even (default: %(default)s)")
     parser.add_argument("--passes", type=integer(1), default=DEFAULT_PASSES, metavar="N",
-                        help="times the comparison runs with fresh workers on both sides; with 2 or more the pass "
-                             "is the unit of the decision (a difference between two processes of the same code "
-                             "is no change of the code); 1 is quicker but trusts one pair of processes "
+                        help="passes (fresh workers on both sides) every benchmark gets before its first look; with "
+                             "2 or more the pass is the unit of the decision (a difference between two processes "
+                             "of the same code is no change of the code); 1 trusts one pair of processes "
                              "(default: %(default)s)")
-    parser.add_argument("--max-passes", type=integer(1), metavar="N",
-                        help="passes at most for a benchmark still undecided after --passes (looked at every "
-                             "doubling; each costs what one of the first passes did for it) (default: --passes, "
-                             "so a run's cost is fixed)")
+    parser.add_argument("--max-passes", type=integer(1), default=DEFAULT_MAX_PASSES, metavar="N",
+                        help="passes at most for a benchmark still undecided (looked at after --passes, then each "
+                             "time the count grows by half), within --budget (default: %(default)s)")
     parser.add_argument("--round-timeout", type=seconds, default=300.0, metavar="SECONDS",
                         help="a round taking longer is a hung side (default: %(default)g)")
     parser.add_argument("--setup-timeout", type=seconds, default=1800.0, metavar="SECONDS",
@@ -136,11 +140,12 @@ def run(args, parser) -> int:
     try:
         settings = ABSettings(alpha=args.alpha, min_effect=args.min_effect, no_change_within=args.no_change_within,
                               min_rounds=args.min_rounds, max_rounds=args.max_rounds, passes=args.passes,
-                              max_passes=args.max_passes or args.passes)
+                              max_passes=max(args.max_passes, args.passes))
     except ValueError as error:  # "min_rounds: expected ..." said of the option that set it
         name, _, problem = str(error).partition(": ")
         parser.error(f"--{name.replace('_', '-')}: {problem}")
-    options = Options(budget_s=args.budget, round_timeout_s=args.round_timeout, setup_timeout_s=args.setup_timeout,
+    options = Options(budget_s=args.budget, pass_s=args.pass_s, round_timeout_s=args.round_timeout,
+                      setup_timeout_s=args.setup_timeout,
                       fresh_workers=args.fresh_workers, preload=args.preload)
     start = time.monotonic()
 

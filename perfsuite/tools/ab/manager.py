@@ -179,6 +179,13 @@ class ForkServer:
 
     @classmethod
     def start(cls, modules: tuple[str, ...], log_path: Path, *, timeout_s: float) -> ForkServer | None:
+        launched = cls.launch(modules, log_path)
+        return None if launched is None else launched.ready(timeout_s=timeout_s)
+
+    @classmethod
+    def launch(cls, modules: tuple[str, ...], log_path: Path) -> ForkServer | None:
+        """The server started, importing its modules while the caller goes on (``ready`` waits for it);
+        None where it cannot be (not Linux)."""
         if not hasattr(socket, "send_fds") or not _subreaper(True):
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -188,13 +195,21 @@ class ForkServer:
                 cwd=log_path.parent, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),), start_new_session=True)
         theirs.close()
-        server = cls(process, ours, log_path, {})
-        server.preloaded = server._reply("preloaded", "preloading its modules", timeout_s=timeout_s)
-        if server.preloaded["leaked"]:
-            server.close()
-            raise ABError(f"the fork server's preloaded modules imported {', '.join(server.preloaded['leaked'])}; "
+        return cls(process, ours, log_path, {})
+
+    def ready(self, *, timeout_s: float) -> ForkServer:
+        """This server once its modules are imported; SideFailure if it died, ABError if a preloaded module
+        imported perfsuite."""
+        try:
+            self.preloaded = self._reply("preloaded", "preloading its modules", timeout_s=timeout_s)
+        except SideFailure:
+            self.close()
+            raise
+        if self.preloaded["leaked"]:
+            self.close()
+            raise ABError(f"the fork server's preloaded modules imported {', '.join(self.preloaded['leaked'])}; "
                           "a worker must import its own side's: leave them out of the preload list")
-        return server
+        return self
 
     def fork(self, request: dict, fds: list[int], *, timeout_s: float) -> int:
         """A worker forked with ``request`` (root, env, script, args) and its three descriptors; its pid."""

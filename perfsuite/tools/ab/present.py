@@ -20,7 +20,8 @@ def rows(report: ABReport) -> list[tuple[str, ...]]:
         change = f"{e.change:+.1%} [{e.low:+.1%}, {e.high:+.1%}]"
         verdict_text = verdict.label().upper() if verdict.significant_slowdown else verdict.label()
         rounds = str(e.rounds) if e.passes == 1 else f"{e.rounds} in {e.passes} passes"
-        cpu = "-" if e.cpu_change is None else f"{e.cpu_change:+.1%}"
+        cpu = "-" if e.cpu_change is None else f"{e.cpu_change:+.1%}" + (
+            "" if e.cpu_low is None else f" [{e.cpu_low:+.1%}, {e.cpu_high:+.1%}]")
         lines.append((verdict.name, change, f"{verdict.p:.2g}", cpu, rounds, verdict_text))
     return lines
 
@@ -38,11 +39,11 @@ def table(report: ABReport) -> list[str]:
 def footnotes(report: ABReport) -> list[str]:
     s = report.settings
     if s.passes > 1:
-        more = (f", up to {s.max_passes} for one still undecided (looks at {', '.join(map(str, s.pass_looks))})"
-                if s.max_passes > s.passes else "")
-        rule = (f"mean over the passes ({s.passes}{more}; fresh workers each) of each pass's median paired-round "
-                f"change, Student-t interval at {s.confidence(s.passes):.1%}; p: two-sided t-test over the passes, "
-                f"corrected for {len(s.pass_looks)} look(s), Holm")
+        rule = (f"trimmed mean ({s.trim:.0%} cut at each end) over the passes ({s.passes} at least, up to "
+                f"{s.max_passes} while undecided and the budget holds; fresh workers each) of each pass's median "
+                f"paired-round change, Yuen interval at {s.confidence(s.passes):.1%}; p: two-sided trimmed t-test "
+                f"over the passes, corrected for {len(s.pass_looks)} look(s) ({', '.join(map(str, s.pass_looks))}), "
+                "Holm")
     else:
         rule = (f"median of the paired rounds of one pass, interval at {s.interval_confidence:.1%}; p: one-sided "
                 f"sign test, corrected for {s.look_count} looks and Holm")
@@ -50,10 +51,13 @@ def footnotes(report: ABReport) -> list[str]:
               f"{rule} over {len(report.verdicts)} benchmark(s); slower/faster: p < {s.alpha:g} and beyond "
               f"max({s.min_effect:.0%}, {s.noise_multiple:g} SE); no change: interval within "
               f"±{s.no_change_within:.0%}")]
-    lines.append(f"CPU/sample: the worker process's CPU time per sample (all threads), B against A: a second signal "
-                 f"(more work raises it with the wall time; waiting for a core does not); 'machine busy': "
-                 f"processes of both sides spent over {s.busy_cpu_excess:.0%} more CPU per sample than the leanest "
-                 "of their side (a slow state of waiting), so no slower/faster is claimed")
+    lines.append(f"CPU/sample: the worker process's CPU time per sample (all threads), B against A, tested over "
+                 "the passes as the change is and in the same Holm family: a significant rise beyond its minimum "
+                 "effect is a slowdown the wall time may hide ('slower (CPU per sample ...)'); 'machine busy': "
+                 f"processes of both sides spent more CPU per sample than their side's median by over "
+                 f"{s.busy_cpu_excess:.0%} and {s.busy_spread_multiple:g} of the run's own process SDs (a slow state "
+                 "of waiting), so no slower/faster is claimed; 'undecided' (exit status 6): neither shown nor ruled "
+                 "out within the budget")
     lines += [f"ratio {d.name}: {d.change:+.1%} [{d.low:+.1%}, {d.high:+.1%}], derived from "
               f"{d.numerator or 'its [numerator]'} over {d.denominator or 'its [denominator]'} above (decided on "
               "their own)" for d in report.derived]

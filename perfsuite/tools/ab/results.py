@@ -13,14 +13,15 @@ from perfsuite.records import Record, RecordError, dump, migrate, migration
 from perfsuite.tools.ab.manager import PRELOAD, Failure, Side
 from perfsuite.verdict.ab import ABSettings, ABVerdict, Paired, nested_verdict
 
-EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED, EXIT_UNDECIDED = 0, 1, 2, 3, 6
 
 
 @dataclass(frozen=True)
 class Options(Record):
     """What the controller needs besides the decision settings."""
 
-    budget_s: float = 120.0  # measuring time over all benchmarks (their rounds)
+    budget_s: float = 300.0  # measuring time over all benchmarks and passes (their rounds)
+    pass_s: float = 3.0  # rounds each benchmark gets in a pass
     round_timeout_s: float = 300.0
     setup_timeout_s: float = 1800.0  # collection, fixtures, warm-up, the rest of a test
     fresh_workers: bool = False  # every worker a fresh interpreter, not forked from the fork server
@@ -155,7 +156,7 @@ class ABReport(Record):
     Its JSON (``write_json``, ``load_report``) holds each benchmark as one entry, its verdict's keys and
     its rounds under ``rounds_detail``; ``derived`` as ``derived_ratios``; and the exit status."""
 
-    SCHEMA_VERSION: ClassVar[int] = 3  # 1: unversioned, without benchmark_failures and CPU per sample
+    SCHEMA_VERSION: ClassVar[int] = 4  # 1: unversioned, without benchmark_failures and CPU per sample
     DERIVED: ClassVar[tuple[str, ...]] = ("exit_status",)
 
     sides: tuple[Side, Side]
@@ -173,10 +174,15 @@ class ABReport(Record):
 
     @property
     def exit_status(self) -> int:
-        """1 on a significant slowdown; else 3 when a side failed or a benchmark raised on a side."""
+        """1 on a significant slowdown; else 3 when a side failed or a benchmark raised on a side; else 6
+        when a benchmark is undecided (neither "no change" nor a pass: its budget did not decide it)."""
+        from perfsuite.verdict.ab import UNDECIDED
+
         if any(v.significant_slowdown for v in self.verdicts):
             return EXIT_SLOWER
-        return EXIT_SIDE_FAILED if self.failure is not None or self.benchmark_failures else EXIT_OK
+        if self.failure is not None or self.benchmark_failures:
+            return EXIT_SIDE_FAILED
+        return EXIT_UNDECIDED if any(v.verdict == UNDECIDED for v in self.verdicts) else EXIT_OK
 
     def title(self) -> str:
         a, b = self.sides
@@ -216,6 +222,17 @@ def migrate_2_to_3(data: dict) -> dict:
     """Schema 3 added the options fresh_workers and preload. A schema-2 run started fresh interpreters
     and preloaded nothing: said so, not left to the defaults."""
     data["options"] = {**data.get("options", {}), "fresh_workers": True, "preload": []}
+    return data
+
+
+@migration(ABReport, 3, 4)
+def migrate_3_to_4(data: dict) -> dict:
+    """Schema 4 named the verdict "inconclusive" "undecided" and added the trimmed mean's cut and the CPU
+    test's figures (each with a default: a schema-3 run tested neither); its passes were a fixed count,
+    its budget shared by them (pass_s: that share, not known per benchmark here, left to the default)."""
+    for entry in data.get("benchmarks", []):
+        if isinstance(entry, dict) and entry.get("verdict") == "inconclusive":
+            entry["verdict"] = "undecided"
     return data
 
 

@@ -81,10 +81,11 @@ class Controller:
     """Drives both workers benchmark by benchmark, in the same order, round by round."""
 
     def __init__(self, pool: dict[str, Worker], settings, options: Options, progress: Callable[[str], None],
-                 *, only: set[str] | None = None):
-        """only: the node ids to run (None: every benchmark both sides collected)."""
+                 *, only: set[str] | None = None, per_benchmark_s: float | None = None):
+        """only: the node ids to run (None: every benchmark both sides collected); per_benchmark_s: the
+        seconds of rounds each measurement gets (None: options.budget_s shared by the benchmarks)."""
         self.pool, self.settings, self.options, self.progress = pool, settings, options, progress
-        self.only = only
+        self.only, self.per_benchmark_s = only, per_benchmark_s
         self.scheduled: list[str] = []
         self.measured: list[Measured] = []
         self.not_compared: list[NotCompared] = []
@@ -213,7 +214,8 @@ class Controller:
         nodeid, metric = a_ready["nodeid"], a_ready["metric"]
         name = side_name(nodeid, a_ready["side"]) if a_ready.get("side") else display_name(nodeid, a_ready["index"])
         higher = _higher_is_better(metric)
-        allotted = max(0.0, self.options.budget_s - self.spent_s) / max(remaining, 1)
+        allotted = (self.per_benchmark_s if self.per_benchmark_s is not None
+                    else max(0.0, self.options.budget_s - self.spent_s) / max(remaining, 1))
         values, seconds, cpu, parts = ({s: [] for s in SIDES} for _ in range(4))
         order, start, so_far = [], time.monotonic(), {}
 
@@ -290,15 +292,14 @@ def _load() -> dict:
 def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_arguments: list[str], settings,
                       options: Options, progress: Callable[[str], None], logs_to: Path | None = None) -> ABReport:
     """Check both revisions out; per pass, run fresh workers on both and drive every round; decide (see
-    the module notes). Every benchmark gets settings.passes passes, one still undecided at a pass look
-    gets more (up to settings.max_passes), each pass the same share of the budget per benchmark; a side
-    failure ends the passes."""
+    the module notes). Sequential: every benchmark gets settings.passes passes, and one still undecided
+    at a pass look gets more, up to settings.max_passes, while the budget holds another pass of it
+    (each pass gives a benchmark options.pass_s of rounds); a side failure ends the passes."""
     from perfsuite.verdict.ab import decide_revisions
 
     started, load_before = time.monotonic(), _load()
     scratch = Path(tempfile.mkdtemp(prefix="perfsuite-ab-"))
     failure, controllers, only, server, notes = None, [], None, None, []
-    per_benchmark_s = None  # a pass's share of the budget per benchmark, known once the first pass collected
     try:
         with checkouts(repo, base, head, scratch) as sides:
             for side in sides:
@@ -306,31 +307,38 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not (side.root / pytest_arguments[0]).exists():
                     raise ABError(f"side {side.name}: expected benchmarks at {pytest_arguments[0]}, found nothing "
                                   f"there in {side.revision}")
-            work = _work_first(sides, pytest_arguments, scratch, progress)
+            starting = None if options.fresh_workers else _start_fork_server(options, scratch, progress)
+            work = _work_first(sides, pytest_arguments, scratch, progress)  # while the fork server imports
             try:
-                server, notes = _fork_server(options, scratch, progress)
+                server, notes = _fork_server(starting, options, scratch)
             except SideFailure as error:  # no worker can start: the run fails as a side failure does
                 failure = error
             notes = [*work, *notes]
+            spent = 0.0
             for index in range(settings.max_passes if failure is None else 0):
+                count = len(only) if only is not None else None
+                if count is not None and spent + count * options.pass_s > options.budget_s:
+                    notes.append(f"budget: {options.budget_s:g} s of rounds spent after {index} passes; "
+                                 f"{count} benchmark(s) still undecided")
+                    break
                 suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
                 if settings.passes > 1:
                     progress(f"pass {index + 1}: fresh workers on both sides" + (
-                        f", {len(only)} undecided benchmark(s)" if only is not None else ""))
-                share = replace(options, budget_s=options.budget_s / settings.passes if per_benchmark_s is None
-                                else per_benchmark_s * len(only))
+                        f", {count} undecided benchmark(s)" if count is not None else ""))
+                share = replace(options, budget_s=options.pass_s * (count or 1))
+                arguments = pytest_arguments if only is None else [*_files_of(only), *pytest_arguments[1:]]
                 try:
-                    with workers(sides, pytest_arguments, scratch, suffix, server) as pool:
-                        controllers.append(Controller(pool, settings, share, progress, only=only))
+                    with workers(sides, arguments, scratch, suffix, server) as pool:
+                        controllers.append(Controller(pool, settings, share, progress, only=only,
+                                                      per_benchmark_s=options.pass_s))
                         controllers[-1].run()
                 except SideFailure as error:
                     failure = error
                 if failure is not None:
                     break
-                if per_benchmark_s is None:
-                    per_benchmark_s = options.budget_s / settings.passes / max(len(controllers[0].scheduled), 1)
+                spent += controllers[-1].spent_s
                 only = _undecided(decided(joined([c.measured for c in controllers])), settings)
-                if not only:
+                if not only or settings.passes == 1:
                     break
     finally:
         if server is not None:
@@ -368,14 +376,20 @@ def _work_first(sides, pytest_arguments: list[str], scratch: Path, progress: Cal
     return lines
 
 
-def _fork_server(options: Options, scratch: Path, progress: Callable[[str], None]) -> tuple[ForkServer | None, list]:
-    """The fork server every pass's workers come from (None: fresh interpreters), and what it says."""
+def _start_fork_server(options: Options, scratch: Path, progress: Callable[[str], None]):
+    """The fork server, started importing its modules (ForkServer.launch); None where it cannot be."""
+    progress(f"fork server: importing {', '.join(options.preload)}")
+    return ForkServer.launch(options.preload, scratch / "fork-server.log")
+
+
+def _fork_server(starting, options: Options, scratch: Path) -> tuple[ForkServer | None, list]:
+    """The fork server every pass's workers come from, once it has imported its modules (None: fresh
+    interpreters), and what it says."""
     if options.fresh_workers:
         return None, ["workers: a fresh interpreter each (--fresh-workers)"]
-    progress(f"fork server: importing {', '.join(options.preload)}")
-    server = ForkServer.start(options.preload, scratch / "fork-server.log", timeout_s=options.setup_timeout_s)
-    if server is None:
+    if starting is None:
         return None, ["workers: a fresh interpreter each (forking workers needs Linux's child subreaper)"]
+    server = starting.ready(timeout_s=options.setup_timeout_s)
     loaded = server.preloaded
     notes = [(f"workers: forked from a fork server that imported {len(loaded['seconds']) - len(loaded['failed'])} "
              f"module(s) once in {sum(loaded['seconds'].values()):.1f} s")]
@@ -410,6 +424,12 @@ def _estimate(measured: Measured, settings):
 
     passes, cpu = measured.passes(), measured.cpu()
     return estimate_passes(passes, settings, cpu) if len(passes) > 1 else estimate(passes[0], settings, cpu[:1])
+
+
+def _files_of(nodeids) -> list[str]:
+    """The benchmark files holding ``nodeids``, in order: a later pass collects only what it runs (every
+    other module's import and collection is seconds of every pass)."""
+    return _unique(sorted(nodeid.split("::", 1)[0] for nodeid in nodeids))
 
 
 def _unique(items) -> list:

@@ -2,13 +2,14 @@
 
 A clone of the repository gets the working tree's files (tracked and untracked, ignored ones left out)
 plus one small benchmark, ``benchmarks/test_selftest_plant.py``, as its base commit; one commit on
-top of it per planted share changes only that benchmark's ``PLANT`` (the plant of
-perfsuite.tools.detection.plant). A trial runs ``perfsuite ab BASE HEAD -k test_selftest_plant`` as a
-subprocess, every option at ab's default, for each share (0: BASE against itself), the shares in
-rotated order from trial to trial. Flagged: the benchmark's verdict is "slower" and ab exits 1. The
-plant is checked on the change ab itself measured (the median over the trials). Each run's own report
-is kept where the command's ``--report`` says (``ab/ab-trial<N>-<share>.json``). Each run costs at
-least ab's --budget of measuring plus its workers' start-up: ``cost_line`` says so before anything runs.
+top of it per share changes only that benchmark: its ``PLANT`` (the plant of
+perfsuite.tools.detection.plant), or at 0 a comment (A/A: the source differs, the behaviour does not).
+A trial runs ``perfsuite ab BASE HEAD -k test_selftest_plant`` as a subprocess, every option at ab's
+default, the shares in rotated order from trial to trial, each share its ``trials_at``. Flagged: at 0
+any verdict slower or faster; planted, "slower" with exit 1. Each trial's verdict words are kept. The
+plant is certified in work (paths.plant_work); the change ab measured (over the trials) is its time
+cost, printed beside it. Each run's own report is kept where the command's ``--report`` says
+(``ab/ab-trial<N>-<share>.json``); ``cost_line`` says what the path costs before anything runs.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from perfsuite.tools.detection.curve import check_plant, finish, level_rate
+from perfsuite.tools.detection.curve import certify_plant, finish, level_rate
 from perfsuite.tools.detection.records import MEASURED, PARTIAL, SKIPPED, PathCurve
 
 BENCHMARK = Path("benchmarks/test_selftest_plant.py")
@@ -39,25 +41,23 @@ def test_selftest_plant(perfsuite, pytestconfig):
 '''
 
 
-def ab_budget_s() -> float:
-    """ab's own default --budget (its measuring time per run)."""
-    from perfsuite.tools.ab import DEFAULT_BUDGET_S
+RUN_S = 90.0  # a first guess of one run's seconds, before the first run says (the cost line)
+FULL_TRIAL_LEVELS = (0.0, 0.10)  # the shares that get every trial
+OTHER_TRIALS = 3  # the trials of every other share: where the curve bends, not the claim
 
-    return DEFAULT_BUDGET_S
+
+def trials_at(level: float, trials: int) -> int:
+    """Trials at a planted share: all of them at 0 % (false alarms) and 10 % (the claim), OTHER_TRIALS
+    (or fewer, if fewer are asked) elsewhere."""
+    return trials if any(abs(level - full) < 1e-9 for full in FULL_TRIAL_LEVELS) else min(trials, OTHER_TRIALS)
 
 
 def cost_line(levels, trials: int) -> str:
     """The ab path's cost, said before it runs."""
-    runs = len(levels) * trials
-    return (f"ab path: {runs} runs of `perfsuite ab` ({len(levels)} shares x {trials} trials), each at least ab's "
-            f"--budget of {ab_budget_s():.0f} s of measuring plus its {_passes()} passes of worker start-up: at least "
-            f"{runs * ab_budget_s() / 60:.0f} min; the estimate is updated after the first run")
-
-
-def _passes() -> int:
-    from perfsuite.tools.ab import DEFAULT_PASSES
-
-    return DEFAULT_PASSES
+    runs = sum(trials_at(level, trials) for level in levels)
+    return (f"ab path: {runs} runs of `perfsuite ab` (each share's trials: "
+            f"{', '.join(f'{level:.0%} x{trials_at(level, trials)}' for level in levels)}), about {RUN_S:.0f} s each "
+            f"by a first guess: about {runs * RUN_S / 60:.0f} min; the estimate is updated after the first run")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -70,7 +70,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def planted_clone(root: Path, destination: Path, levels) -> dict[float, str]:
     """A clone of ``root`` whose base commit holds the working tree and the plant benchmark at 0, and one
-    commit per planted share; returns each share's commit (0: the base)."""
+    commit on it per share (0: a comment added, A/A); returns each share's commit and the base's ("base")."""
     _git(root, "clone", "--quiet", "--no-checkout", str(root), str(destination))
     files = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
                            capture_output=True, check=True).stdout.decode().split("\0")
@@ -82,48 +82,60 @@ def planted_clone(root: Path, destination: Path, levels) -> dict[float, str]:
     _git(destination, "add", "-A")
     _git(destination, "commit", "--quiet", "--allow-empty", "-m", "base: the working tree and the plant at 0")
     base = _git(destination, "rev-parse", "HEAD")
-    commits = {0.0: base}
+    commits = {"base": base}
     for level in levels:
-        if level == 0:
-            continue
         _git(destination, "checkout", "--quiet", "--detach", base)
-        (destination / BENCHMARK).write_text(BENCHMARK_SOURCE.format(plant=float(level)))
+        source = BENCHMARK_SOURCE.format(plant=float(level))
+        if level == 0:  # A/A: the source differs, the behaviour does not
+            source += "\n# A/A: a comment, no change of behaviour\n"
+        (destination / BENCHMARK).write_text(source)
         _git(destination, "commit", "--quiet", "-am", f"planted: {level:.0%} more loader work")
         commits[level] = _git(destination, "rev-parse", "HEAD")
     _git(destination, "checkout", "--quiet", "--detach", base)
     return commits
 
 
-def _run_ab(repo: Path, base: str, head: str, out: Path, data_dir: Path | None) -> tuple[bool, float | None, str]:
-    """One `perfsuite ab` run: (flagged, the change ab measured or None, a problem or '')."""
-    from perfsuite.tools.ab.results import load_report
+def _run_ab(repo: Path, base: str, head: str, out: Path, data_dir: Path | None) -> tuple[str, float | None, str]:
+    """One `perfsuite ab` run: (its verdict's words, the change ab measured or None, a problem or '')."""
+    from perfsuite.tools.ab.results import EXIT_OK, EXIT_SLOWER, EXIT_UNDECIDED, load_report
 
     command = [sys.executable, "-m", "perfsuite", "ab", base, head, "-k", SELECTION, "--json", str(out)]
     if data_dir is not None:
         command += ["--data-dir", str(data_dir)]
     out.unlink(missing_ok=True)  # a report left by an earlier run must not stand for this one
     result = subprocess.run(command, cwd=repo, capture_output=True, text=True, check=False)
-    if result.returncode not in (0, 1) or not out.exists():
+    if result.returncode not in (EXIT_OK, EXIT_SLOWER, EXIT_UNDECIDED) or not out.exists():
         tail = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        return False, None, f"perfsuite ab exited {result.returncode}: {tail}"
+        return "", None, f"perfsuite ab exited {result.returncode}: {tail}"
     report = load_report(out)
     verdict = next((v for v in report.verdicts if v.name.endswith(SELECTION)), None)
     if verdict is None:
-        return False, None, f"perfsuite ab compared no {SELECTION} (selection -k {SELECTION})"
-    return verdict.significant_slowdown and result.returncode == 1, verdict.estimate.change, ""
+        return "", None, f"perfsuite ab compared no {SELECTION} (selection -k {SELECTION})"
+    if (result.returncode == EXIT_SLOWER) != verdict.significant_slowdown:
+        return "", None, f"perfsuite ab exited {result.returncode} with the verdict {verdict.label()!r}"
+    return verdict.label(), verdict.estimate.change, ""
+
+
+def flagged(level: float, label: str) -> bool:
+    """A trial's flag: at 0 % any row slower or faster (a false alarm either way); planted, slower."""
+    from perfsuite.verdict.ab import FASTER, SLOWER
+
+    words = label.split(" ", 1)[0]
+    return words in (SLOWER, FASTER) if level == 0 else words == SLOWER
 
 
 def ab(context, budget_s: float, *, root: Path) -> PathCurve:
-    """Path (c) within ``budget_s``: trials of every share until the trials or the budget run out."""
+    """Path (c) within ``budget_s``: trial rounds of every share (each share its ``trials_at``) until the
+    trials or the budget run out; the plants certified in work (paths.plant_work)."""
+    from perfsuite.tools.detection.paths import plant_work
+
     settings = context.settings
-    how = (f"`perfsuite ab BASE HEAD -k {SELECTION}` with ab's defaults (its --budget {ab_budget_s():.0f} s, "
-           f"{_passes()} passes), HEAD planting the share in the benchmark; flagged: verdict slower and exit 1")
+    how = (f"`perfsuite ab BASE HEAD -k {SELECTION}` with ab's defaults, HEAD planting the share in the benchmark "
+           "(A/A: HEAD differs from BASE by a comment only); flagged: at 0 % any verdict slower or faster, planted: "
+           "slower (exit 1)")
     started = time.perf_counter()
-    if budget_s < len(settings.levels) * ab_budget_s():
-        return PathCurve(path="ab", status=SKIPPED, how=how,
-                         reason=f"its share of the budget ({budget_s:.0f} s) holds no trial: "
-                                f"{cost_line(settings.levels, 1)}")
-    flags = {level: [] for level in settings.levels}
+    certified, _ = context.work or plant_work(context)
+    labels = {level: [] for level in settings.levels}
     changes = {level: [] for level in settings.levels}
     with tempfile.TemporaryDirectory(prefix="perfsuite-selftest-ab-") as scratch:
         repo = Path(scratch) / "repo"
@@ -135,33 +147,33 @@ def ab(context, budget_s: float, *, root: Path) -> PathCurve:
         kept.mkdir(parents=True, exist_ok=True)
         trials, run_s = 0, 0.0
         for trial in range(settings.trials):
-            order = list(settings.levels)
+            order = [level for level in settings.levels if trial < trials_at(level, settings.trials)]
             order = order[trial % len(order):] + order[:trial % len(order)]
             if time.perf_counter() - started + run_s * len(order) > budget_s:
                 break
             for level in order:
                 begun = time.perf_counter()
-                flagged, change, problem = _run_ab(repo, commits[0.0], commits[level],
-                                                   kept / f"ab-trial{trial + 1}-{level:.0%}.json", context.data_dir)
+                label, change, problem = _run_ab(repo, commits["base"], commits[level],
+                                                 kept / f"ab-trial{trial + 1}-{level:.0%}.json", context.data_dir)
                 run_s = max(run_s, time.perf_counter() - begun)
                 if problem:
                     return PathCurve(path="ab", status=SKIPPED, how=how, reason=problem,
                                      seconds=time.perf_counter() - started)
-                flags[level].append(flagged)
+                labels[level].append(label)
                 changes[level].append(change)
-                context.progress(f"ab trial {trial + 1}/{settings.trials}, {level:.0%}: "
-                                 f"{'SLOWER' if flagged else 'not flagged'} (ab measured {change:+.1%}) "
-                                 f"[{time.perf_counter() - begun:.0f} s]")
+                context.progress(f"ab trial {trial + 1}/{trials_at(level, settings.trials)}, {level:.0%}: {label} "
+                                 f"(ab measured {change:+.1%}) [{time.perf_counter() - begun:.0f} s]")
             trials += 1
+    if trials == 0:
+        return PathCurve(path="ab", status=SKIPPED, how=how, seconds=time.perf_counter() - started,
+                         reason=f"its share of the budget ({budget_s:.0f} s) held no whole trial")
     levels = []
     for level in settings.levels:
         # ab's change is in throughput; as time per sample: 1 / (1 + change) - 1, one value per trial.
         time_ratios = [1 / (1 + change) for change in changes[level] if change is not None and change > -1]
-        plant = check_plant(level, time_ratios, tolerance=settings.tolerance) if level > 0 else None
-        levels.append(level_rate(level, flags[level], plant))
-    if trials == 0:
-        return PathCurve(path="ab", status=SKIPPED, how=how, seconds=time.perf_counter() - started,
-                         reason=f"its share of the budget ({budget_s:.0f} s) held no whole trial")
+        plant = certify_plant(level, certified.get(level), time_ratios) if level > 0 else None
+        rate = level_rate(level, [flagged(level, label) for label in labels[level]], plant)
+        levels.append(replace(rate, verdicts=tuple(labels[level])))
     return finish(PathCurve(path="ab", status=MEASURED if trials >= settings.trials else PARTIAL,
                             reason="" if trials >= settings.trials else f"the budget allowed {trials} trial(s)",
                             how=how, levels=tuple(levels), seconds=time.perf_counter() - started))

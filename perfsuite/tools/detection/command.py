@@ -11,19 +11,20 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from perfsuite.options import fraction, integer, seconds
 from perfsuite.tools.detection.records import LEVELS, PATHS, SKIPPED, PathCurve, SelftestReport, Settings
 
-DEFAULT_PATHS = ("gates", "saved")
-DEFAULT_BUDGET_S = 1200.0  # gates and saved together on a small runner
+DEFAULT_PATHS = ("work", "saved")
+PATH_BUDGET_S = {"work": 120.0, "saved": 1200.0, "ab": 3600.0}  # each path's default seconds on a small runner
 DEFAULT_TRIALS = 20
 # The stored-run comparison as a user's run makes it by default: the plugin's --perfsuite-compare-runs,
 # --perfsuite-compare-alpha and --perfsuite-compare-min-effect defaults.
 DEFAULT_HISTORY_RUNS, DEFAULT_ALPHA, DEFAULT_MIN_EFFECT = 10, 0.01, 0.10
-WEIGHTS = {"gates": 1.0, "saved": 2.0, "ab": 4.0}  # each selected path's share of the budget
+WEIGHTS = PATH_BUDGET_S  # each selected path's share of the budget, in proportion
 DEFAULT_JSON = Path("perfsuite-selftest.json")
 
 
@@ -71,11 +72,12 @@ def add_arguments(parser) -> None:
     from perfsuite.pytest_plugin.profiles import PROFILES
 
     parser.add_argument("--paths", type=paths, default=DEFAULT_PATHS, metavar="LIST",
-                        help="which paths to measure, comma-separated among gates,saved,ab (default: "
+                        help="which paths to measure, comma-separated among work,saved,ab (default: "
                              f"{','.join(DEFAULT_PATHS)}; ab runs `perfsuite ab` many times: its cost is printed first)")
-    parser.add_argument("--budget", type=seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                        help="time for the whole run, shared by the paths (gates 1, saved 2, ab 4 parts); a path "
-                             "stops starting trials when its share is spent (default: %(default).0f)")
+    parser.add_argument("--budget", type=seconds, metavar="SECONDS",
+                        help="time for the whole run, shared by the paths in proportion to their defaults; a path "
+                             "stops starting trials when its share is spent (default: the selected paths' defaults "
+                             f"added up: {', '.join(f'{p} {s:.0f} s' for p, s in PATH_BUDGET_S.items())})")
     parser.add_argument("--levels", type=levels, default=LEVELS, metavar="LIST",
                         help="planted shares, comma-separated, 0 among them (default: "
                              f"{','.join(f'{level:g}' for level in LEVELS)}; fewer shares cost less, e.g. for ab)")
@@ -104,7 +106,8 @@ def add_arguments(parser) -> None:
 
 def settings_of(args) -> Settings:
     """The parsed options as Settings."""
-    return Settings(paths=args.paths, levels=args.levels, trials=args.trials, budget_s=args.budget, profile=args.profile,
+    budget = args.budget if args.budget is not None else sum(PATH_BUDGET_S[path] for path in args.paths)
+    return Settings(paths=args.paths, levels=args.levels, trials=args.trials, budget_s=budget, profile=args.profile,
                     history_runs=args.history_runs, alpha=args.alpha, min_effect=args.min_effect)
 
 
@@ -152,13 +155,14 @@ def measure(settings: Settings, *, ratios: Path, data_dir: Path | None, progress
     from perfsuite.tools.detection import plant
     from perfsuite.tools.detection.ab_path import cost_line
     from perfsuite.tools.detection.curve import decide_gates
-    from perfsuite.tools.detection.paths import Context
+    from perfsuite.tools.detection.paths import Context, plant_work
     from perfsuite.verdict.baselines import load_ratios
 
     started = datetime.now(UTC)
     announce(settings, progress)
     context = Context(settings=settings, dataset_dir=plant.corpus(data_dir), ratios=ratios, progress=progress,
                       data_dir=data_dir, kept=kept)
+    context = replace(context, work=plant_work(context))  # every path's plants certified once, in work
     not_run = {path: f"not selected (--paths); {cost_line(settings.levels, settings.trials)}" if path == "ab"
                else "not selected (--paths)" for path in PATHS if path not in settings.paths}
     curves, clock = [], time.monotonic()
@@ -180,17 +184,15 @@ def _measure_path(path: str, context, budget_s: float) -> PathCurve:
     """One path's curve; a worker or ab run that fails makes it a skip naming the failure."""
     from perfsuite.tools.detection import ab_path
     from perfsuite.tools.detection import paths as measured
-    from perfsuite.tools.detection.plant import GATE_METRIC
 
     try:
-        if path == "gates":
-            return measured.gates(context, budget_s)
+        if path == "work":
+            return measured.work(context, budget_s)
         if path == "saved":
             return measured.saved(context, budget_s)
         return ab_path.ab(context, budget_s, root=_repository_root())
     except (measured.WorkerFailed, ValueError, OSError) as error:
-        what = GATE_METRIC if path == "gates" else path
-        return PathCurve(path=path, status=SKIPPED, how="", reason=f"{what} could not be measured here: {error}")
+        return PathCurve(path=path, status=SKIPPED, how="", reason=f"{path} could not be measured here: {error}")
 
 
 def _repository_root() -> Path:

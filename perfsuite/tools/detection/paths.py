@@ -1,4 +1,4 @@
-"""The gates and saved paths, measured through fresh worker processes (perfsuite.tools.detection.worker).
+"""The work and saved paths, measured through fresh worker processes (perfsuite.tools.detection.worker).
 
 ``Context`` carries what both need: the settings, the corpus, the ratios.yaml path and a ``progress``
 callback that receives one line per trial. Each function returns a PathCurve; a path that cannot be
@@ -8,6 +8,7 @@ measured here returns one with status ``skipped`` and the reason, never raises f
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfsuite.tools.detection.curve import check_plant, finish, level_rate
+import numpy as np
+
+from perfsuite.tools.detection.curve import certify_plant, finish, level_rate
 from perfsuite.tools.detection.records import MEASURED, PARTIAL, SKIPPED, PathCurve, Settings
 from perfsuite.verdict.comparison import compare_history, decide_history
 
@@ -33,6 +36,7 @@ class Context:
     progress: Callable[[str], None]
     data_dir: Path | None = None
     kept: Path | None = None
+    work: tuple[dict, dict] | None = None  # plant_work's answer, once read
 
 
 class WorkerFailed(RuntimeError):
@@ -57,48 +61,43 @@ def _worker(kind: str, spec: dict, *, timeout_s: float | None = None) -> Iterato
                            f"{stderr.strip().splitlines()[-1] if stderr.strip() else 'no message'}")
 
 
-def _curve(path: str, how: str, settings: Settings, flags: dict, ratios: dict, *, trials_done: int,
+def _curve(path: str, how: str, settings: Settings, flags: dict, ratios: dict, work: dict, *, trials_done: int,
            spent_s: float, partial_reason: str) -> PathCurve:
-    """The levels (plant checked, then the share flagged) of flags and paired time ratios per level."""
+    """The levels (plant certified in ``work``, its time cost from ``ratios`` beside it, then the share
+    flagged) of flags and paired time ratios per level."""
     levels = []
     for level in settings.levels:
-        plant = check_plant(level, ratios.get(level, []), tolerance=settings.tolerance) if level > 0 else None
+        plant = certify_plant(level, work.get(level), ratios.get(level, [])) if level > 0 else None
         levels.append(level_rate(level, flags.get(level, []), plant))
     status = MEASURED if trials_done >= settings.trials else PARTIAL
     return finish(PathCurve(path=path, status=status, reason=partial_reason if status == PARTIAL else "", how=how,
                             levels=tuple(levels), seconds=spent_s))
 
 
-def gates(context: Context, budget_s: float) -> PathCurve:
-    """Path (a): the same-run gate on the planted loader, trials in one worker process."""
-    from perfsuite.tools.detection.plant import BATCH, GATE_METRIC
-    from perfsuite.verdict.baselines import load_ratios
+def plant_work(context: Context) -> tuple[dict[float, float], dict[float, dict]]:
+    """Every level's work fingerprint against the genuine one's (the worker's ``work`` kind, a fresh
+    process): its certified size (float ops per sample, planted over genuine, minus one) and what the
+    fingerprint's comparison said."""
+    (line,) = list(_worker("work", {"dataset_dir": str(context.dataset_dir), "levels": list(context.settings.levels)}))
+    found = {float(level): figures for level, figures in line["levels"].items()}
+    return {level: figures["work"] for level, figures in found.items()}, found
 
+
+def work(context: Context, budget_s: float) -> PathCurve:
+    """Path: the work fingerprint. Deterministic: one trial per level, x % more work caught or not, no
+    timing at all, so one trial says all there is (the rates' intervals stay wide by construction)."""
     settings = context.settings
-    how = (f"{GATE_METRIC} (ratios.yaml) on the planted TF-native WAV loader over its compute ceiling, batch {BATCH}, "
-           f"interleaved rounds of the {settings.profile} profile, a fresh iterator each round, decided by the "
-           "interval of the median over the rounds; flagged: the gate fails")
-    if GATE_METRIC not in load_ratios(context.ratios).gates:
-        return PathCurve(path="gates", status=SKIPPED, how=how, reason=f"{context.ratios} has no gate on {GATE_METRIC}")
+    how = ("the work fingerprint of the planted pipeline (float ops per sample, the Python bodies' work, the "
+           "structure) against the genuine one's, as test_work.py compares them; flagged: the comparison fails")
     started = time.perf_counter()
-    flags: dict[float, list[bool]] = {level: [] for level in settings.levels}
-    ratios: dict[float, list[float]] = {level: [] for level in settings.levels}
-    spec = {"dataset_dir": str(context.dataset_dir), "levels": list(settings.levels), "profile": settings.profile,
-            "ratios": str(context.ratios), "trials": settings.trials, "budget_s": budget_s}
-    trials, stopped = 0, ""
-    for line in _worker("gates", spec):
-        if line["kind"] == "done":
-            stopped = line["reason"]
-            continue
-        trials += 1
-        for level in settings.levels:
-            flags[level].append(line["decisions"][str(level)] == "fail")
-            ratios[level] += line["time_ratios"].get(str(level), [])
-        context.progress(f"gates trial {trials}/{settings.trials}: " + ", ".join(
-            f"{level:.0%} {line['decisions'][str(level)]} ({line['values'][str(level)]:.3f})"
-            for level in settings.levels) + f" [{line['rounds']} rounds, {line['seconds']:.0f} s]")
-    return _curve("gates", how, settings, flags, ratios, trials_done=trials, spent_s=time.perf_counter() - started,
-                  partial_reason=stopped or "the budget ran out")
+    certified, found = context.work or plant_work(context)
+    flags = {level: [bool(found[level]["flagged"])] for level in settings.levels}
+    for level in settings.levels:
+        context.progress(f"work {level:.0%}: {'FLAGGED' if flags[level][0] else 'not flagged'} "
+                         f"(float ops per sample {certified[level]:+.2%})")
+    curve = _curve("work", how, replace(settings, trials=1), flags, {}, certified, trials_done=1,
+                   spent_s=time.perf_counter() - started, partial_reason="")
+    return curve
 
 
 def saved(context: Context, budget_s: float) -> PathCurve:
@@ -126,6 +125,15 @@ def saved(context: Context, budget_s: float) -> PathCurve:
         figures = {float(level): value for level, value in line["figures"].items()}
         for level, values in line["time_ratios"].items():
             ratios[float(level)] += values
+        if len(genuine) == settings.history_runs and trials == 0:
+            floor = smallest_flaggable(genuine, settings)
+            context.progress(f"saved: the smallest slowdown these {len(genuine)} runs can flag: {floor:.0%} more time "
+                             f"per sample (their run-to-run SD {float(np.std(np.log(genuine), ddof=1)):.1%}, alpha "
+                             f"{settings.alpha:g}, min effect {settings.min_effect:.0%})")
+            if floor > max(settings.levels):
+                return PathCurve(path="saved", status=SKIPPED, how=how, seconds=time.perf_counter() - started,
+                                 reason=f"no trial can succeed: the smallest slowdown the saved runs can flag is "
+                                        f"{floor:.0%}, above the largest planted share {max(settings.levels):.0%}")
         if len(genuine) >= settings.history_runs:
             trials += 1
             verdicts = _judge_run(genuine[-settings.history_runs:], figures, settings)
@@ -142,9 +150,24 @@ def saved(context: Context, budget_s: float) -> PathCurve:
         return PathCurve(path="saved", status=SKIPPED, how=how, seconds=time.perf_counter() - started,
                          reason=f"its share of the budget ({budget_s:.0f} s) held {len(genuine)} run(s) of about "
                                 f"{last_s:.0f} s; {settings.history_runs} saved runs and one trial run are needed")
-    curve = _curve("saved", how, settings, flags, ratios, trials_done=trials, spent_s=time.perf_counter() - started,
+    certified, _ = context.work or plant_work(context)
+    curve = _curve("saved", how, settings, flags, ratios, certified, trials_done=trials,
+                   spent_s=time.perf_counter() - started,
                    partial_reason=f"the budget of {budget_s:.0f} s allowed {trials} trial run(s)")
     return replace(curve, how=how)
+
+
+def smallest_flaggable(history: list[float], settings: Settings) -> float:
+    """The smallest slowdown (more time per sample) a run can be flagged for against ``history`` (the saved
+    runs' figures, samples/s): the larger of the minimum effect and the change whose Student-t p
+    (compare_history's, one benchmark) reaches alpha at the runs' spread."""
+    from scipy import special
+
+    logs = np.log(np.asarray(history, dtype=float))
+    runs = logs.size
+    scale = float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / runs)
+    effect = 1 / (1 - settings.min_effect) - 1  # the minimum effect is a fall of samples/s
+    return max(effect, math.expm1(float(special.stdtrit(runs - 1, 1 - settings.alpha)) * scale))
 
 
 def _judge_run(history: list[float], figures: dict[float, float], settings: Settings) -> dict[float, bool]:

@@ -7,8 +7,9 @@ and delivers the first ``BATCH`` of them (``BATCH`` is chosen so that every shar
 whole number of extra utterances). Its time per delivered sample is then 1 + x times the genuine
 one, whatever this machine's speed: the work that grows is the loader's own per-utterance work, in
 whole utterances, and nothing else is added. Only what the loader does once per batch (handing the
-batch over, reading it back) is not repeated, which is why each plant's measured slowdown is
-checked against its share (perfsuite.tools.detection.curve.check_plant) before any rate is read.
+batch over, reading it back) is not repeated. Its size is certified in work: the work fingerprint's
+float ops per sample are exactly 1 + x times the genuine ones (perfsuite.tools.detection.curve
+.certify_plant); its time cost is measured and printed beside it.
 
 Why not extra work of another kind (a random signal's mel, a sleep): its cost relative to the
 loader's is a property of the machine; a fixed seam makes a "10 %" plant cost whatever the seam costs.
@@ -24,7 +25,6 @@ from perfsuite.data.corpus import CorpusSpec
 BATCH = 20  # samples a batch delivers: 5, 10, 20 and 40 % of it are whole utterances
 WORKERS = 2  # parallel map calls, as the ratio gates' loaders use
 CORPUS = CorpusSpec(num_utterances=40, min_seconds=2.0, max_seconds=2.0, seed=49)  # equal lengths: equal work
-GATE_METRIC = "tf_native_wav_over_compute_ceiling_ratio"  # the same-run gate the planted loader moves
 
 
 def extra_units(level: float, batch: int = BATCH) -> int:

@@ -24,16 +24,17 @@ def _plant(level: Level) -> str:
     if level.plant is None:
         return "-"
     plant = level.plant
-    measured = "-" if plant.measured is None else f"{plant.measured:+.1%}"
+    work = "work ?" if plant.work is None else f"work {plant.work:+.1%}"
+    measured = "time -" if plant.measured is None else f"time {plant.measured:+.1%}"
     interval = "" if plant.low is None else f" [{plant.low:+.1%}, {plant.high:+.1%}]"
-    return f"{measured}{interval} {'FAILED' if plant.failed else plant.state}"
+    return f"{work} {'FAILED' if plant.failed else plant.state}; {measured}{interval}"
 
 
 def curve_table(report: SelftestReport) -> Table:
     """One row per planted share; per measured path the share flagged with its interval and the
     plant's measured cost beside it."""
     curves = [curve for curve in report.curves if curve.status != SKIPPED]
-    headers = ["planted"] + [f"{c.path}: flagged (share, 95% CI)" for c in curves] + [f"{c.path}: plant cost" for c in curves]
+    headers = ["planted"] + [f"{c.path}: flagged (share, 95% CI)" for c in curves] + [f"{c.path}: plant (work; time)" for c in curves]
     rows = []
     for index, level in enumerate(report.settings.levels):
         rows.append([f"{level:.0%}"] + [_cell(c.levels[index]) for c in curves]
@@ -53,11 +54,20 @@ def summary_lines(report: SelftestReport) -> list[str]:
         lines.append(f"{curve.path}{partial}: {curve.how}")
         lines.append(f"{curve.path}: smallest slowdown caught >= 95 % of the time: {_caught(curve)}; "
                      f"{curve.false_alarm}")
+        lines += [f"{curve.path} {level.level:.0%}: verdicts {_verdicts(level.verdicts)}"
+                  for level in curve.levels if level.verdicts]
     for gate in report.gates:
         detail = (f"{gate.rate:.0%} [{gate.ci_low:.0%}, {gate.ci_high:.0%}], {gate.reason}" if gate.rate is not None
                   else gate.reason)
         lines.append(f"gate {gate.metric} {gate.bound}: {gate.decision} ({detail})")
     return lines
+
+
+def _verdicts(labels) -> str:
+    """Each verdict's words with its count, most frequent first."""
+    from collections import Counter
+
+    return ", ".join(f"{count} {label}" for label, count in Counter(labels).most_common())
 
 
 def _caught(curve: PathCurve) -> str:

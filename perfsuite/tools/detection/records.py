@@ -13,7 +13,7 @@ from pathlib import Path
 
 from perfsuite.records import Record, dump, load, migration
 
-PATHS = ("gates", "saved", "ab")
+PATHS = ("work", "saved", "ab")
 LEVELS = (0.0, 0.05, 0.10, 0.20, 0.40)
 MEASURED, PARTIAL, SKIPPED = "measured", "partial", "skipped"
 STATUSES = (MEASURED, PARTIAL, SKIPPED)
@@ -21,9 +21,9 @@ STATUSES = (MEASURED, PARTIAL, SKIPPED)
 
 @dataclass(frozen=True)
 class Settings(Record):
-    """What the run was asked: the paths, the planted shares, trials per share, the time budget in
-    seconds, the run profile of the measured rounds, the user's stored-run comparison settings
-    (history_runs, alpha, min_effect) and the tolerance a plant's measured slowdown must meet."""
+    """What the run was asked: the paths, the planted shares, trials per share (the ab path runs them at
+    0 and 10 %, a quarter as many at the other shares), the time budget in seconds, the run profile of
+    the measured rounds and the user's stored-run comparison settings (history_runs, alpha, min_effect)."""
 
     paths: tuple[str, ...]
     levels: tuple[float, ...]
@@ -33,7 +33,6 @@ class Settings(Record):
     history_runs: int
     alpha: float
     min_effect: float
-    tolerance: float = 0.3
 
     def __post_init__(self):
         unknown = [path for path in self.paths if path not in PATHS]
@@ -51,11 +50,12 @@ PLANT_STATES = (PLANT_OK, PLANT_UNRESOLVED, PLANT_FAILED)
 
 @dataclass(frozen=True)
 class PlantCheck(Record):
-    """A planted share ``level`` against what it cost: ``measured`` the slowdown (more time per sample)
-    over ``pairs`` paired rounds; ``low``..``high`` the interval curve.check_plant decides by (None
-    where too few pairs give one). ``state``: ``ok`` when the interval lies within ± tolerance of ``level``, ``failed`` when it lies
-    wholly outside (or nothing was measured), ``unresolved`` when the interval is too wide to tell
-    (this machine's noise over these pairs); ``reason`` says why it is not ok."""
+    """A planted share ``level``, certified in work: ``work`` the planted pipeline's float ops per sample
+    over the genuine one's, minus one (the work fingerprint's figure; exact on any machine); ``state``
+    ``ok`` when it is ``level``, ``failed`` otherwise (``reason`` says so). Beside it, what it cost in
+    time on this machine: ``measured`` the slowdown (more time per sample) over ``pairs`` figures,
+    ``low``..``high`` its interval (curve.INTERVAL_COVERAGE; None where too few give one); reported,
+    never a band to meet."""
 
     level: float
     measured: float | None
@@ -64,6 +64,7 @@ class PlantCheck(Record):
     low: float | None = None
     high: float | None = None
     reason: str = ""
+    work: float | None = None
 
     def __post_init__(self):
         if self.state not in PLANT_STATES:
@@ -93,6 +94,7 @@ class Level(Record):
     ci_high: float | None
     plant: PlantCheck | None = None
     withheld: str = ""
+    verdicts: tuple[str, ...] = ()  # per trial, the verdict's own words where the path has them (ab's labels)
 
     @property
     def reported(self) -> bool:
@@ -141,7 +143,7 @@ class GateDecision(Record):
 class SelftestReport(Record):
     """A whole ``perfsuite selftest`` run, written as the run's JSON summary."""
 
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
 
     settings: Settings
     machine: dict
@@ -162,6 +164,19 @@ def migrate_1_to_2(data: dict) -> dict:
             plant = level.get("plant")
             if isinstance(plant, dict) and "ok" in plant:
                 plant["state"] = PLANT_OK if plant.pop("ok") else PLANT_FAILED
+    return data
+
+
+@migration(SelftestReport, 2, 3)
+def migrate_2_to_3(data: dict) -> dict:
+    """Version 3 left the gates path out of the detection curve (the mutant checks keep it), certified
+    plants in work (no tolerance band), and added the work path and each trial's verdict words."""
+    settings = data.get("settings", {})
+    settings.pop("tolerance", None)
+    if "paths" in settings:
+        settings["paths"] = [path for path in settings["paths"] if path != "gates"] or ["saved"]
+    data["curves"] = [curve for curve in data.get("curves", []) if curve.get("path") != "gates"]
+    data["gates"] = [gate for gate in data.get("gates", []) if not str(gate.get("metric")).startswith("selftest_gates_")]
     return data
 
 

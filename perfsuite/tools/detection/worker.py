@@ -1,21 +1,17 @@
 """The self-test's measuring process: ``python -m perfsuite.tools.detection.worker KIND SPEC``.
 
-Started by the command (gates_path, saved_path) so that the measuring runs in a fresh interpreter:
-for ``saved`` every run is its own process, as a nightly job's runs are. SPEC is a JSON object:
-``dataset_dir``, ``levels``, ``profile`` (a run profile name) and, for ``gates``, ``ratios`` (the
-ratios.yaml path), ``trials`` and ``budget_s``. Each result is one JSON line on stdout (anything else
-the process prints goes to stderr):
+Started by the command (perfsuite.tools.detection.paths) so that the measuring runs in a fresh
+interpreter: for ``saved`` every run is its own process, as a nightly job's runs are. SPEC is a JSON
+object: ``dataset_dir``, ``levels`` and, for ``saved``, ``profile`` (a run profile name). Each result is
+one JSON line on stdout (anything else the process prints goes to stderr):
 
 * ``saved``: one run. Every level's pipeline measured as one benchmark of a nightly run is: its
   rounds back to back on one iterator (the profile's round length and count), one level after the
   other in an order rotated from run to run; ``figures`` the median samples/s of each level's rounds
   (the run's figure), and ``time_ratios`` each planted level's time per sample over the genuine one's
   in one interleaved round after them (the plant's cost, paired within the round).
-* ``gates``: one line per trial, then ``{"kind": "done"}``. A trial measures the gate's two sides as
-  its benchmark does (a fresh iterator every round, planted loader over the compute ceiling, every
-  level in the same rounds), the profile's rounds, then pairs of rounds while a level's gate is
-  undecided, up to the profile's most; ``decisions`` the gate's verdict per level. No trial starts
-  once the one before it would overrun ``budget_s``.
+* ``work``: every level's work fingerprint: its float ops per sample over the genuine one's, minus
+  one (the plant's certified size), and whether comparing it with the genuine fingerprint fails.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-KINDS = ("saved", "gates")
+KINDS = ("saved", "work")
 
 
 def _emit(record: dict) -> None:
@@ -103,68 +99,26 @@ def _plant_ratios(profile, dataset_dir: Path, levels, shift: int) -> dict:
     return _time_ratios(result.values, levels)
 
 
-def _gate_decisions(ratios, metric: str, per_level: dict) -> dict:
-    """The gate's verdict (pass, fail, inconclusive) on each level's per-round ratios, as a user's run
-    decides it (check_benchmark: the interval of the median over the rounds)."""
-    from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS, check_benchmark
-
-    decisions = {}
-    for label, values in per_level.items():
-        check = check_benchmark(profile=None, ratios=ratios, benchmark_id=f"selftest::{metric}[{label}]",
-                                metrics={metric: float(np.median(values))}, rounds={metric: list(values)})
-        found = {verdict.decision for verdict in check.verdicts if verdict.metric == metric}
-        decisions[label] = FAIL if FAIL in found else INCONCLUSIVE if INCONCLUSIVE in found else PASS
-    return decisions
-
-
-def _gate_trial(profile, runs: dict, levels, ratios, metric: str) -> dict:
-    from perfsuite.measure import timing
-    from perfsuite.verdict.gates import INCONCLUSIVE
-
-    sizing = time.perf_counter()
-    result = timing.interleave_rounds(runs, rounds=1, warmup_rounds=1)
-    values = {label: list(result.values[label]) for label in runs}
-    wanted = profile.rounds_for((time.perf_counter() - sizing) / (2 * len(runs)))
-
-    def more(count: int) -> None:
-        extra = timing.interleave_rounds(runs, rounds=count, warmup_rounds=0, start=1 + len(values["ceiling"]))
-        for label in runs:
-            values[label] += list(extra.values[label])
-
-    if wanted > 1:
-        more(wanted - 1)
-    while True:
-        ceiling = np.asarray(values["ceiling"])
-        per_level = {str(level): list(np.asarray(values[str(level)]) / ceiling) for level in levels}
-        decisions = _gate_decisions(ratios, metric, per_level)
-        if INCONCLUSIVE not in decisions.values() or len(ceiling) + 2 > profile.max_rounds:
-            break
-        more(2)
-    return {"decisions": decisions, "values": {k: float(np.median(v)) for k, v in per_level.items()},
-            "time_ratios": _time_ratios(values, levels), "rounds": len(values["ceiling"])}
-
-
-def run_gates(spec: dict) -> None:
-    from perfsuite.pytest_plugin.profiles import PROFILES
-    from perfsuite.tools.detection.plant import GATE_METRIC, compute_ceiling_dataset, planted_wav_dataset
-    from perfsuite.verdict.baselines import load_ratios
+def run_work(spec: dict) -> None:
+    """Every level's work fingerprint (perfsuite.measure.work) against the genuine one's: its float ops
+    per sample over the genuine figure, minus one, and whether the fingerprint's comparison fails it,
+    as a user's test_work.py would (verdict.work.compare_work)."""
+    from perfsuite.measure.work import dataset_work
+    from perfsuite.tools.detection.plant import planted_wav_dataset
+    from perfsuite.verdict.work import compare_work
 
     started = time.perf_counter()
-    profile, levels = PROFILES[spec["profile"]], [float(level) for level in spec["levels"]]
-    ratios = load_ratios(spec["ratios"])
-    dataset_dir = Path(spec["dataset_dir"])
-    runs = {"ceiling": _fresh(profile, compute_ceiling_dataset(dataset_dir))}
-    runs |= {str(level): _fresh(profile, planted_wav_dataset(dataset_dir, level)) for level in levels}
-    last_s = 0.0
-    for trial in range(int(spec["trials"])):
-        if time.perf_counter() - started + last_s > float(spec["budget_s"]):
-            _emit({"kind": "done", "reason": f"the budget of {spec['budget_s']:.0f} s allowed {trial} trial(s)"})
-            return
-        begun = time.perf_counter()
-        _emit({"kind": "gates", "trial": trial, **_gate_trial(profile, runs, levels, ratios, GATE_METRIC),
-               "seconds": time.perf_counter() - begun})
-        last_s = time.perf_counter() - begun
-    _emit({"kind": "done", "reason": ""})
+    dataset_dir, levels = Path(spec["dataset_dir"]), [float(level) for level in spec["levels"]]
+    prints = {level: dataset_work(planted_wav_dataset(dataset_dir, level), name="selftest-plant").snapshot()
+              for level in levels}
+    genuine = prints[0.0]
+    figure = "float_ops_per_sample"
+    out = {}
+    for level, found in prints.items():
+        verdict = compare_work(found, genuine)
+        out[str(level)] = {"work": found["work"][figure] / genuine["work"][figure] - 1, "flagged": verdict.failed,
+                           "changes": list(verdict.changes)[:3]}
+    _emit({"kind": "work", "levels": out, "seconds": time.perf_counter() - started})
 
 
 def main(argv: list[str]) -> int:
@@ -172,7 +126,7 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m perfsuite.tools.detection.worker {{{','.join(KINDS)}}} SPEC_JSON", file=sys.stderr)
         return 2
     spec = json.loads(argv[1])
-    (run_saved if argv[0] == "saved" else run_gates)(spec)
+    (run_saved if argv[0] == "saved" else run_work)(spec)
     return 0
 
 
