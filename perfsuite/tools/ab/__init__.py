@@ -57,7 +57,7 @@ def pytest_args(args) -> list[str]:
 # The defaults are sized for a pull request on a small CI runner: many short passes, sequential, since a
 # process's own speed can outweigh the rounds' noise within it (docs/ab.md, "Where the noise lives": the
 # measurements behind these values).
-DEFAULT_BUDGET_S = 300.0
+DEFAULT_BUDGET_S = 240.0
 DEFAULT_PASS_S = 3.0
 DEFAULT_MIN_ROUNDS = 4
 DEFAULT_PASSES = 6

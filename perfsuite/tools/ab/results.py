@@ -20,7 +20,7 @@ EXIT_OK, EXIT_SLOWER, EXIT_USAGE, EXIT_SIDE_FAILED, EXIT_UNDECIDED = 0, 1, 2, 3,
 class Options(Record):
     """What the controller needs besides the decision settings."""
 
-    budget_s: float = 300.0  # measuring time over all benchmarks and passes (their rounds)
+    budget_s: float = 240.0  # measuring time over all benchmarks and passes (their rounds)
     pass_s: float = 3.0  # rounds each benchmark gets in a pass
     round_timeout_s: float = 300.0
     setup_timeout_s: float = 1800.0  # collection, fixtures, warm-up, the rest of a test
