@@ -43,7 +43,7 @@ def test_selftest_plant(perfsuite, pytestconfig):
 
 RUN_S = 90.0  # a first guess of one run's seconds, before the first run says (the cost line)
 FULL_TRIAL_LEVELS = (0.0, 0.10)  # the shares that get every trial
-OTHER_TRIALS = 3  # the trials of every other share: where the curve bends, not the claim
+OTHER_TRIALS = 2  # the trials of every other share: where the curve bends, not the claim
 
 
 def trials_at(level: float, trials: int) -> int:
@@ -116,6 +116,12 @@ def _run_ab(repo: Path, base: str, head: str, out: Path, data_dir: Path | None) 
     return verdict.label(), verdict.estimate.change, ""
 
 
+def _expected_s(run_s: dict[float, list[float]], level: float) -> float:
+    """A run's expected seconds at ``level``: the mean of its runs so far, else of every run so far."""
+    done = run_s[level] or [s for runs in run_s.values() for s in runs]
+    return sum(done) / len(done) if done else 0.0
+
+
 def flagged(level: float, label: str) -> bool:
     """A trial's flag: at 0 % any row slower or faster (a false alarm either way); planted, slower."""
     from perfsuite.verdict.ab import FASTER, SLOWER
@@ -145,17 +151,17 @@ def ab(context, budget_s: float, *, root: Path) -> PathCurve:
             return PathCurve(path="ab", status=SKIPPED, how=how, reason=f"no planted clone of {root}: {error}")
         kept = Path(scratch) if context.kept is None else context.kept
         kept.mkdir(parents=True, exist_ok=True)
-        trials, run_s = 0, 0.0
+        trials, run_s = 0, {level: [] for level in settings.levels}
         for trial in range(settings.trials):
             order = [level for level in settings.levels if trial < trials_at(level, settings.trials)]
             order = order[trial % len(order):] + order[:trial % len(order)]
-            if time.perf_counter() - started + run_s * len(order) > budget_s:
+            if time.perf_counter() - started + sum(_expected_s(run_s, level) for level in order) > budget_s:
                 break
             for level in order:
                 begun = time.perf_counter()
                 label, change, problem = _run_ab(repo, commits["base"], commits[level],
                                                  kept / f"ab-trial{trial + 1}-{level:.0%}.json", context.data_dir)
-                run_s = max(run_s, time.perf_counter() - begun)
+                run_s[level].append(time.perf_counter() - begun)
                 if problem:
                     return PathCurve(path="ab", status=SKIPPED, how=how, reason=problem,
                                      seconds=time.perf_counter() - started)
