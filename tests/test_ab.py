@@ -296,6 +296,17 @@ def test_the_slow_state_is_counted_per_side_and_a_change_of_the_code_is_not():
     assert ab.cpu_change([(lean, ())]) is None
 
 
+@pytest.mark.parametrize("scatter", [0.02, 0.10, 0.20])
+def test_the_busy_rule_never_fires_on_a_machine_s_ordinary_scatter(scatter):
+    # Processes whose CPU per sample scatters normally (SD 2, 10 or 20 % between processes, no slow mode):
+    # the rule's bar is the run's own scatter, so at most 1 % of runs are called busy, whatever its size.
+    rng = np.random.default_rng(int(scatter * 1000))
+    runs = [[(tuple(1e-3 * np.exp(rng.normal(0, scatter) + rng.normal(0, 0.02, 6))),
+              tuple(1e-3 * np.exp(rng.normal(0, scatter) + rng.normal(0, 0.02, 6)))) for _ in range(24)]
+            for _ in range(200)]
+    assert sum(ab.machine_busy(ab.slow_processes(cpu, SETTINGS)) for cpu in runs) <= 2
+
+
 @pytest.mark.parametrize("load", ["quiet", "light", "hog"])
 def test_under_load_false_alarms_stay_within_one_percent_and_a_planted_ten_percent_is_found(load):
     # Simulated noise of the kinds docs/ab.md describes: quiet, a light load putting some processes in

@@ -185,7 +185,7 @@ def test_the_ab_path_runs_every_trial_at_0_and_10_percent_and_two_elsewhere():
 
     assert [trials_at(level, 20) for level in LEVELS] == [20, 2, 20, 2, 2]
     assert [trials_at(level, 2) for level in LEVELS] == [2, 2, 2, 2, 2]
-    assert "46 runs of `perfsuite ab`" in cost_line(LEVELS, 20)  # 20 + 2 + 20 + 2 + 2
+    assert "46 runs of `perfsuite ab`" in cost_line(LEVELS, 20) and "about 58 min" in cost_line(LEVELS, 20)
     assert flagged(0.0, "faster") and flagged(0.0, "slower (CPU per sample +3.0% [+1.0%, +5.0%])")
     assert not flagged(0.0, "undecided (over 32 passes; more passes or a longer --budget would narrow it)")
     assert flagged(0.10, "slower") and not flagged(0.10, "faster") and not flagged(0.10, "no change")

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from perfsuite._tensorflow import tensorflow
+from perfsuite.workload.function_library import graph_def_of
 from perfsuite.workload.op_table import (
     BOOKKEEPING_OPS,
     BRANCH_OPS,
@@ -234,7 +235,7 @@ class _Evaluator:
 
     def __init__(self, graph, fetches, feeds):
         tf = tensorflow()
-        definition = graph.as_graph_def()
+        definition = graph_def_of(graph)
         for node in definition.node:
             kept = [name for name in node.input if not name.startswith("^")]
             del node.input[:]

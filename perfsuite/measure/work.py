@@ -70,7 +70,13 @@ from perfsuite.measure.python_work import (
     python_body,
 )
 from perfsuite.records import Record
-from perfsuite.workload.function_library import branch_names, counts_its_trips, holds_reads
+from perfsuite.workload.function_library import (
+    branch_names,
+    counts_its_trips,
+    function_definitions,
+    graph_def_of,
+    holds_reads,
+)
 from perfsuite.workload.op_table import (
     BOOKKEEPING_OPS,
     BRANCH_OPS,
@@ -278,14 +284,8 @@ class _TypedOps:
     found in neither counts by op kind, as the model has it."""
 
     def __init__(self, pipeline: Pipeline):
-        self.model, self.library = pipeline.model, {}
-        if pipeline.stages_graph_def is not None:
-            self.library.update((f.signature.name, f) for f in pipeline.stages_graph_def.library.function)
-        for function_name, (wrapper, _) in pipeline.traced.items():
-            with contextlib.suppress(AttributeError, ValueError):
-                self.library.setdefault(function_name, wrapper.function.function_def)
-                for inner in wrapper.function.graph.as_graph_def().library.function:
-                    self.library.setdefault(inner.signature.name, inner)
+        self.model = pipeline.model
+        self.library = function_definitions(pipeline.stages_graph_def, pipeline.traced)
 
     def counts(self, names) -> Counter:
         out = Counter()
@@ -342,7 +342,7 @@ def _run_function(wrapper, source, count: int, name: str, per_sample: bool, audi
     from tensorflow.python.data.util import structure
 
     concrete = wrapper.function
-    graph_def = concrete.graph.as_graph_def()
+    graph_def = graph_def_of(concrete.graph)
     runner = _GraphRun(graph_def, [t.name for t in concrete.graph.inputs], [t.name for t in concrete.graph.outputs],
                        reference=count)
     run = _Counts()

@@ -1,12 +1,35 @@
 """Questions about the functions of a graph's library (FunctionDefs by name), asked by the work fingerprint's
-graph runner: a conditional's branches, whether a loop counts its own trips, whether functions hold a Python
-function or a file read. Op names come from the op table.
+graph runner: the library itself, a graph's GraphDef, a conditional's branches, whether a loop counts its own
+trips, whether functions hold a Python function or a file read. Op names come from the op table.
 """
 
 from __future__ import annotations
 
 from perfsuite.workload.op_table import ADD_OPS, CONST_OP, FILE_READ_OPS, IDENTITY_OP, PYTHON_FUNCTION_OPS
 from perfsuite.workload.pipeline_model import function_names
+
+
+def graph_def_of(graph):
+    """The GraphDef of a TensorFlow graph (a traced function's ``graph``): the one place outside the
+    pipeline model that serializes a graph, so a reader never walks graphs of its own."""
+    return graph.as_graph_def()
+
+
+def function_definitions(stages_graph_def, traced: dict) -> dict:
+    """FunctionDefs by name: the library of ``stages_graph_def`` (the serialized graph a pipeline's stages
+    were read from; None: none), then each traced function's own and those its graph calls (``traced``:
+    name -> (wrapper, input dataset)); a function that cannot be serialized is left out."""
+    library = {}
+    if stages_graph_def is not None:
+        library.update((f.signature.name, f) for f in stages_graph_def.library.function)
+    for function_name, (wrapper, _) in traced.items():
+        try:
+            library.setdefault(function_name, wrapper.function.function_def)
+            for inner in graph_def_of(wrapper.function.graph).library.function:
+                library.setdefault(inner.signature.name, inner)
+        except (AttributeError, ValueError):
+            continue
+    return library
 
 
 def branch_names(op) -> list[str]:

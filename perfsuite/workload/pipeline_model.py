@@ -40,6 +40,7 @@ from perfsuite.workload.op_table import (
     SEQUENTIAL_MAP_OP,
     UNKNOWN_KIND,
     kind_of,
+    one_to_one,
 )
 
 PIPELINE_MODEL_VERSION = 1
@@ -363,6 +364,19 @@ def op_of_class(dataset) -> str:
         if candidate in OP_TABLE:
             return candidate
     return name
+
+
+def known_cardinality(dataset) -> int:
+    """The dataset's cardinality, read through stages that give one element per element where TensorFlow
+    does not know it (copy_to_device, say) from the first input that knows it; UNKNOWN_CARDINALITY (-2)
+    when none does, INFINITE (-1) when endless."""
+    tf = tensorflow()
+    while (count := int(dataset.cardinality())) == tf.data.UNKNOWN_CARDINALITY:
+        inputs = dataset._inputs() if one_to_one(op_of_class(dataset)) else []
+        if not inputs:
+            return count
+        dataset = inputs[0]
+    return count
 
 
 @dataclass(frozen=True)

@@ -307,12 +307,12 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                 if not (side.root / pytest_arguments[0]).exists():
                     raise ABError(f"side {side.name}: expected benchmarks at {pytest_arguments[0]}, found nothing "
                                   f"there in {side.revision}")
-            starting = None if options.fresh_workers else _start_fork_server(options, scratch, progress)
+            server = None if options.fresh_workers else _start_fork_server(options, scratch, progress)
             work = _work_first(sides, pytest_arguments, scratch, progress)  # while the fork server imports
             try:
-                server, notes = _fork_server(starting, options, scratch)
+                server, notes = _fork_server(server, options, scratch)
             except SideFailure as error:  # no worker can start: the run fails as a side failure does
-                failure = error
+                server, failure = None, error
             notes = [*work, *notes]
             spent = 0.0
             for index in range(settings.max_passes if failure is None else 0):
@@ -338,7 +338,7 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                     break
                 spent += controllers[-1].spent_s
                 only = _undecided(decided(joined([c.measured for c in controllers])), settings)
-                if not only or settings.passes == 1:
+                if not only:
                     break
     finally:
         if server is not None:

@@ -5,7 +5,7 @@ plus one small benchmark, ``benchmarks/test_selftest_plant.py``, as its base com
 top of it per share changes only that benchmark: its ``PLANT`` (the plant of
 perfsuite.tools.detection.plant), or at 0 a comment (A/A: the source differs, the behaviour does not).
 A trial runs ``perfsuite ab BASE HEAD -k test_selftest_plant`` as a subprocess, every option at ab's
-default, the shares in rotated order from trial to trial, each share its ``trials_at``. Flagged: at 0
+default, the shares in the order measure.rounds.rotated gives each trial, each share its ``trials_at``. Flagged: at 0
 any verdict slower or faster; planted, "slower" with exit 1. Each trial's verdict words are kept. The
 plant is certified in work (paths.plant_work); the change ab measured (over the trials) is its time
 cost, printed beside it. Each run's own report is kept where the command's ``--report`` says
@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from perfsuite.measure.rounds import rotated
 from perfsuite.tools.detection.curve import certify_plant, finish, level_rate
 from perfsuite.tools.detection.records import MEASURED, PARTIAL, SKIPPED, PathCurve
 
@@ -41,7 +42,7 @@ def test_selftest_plant(perfsuite, pytestconfig):
 '''
 
 
-RUN_S = 90.0  # a first guess of one run's seconds, before the first run says (the cost line)
+RUN_S = 75.0  # a first guess of one run's seconds (the cost line)
 FULL_TRIAL_LEVELS = (0.0, 0.10)  # the shares that get every trial
 OTHER_TRIALS = 2  # the trials of every other share: where the curve bends, not the claim
 
@@ -57,7 +58,8 @@ def cost_line(levels, trials: int) -> str:
     runs = sum(trials_at(level, trials) for level in levels)
     return (f"ab path: {runs} runs of `perfsuite ab` (each share's trials: "
             f"{', '.join(f'{level:.0%} x{trials_at(level, trials)}' for level in levels)}), about {RUN_S:.0f} s each "
-            f"by a first guess: about {runs * RUN_S / 60:.0f} min; the estimate is updated after the first run")
+            f"by a first guess: about {runs * RUN_S / 60:.0f} min; no trial round is started that the budget "
+            "cannot hold, judged by each share's runs so far")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -153,8 +155,7 @@ def ab(context, budget_s: float, *, root: Path) -> PathCurve:
         kept.mkdir(parents=True, exist_ok=True)
         trials, run_s = 0, {level: [] for level in settings.levels}
         for trial in range(settings.trials):
-            order = [level for level in settings.levels if trial < trials_at(level, settings.trials)]
-            order = order[trial % len(order):] + order[:trial % len(order)]
+            order = rotated([level for level in settings.levels if trial < trials_at(level, settings.trials)], trial)
             if time.perf_counter() - started + sum(_expected_s(run_s, level) for level in order) > budget_s:
                 break
             for level in order:

@@ -142,7 +142,8 @@ def announce(settings: Settings, progress) -> None:
     from perfsuite.tools.detection.ab_path import cost_line
 
     for path, share in budget_shares(settings).items():
-        progress(f"{path}: up to {share:.0f} s of the budget, {settings.trials} trials x {len(settings.levels)} shares")
+        trials = {"work": "1 trial", "ab": "the trials below"}.get(path, f"{settings.trials} trials")
+        progress(f"{path}: up to {share:.0f} s of the budget, {trials} x {len(settings.levels)} shares")
     line = cost_line(settings.levels, settings.trials)
     progress(line if "ab" in settings.paths else f"ab not selected (--paths ...,ab to add it); {line}")
 

@@ -67,15 +67,17 @@ def _time_ratios(values: dict, levels) -> dict:
 
 def run_saved(spec: dict) -> None:
     """One run: each level measured as one benchmark is, its rounds back to back on its own iterator
-    (the profile's round length and count), the levels in an order rotated by ``run_index``."""
+    (the profile's round length and count), the levels in the order measure.rounds.rotated gives
+    ``run_index``."""
+    from perfsuite.measure.rounds import rotated
     from perfsuite.pytest_plugin.profiles import PROFILES
     from perfsuite.tools.detection.plant import planted_wav_dataset
 
     started = time.perf_counter()
     profile, levels = PROFILES[spec["profile"]], [float(level) for level in spec["levels"]]
-    shift = int(spec.get("run_index", 0)) % len(levels)
+    shift = int(spec.get("run_index", 0))
     figures, rounds = {}, {}
-    for level in levels[shift:] + levels[:shift]:
+    for level in rotated(levels, shift):
         one_round = _continuing(profile, planted_wav_dataset(Path(spec["dataset_dir"]), level))
         sizing = time.perf_counter()
         values = [one_round().samples_per_s]  # its whole warm-up, then the round that sizes the rest

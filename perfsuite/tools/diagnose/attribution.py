@@ -21,8 +21,7 @@ from perfsuite.verdict.diagnosis_figures import (
 )
 from perfsuite.verdict.pipeline_figures import Bottleneck, StageShare
 from perfsuite.verdict.pipeline_findings import consistent
-from perfsuite.workload.op_table import one_to_one
-from perfsuite.workload.pipeline_model import op_of_class
+from perfsuite.workload.pipeline_model import known_cardinality
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads
@@ -49,13 +48,8 @@ def pass_reads(cut) -> int | None:
     """Reads of counted(cut.dataset) in one pass of a finite prefix: its cardinality, taken through stages that
     give one element per element where TensorFlow does not know it (copy_to_device); None when endless,
     unknown, or (unbatched) not a whole number of UNBATCHED_READ groups."""
-    tf, dataset = tensorflow(), cut.dataset
-    while (count := int(dataset.cardinality())) == tf.data.UNKNOWN_CARDINALITY:
-        inputs = dataset._inputs() if one_to_one(op_of_class(dataset)) else []
-        if not inputs:
-            return None
-        dataset = inputs[0]
-    if count <= 0:  # endless, or empty
+    count = known_cardinality(cut.dataset)
+    if count <= 0:  # endless, empty or unknown
         return None
     if cut.batched:
         return count
