@@ -3,11 +3,11 @@
 A clone of this repository gets the working tree plus a small planted benchmark as its base commit and one
 commit per planted share (perfsuite.tools.detection.ab_path; the plant is exact in whole utterances on
 any machine, perfsuite.tools.detection.plant); `perfsuite ab` runs with its defaults on each, as a user
-runs it. Every plant's cost is checked against its share before its rate is read; the selftest_ab_*
-gates of ratios.yaml are decided on this path by the interval of the share. A failed gate fails the
-test; when no gate can be decided here (a failed plant, a budget too small) the test skips naming why.
+runs it. Every plant is certified in work before its rate is read; the selftest_ab_* gates of
+ratios.yaml are decided on this path by the interval of the share. A failed gate fails the test; when
+no gate can be decided here (a failed plant, a budget too small) the test skips naming why.
 
-On demand only (marker selftest and slow; each ab run costs at least ab's --budget): ``pytest
+On demand only (marker selftest and slow; each ab run takes a minute or two): ``pytest
 benchmarks/test_ab_selftest.py -m "selftest and slow" -s -p no:randomly``, or the command itself:
 ``perfsuite selftest --paths ab``. Size: PERFSUITE_AB_SELFTEST_TRIALS (default 5) and _BUDGET (seconds
 for the whole path).

@@ -318,7 +318,7 @@ def test_under_load_false_alarms_stay_within_one_percent_and_a_planted_ten_perce
     assert all(v.verdict != FASTER for v in planted)
     if load == "light":  # slowed or said to be busy, at worst inconclusive: never "no change"
         assert all(v.verdict != NO_CHANGE for v in planted)
-        assert sum(v.verdict == SLOWER or v.estimate.busy for v in planted) >= 95
+        assert sum(v.verdict == SLOWER or v.estimate.busy for v in planted) >= 90
         assert sum(v.estimate.busy for v in same) >= 100  # the disturbance is seen, not decided through
         assert all("machine busy" in v.label() for v in same if v.estimate.busy and v.verdict == UNDECIDED)
     else:

@@ -179,9 +179,6 @@ class Paired:
         logs = np.log(np.asarray(self.b, dtype=float)) - np.log(np.asarray(self.a, dtype=float))
         return logs if self.higher_is_better else -logs
 
-    def as_dict(self) -> dict:
-        return {"name": self.name, "a": list(self.a), "b": list(self.b), "higher_is_better": self.higher_is_better}
-
 
 @dataclass(frozen=True)
 class Estimate(Record):
@@ -220,8 +217,9 @@ class Estimate(Record):
 
     @property
     def busy(self) -> bool:
-        """The machine was busy: processes in a slow state on both sides (see ``machine_busy``)."""
-        return machine_busy(self.slow_processes)
+        """The machine was busy: processes in a slow state on both sides, more than the trim drops (see
+        ``machine_busy``)."""
+        return machine_busy(self.slow_processes, self.trimmed)
 
 
 def sign_test(successes: int, trials: int) -> float:
@@ -266,12 +264,13 @@ def slow_processes(cpu: Cpu, settings: ABSettings) -> tuple[int, int]:
     return int(np.sum(slow[0] & ~slow[1])), int(np.sum(slow[1] & ~slow[0]))
 
 
-def machine_busy(slow: tuple[int, int]) -> bool:
-    """The rule of "undecided: machine busy": slow-state processes on BOTH sides. A real "more work"
-    change raises CPU per sample on one side only, in all its processes alike (so none stands out
-    within its side); waiting raises it in some processes of either side whatever the code. A slow
-    process on one side only is left to the trimmed test over the passes, which drops an outlying pass."""
-    return slow[0] > 0 and slow[1] > 0
+def machine_busy(slow: tuple[int, int], cut: int = 0) -> bool:
+    """The rule of "undecided: machine busy": slow-state processes on BOTH sides, more on one side than
+    the trimmed mean cuts at each end (``cut``). A real "more work" change raises CPU per sample on one
+    side only, in all its processes alike (so none stands out within its side); waiting raises it in
+    some processes of either side whatever the code. Slow processes the trim drops cannot move the
+    change, so they are left to the trimmed test over the passes."""
+    return slow[0] > 0 and slow[1] > 0 and max(slow) > cut
 
 
 @dataclass(frozen=True)
