@@ -76,8 +76,8 @@ def run_saved(spec: dict) -> None:
     started = time.perf_counter()
     profile, levels = PROFILES[spec["profile"]], [float(level) for level in spec["levels"]]
     shift = int(spec.get("run_index", 0))
-    figures, rounds = {}, {}
-    for level in rotated(levels, shift):
+    figures, rounds, order = {}, {}, rotated(levels, shift)  # benchmarks one after the other, not a round
+    for level in order:
         one_round = _continuing(profile, planted_wav_dataset(Path(spec["dataset_dir"]), level))
         sizing = time.perf_counter()
         values = [one_round().samples_per_s]  # its whole warm-up, then the round that sizes the rest
