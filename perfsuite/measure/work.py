@@ -250,7 +250,7 @@ def _pipeline_figures(model: PipelineModel, totals: Counter, audio_seconds, seco
             "element_bytes_per_sample": round(totals["element_bytes"]),
             "python_work_per_sample": round(totals["python_work"]),
             "elementwise_elements_per_sample": round(totals["elementwise"])}
-    batch = _samples_per_batch(model)
+    batch = model.samples_per_batch()
     if batch is not None:
         work["float_ops_per_batch"] = round(per_sample * batch)
     if audio_seconds is not None and not callable(audio_seconds):
@@ -537,7 +537,7 @@ def _batch_kept(pipeline: Pipeline) -> float:
     then one output element is drawn and its leading dimension read against the batch size."""
     model = pipeline.model
     chain = model.chain()
-    batch = _samples_per_batch(model)
+    batch = model.samples_per_batch()
     last = max((i for i, s in enumerate(chain) if s.family == "batch"), default=None)
     if batch is None or last is None or not any(s.family in ("map", "filter") for s in chain[last + 1:]):
         return 1.0
@@ -546,18 +546,6 @@ def _batch_kept(pipeline: Pipeline) -> float:
     for element in pipeline.dataset.take(1):
         return min(1.0, leading_dim(element) / batch)
     return 1.0
-
-
-def _samples_per_batch(model: PipelineModel) -> int | None:
-    samples = 1
-    for stage in model.chain():
-        if stage.family == "batch" and not stage.op.startswith("Unbatch"):
-            if not isinstance(stage.batch_size, int):
-                return None
-            samples *= stage.batch_size
-        elif stage.family == "group":
-            return None
-    return samples if samples > 1 else None
 
 
 def _function_facts(model: PipelineModel, function_name: str) -> dict:

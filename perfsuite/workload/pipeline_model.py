@@ -263,6 +263,19 @@ class PipelineModel(Record):
             total += AUTOTUNE_BUFFER
         return total
 
+    def samples_per_batch(self) -> int | None:
+        """The samples one output element holds, the batch sizes along the chain multiplied; None when a
+        batch size is not constant, a group stage batches, or nothing batches."""
+        samples = 1
+        for stage in self.chain():
+            if stage.family == "batch" and not stage.op.startswith("Unbatch"):
+                if not isinstance(stage.batch_size, int):
+                    return None
+                samples *= stage.batch_size
+            elif stage.family == "group":
+                return None
+        return samples if samples > 1 else None
+
     def samples_per_element(self) -> dict[str, int]:
         """Per stage, the samples one of its input elements holds: the batch sizes before it on its first
         input's line multiplied (0 where one is not constant: a group, an unknown batch size)."""
