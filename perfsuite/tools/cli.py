@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from perfsuite._tensorflow import LOGS_VARIABLE
@@ -141,14 +140,15 @@ def _add_diagnose(commands) -> None:
     from perfsuite.verdict.diagnosis_figures import DEFAULT_BUDGET_S  # no TensorFlow: records and constants
 
     diagnose = commands.add_parser(
-        "diagnose", help="measure loaders, training step and input-bound share on a dataset within a time budget; "
-                         "verdicts with evidence and intervals",
-        description="On a dataset PATH: runs check-data, then measures on the readable files in stages (loaders, "
-                    "step, input-bound share, sweep), each until its figures are decided or its share of --budget "
-                    "is spent. The default model is 'default' (a realistic step, so the input-bound share means "
-                    "something); --model tiny is quicker. With --pipeline instead: measures your own tf.data "
-                    "pipeline as it is (throughput, variation, and with --step its input-bound share and the "
-                    "step's retraces) and inspects its graph.")
+        "diagnose", help="measure a pipeline (yours, or perfsuite's loaders over a dataset) and its step within a "
+                         "time budget; what to change first, verdicts with evidence and intervals",
+        description="Measures a tf.data pipeline as it is in stages (throughput, input-bound share, bottleneck, "
+                    "capacity, fixes and alternatives ranked by measured gain, feed rate), each until its figures "
+                    "are decided or its share of --budget is spent, and inspects its graph. With --pipeline: your "
+                    "own dataset factory (and --step). On a dataset PATH: check-data first, then perfsuite's "
+                    "TF-native loader and its training step (--model; 'default' is a realistic step, 'tiny' "
+                    "quicker), the other loaders and step modes measured as alternatives, and a sweep of workers "
+                    "and batch size.")
     diagnose.add_argument("path", type=Path, metavar="PATH", nargs="?",
                           help="dataset directory (metadata.csv, wavs/); or give --pipeline instead")
     diagnose.add_argument("--budget", type=seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
@@ -179,7 +179,8 @@ def _add_diagnose(commands) -> None:
                           help="write every figure as JSON to FILE, after every stage (complete: false until the end)")
     diagnose.add_argument("--report", type=Path, metavar="DIR",
                           help="write PNG plots and summary.md to DIR (needs matplotlib: extra 'report')")
-    diagnose.add_argument("--trace", type=Path, metavar="DIR", help="write a TensorBoard profiler trace to DIR")
+    diagnose.add_argument("--trace", type=Path, metavar="DIR", help="write a TensorBoard profiler trace of the step to DIR "
+                          "(with a PATH or --step)")
     diagnose.add_argument("--model", choices=("tiny", "default"),
                           help="perfsuite.workload.model preset for the step (default: default)")
     diagnose.add_argument("--step-time", type=_step_time, metavar="SECONDS|PRESET",
@@ -187,7 +188,7 @@ def _add_diagnose(commands) -> None:
                                f"a preset of published GPU step times (default: {DEFAULT_STEP_PRESET}; "
                                "docs/emulated.md lists them)")
     diagnose.add_argument("--cores", type=integer(1), metavar="K",
-                          help="with --pipeline: the cores of the machine you train on; the capacity model gives the "
+                          help="the cores of the machine you train on; the capacity model gives the "
                                "pipeline's ceiling and the parallel calls per stage there (default: none, this "
                                "machine's only)")
     diagnose.add_argument("--batches", type=integer(1), metavar="N",
@@ -195,7 +196,7 @@ def _add_diagnose(commands) -> None:
     diagnose.set_defaults(run=_diagnose)
 
 
-DATASET_OPTIONS = {"batch_size": 16, "workers": 2, "model": "default", "batches": 16, "cache": None, "trace": None}
+DATASET_OPTIONS = ("batch_size", "workers", "model", "batches", "cache")  # the preset's: its loaders and step
 
 
 def _step_time(text: str) -> str:
@@ -218,86 +219,59 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def _diagnose(args, parser) -> int:
-    if args.pipeline is not None:
-        return _diagnose_pipeline(args, parser)
-    if args.step is not None or args.arg:
-        parser.error(f"{'--step' if args.step is not None else '--arg'}: expected with --pipeline MODULE:FUNCTION, "
-                     "found no --pipeline")
-    for name in ("batch_spec", "frame_hop_s", "cores"):
-        if getattr(args, name) is not None:
-            parser.error(f"--{name.replace('_', '-')}: expected with --pipeline MODULE:FUNCTION, found no --pipeline")
-    if args.path is None:
-        parser.error("PATH: expected a dataset directory (or --pipeline MODULE:FUNCTION), found neither")
-    for name, default in DATASET_OPTIONS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-    if not args.path.is_dir():
-        parser.error(f"PATH: expected a dataset directory, found {_describe(args.path)}")
+    """`diagnose PATH` (the dataset preset) or `diagnose --pipeline` (the user's own factory and step): one run,
+    one record, one printer."""
+    if (args.path is None) == (args.pipeline is None):
+        parser.error("PATH: expected either a dataset directory or --pipeline MODULE:FUNCTION, found "
+                     + ("neither" if args.path is None else f"both ({args.path} and {args.pipeline})"))
+    if args.path is not None:
+        for name in ("step", "arg", "batch_spec", "frame_hop_s"):
+            if getattr(args, name):
+                parser.error(f"--{name.replace('_', '-')}: expected with --pipeline MODULE:FUNCTION, found a "
+                             "dataset PATH (the preset sets its own)")
+        if not args.path.is_dir():
+            parser.error(f"PATH: expected a dataset directory, found {_describe(args.path)}")
+    else:
+        for name in DATASET_OPTIONS:
+            if getattr(args, name) is not None:
+                parser.error(f"--{name.replace('_', '-')}: applies to a dataset PATH, not to --pipeline (the pipeline "
+                             "sets its own)")
+        if args.trace is not None and args.step is None:
+            parser.error("--trace: expected with --step MODULE:FUNCTION (a trace follows the step), found none")
+        keys = [key for key, _ in args.arg or []]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            parser.error(f"--arg: expected each KEY once, found {', '.join(repeated)} more than once")
     if args.cache is not None and not args.cache.is_dir():
         parser.error(f"--cache: expected a cache directory, found {_describe(args.cache)}")
     _check_outputs(args, parser)
+    from perfsuite.measure.batch_spec import BatchSpec
+    from perfsuite.tools.diagnose.preset import preset_target
+    from perfsuite.tools.diagnose.quiet import log_path_for, user_output_to
     from perfsuite.tools.diagnose.run import diagnose  # TensorFlow: only once diagnose() runs
     from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
+    from perfsuite.verdict.pipeline_figures import Target
 
-    settings = DiagnoseSettings(batch_size=args.batch_size, workers=args.workers, model=args.model,
-                                budget_s=args.budget, batches=args.batches, **_given(step_time=args.step_time))
-    with _interruptible(args.json):
-        diagnosis = diagnose(dataset_dir=args.path, settings=settings, cache_dir=args.cache, trace_dir=args.trace,
-                             progress=_print_progress, checkpoint=_json_checkpoint(args.json))
-    data = diagnosis.data
-    for problem in data.problems:
-        print(f"{problem.path}: {problem.reason}")
-    print(f"checked {data.checked} utterance(s): {data.skipped} unreadable file(s) skipped, measured on "
-          f"{data.usable}")
-    _print_outcome(diagnosis)
-    if args.json is not None:
-        print(f"json: {args.json}")
-    if args.report is not None:
-        from perfsuite.tools.report import write_report
-
-        print(f"report: {write_report(diagnosis, args.report)}")
-    return EXIT_PROBLEMS if data.problems else EXIT_OK
-
-
-def _diagnose_pipeline(args, parser) -> int:
-    """`diagnose --pipeline`: the user's own dataset factory (and step), measured as it is."""
-    if args.path is not None:
-        parser.error(f"PATH: expected either a dataset directory or --pipeline, found both ({args.path} and "
-                     f"{args.pipeline})")
-    for name in DATASET_OPTIONS:
-        if getattr(args, name) is not None:
-            parser.error(f"--{name.replace('_', '-')}: applies to a dataset PATH, not to --pipeline (the pipeline "
-                         "sets its own)")
-    keys = [key for key, _ in args.arg or []]
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
-    if repeated:
-        parser.error(f"--arg: expected each KEY once, found {', '.join(repeated)} more than once")
-    _check_outputs(args, parser)
-    from perfsuite.measure.batch_spec import BatchSpec
-    from perfsuite.tools.diagnose.pipeline import diagnose_pipeline
-    from perfsuite.verdict.pipeline_figures import PipelineSettings, Target
-
-    target = Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or []))
-    settings = PipelineSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})),
-                                **_given(step_time=args.step_time, frame_s=args.frame_hop_s, cores=args.cores))
-    from perfsuite.tools.diagnose.quiet import log_path_for, user_output_to
-
+    settings = DiagnoseSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})), **_given(
+        step_time=args.step_time, frame_s=args.frame_hop_s, cores=args.cores, batch_size=args.batch_size,
+        workers=args.workers, model=args.model, batches=args.batches))
+    target = (preset_target(args.path, settings) if args.path is not None else
+              Target(pipeline=args.pipeline, step=args.step, args=dict(args.arg or [])))
     log = log_path_for(args.json)
     print(f"perfsuite diagnose: the pipeline's own output and TensorFlow's warnings go to {log}", file=sys.stderr,
           flush=True)
     with _interruptible(args.json), user_output_to(log) as terminal:
-        diagnosis = diagnose_pipeline(target=target, settings=settings,
-                                      progress=lambda event: print(progress_line(event), file=terminal, flush=True),
-                                      checkpoint=_json_checkpoint(args.json))
-    _print_pipeline_outcome(diagnosis, f"pipeline {target.pipeline}: {' -> '.join(diagnosis.graph.transformations)}",
-                            f"log: {log} (the pipeline's and the step's own output, TensorFlow's warnings)")
+        diagnosis = diagnose(target=target, settings=settings, cache_dir=args.cache, trace_dir=args.trace,
+                             progress=lambda event: print(progress_line(event), file=terminal, flush=True),
+                             checkpoint=_json_checkpoint(args.json))
+    _print_outcome(diagnosis, log)
     if args.json is not None:
         print(f"json: {args.json}")
     if args.report is not None:
         from perfsuite.tools.report import write_report
 
         print(f"report: {write_report(diagnosis, args.report)}")
-    return EXIT_OK
+    return EXIT_PROBLEMS if diagnosis.data is not None and diagnosis.data.problems else EXIT_OK
 
 
 def _given(**options) -> dict:
@@ -311,21 +285,17 @@ def _check_outputs(args, parser) -> None:
                   directories={"--report": args.report, "--trace": getattr(args, "trace", None)})
 
 
-def _print_outcome(diagnosis) -> None:
-    """The verdicts, then the stages as they ran and the time spent."""
-    for verdict in diagnosis.verdicts:
-        print("\n".join(verdict.lines()))
-    stages = ", ".join(f"{s.name} {s.status} ({s.rounds} rounds, {s.spent_s:.0f} of {s.share_s:.0f} s)"
-                       for s in diagnosis.stages)
-    print(f"stages: {stages}; {diagnosis.elapsed_s:.0f} s of the {diagnosis.settings.budget_s:.0f} s budget")
-
-
-def _print_pipeline_outcome(diagnosis, *head: str) -> None:
-    """A --pipeline run's outcome, opening with what to change first (the changes measured on the pipeline,
-    ranked by gain), then the head lines, the other findings, the stages and the time spent."""
+def _print_outcome(diagnosis, log: Path) -> None:
+    """A diagnosis' outcome: the data's problems (the preset's), what to change first (the changes measured on the
+    pipeline, ranked by gain), the pipeline, the other findings, the stages and the time spent."""
     from perfsuite.verdict.capacity import change_first_lines
     from perfsuite.verdict.diagnosis import CHANGE_FIRST, change_first_words, ranked_changes
 
+    if (data := diagnosis.data) is not None:
+        for problem in data.problems:
+            print(f"{problem.path}: {problem.reason}")
+        print(f"checked {data.checked} utterance(s): {data.skipped} unreadable file(s) skipped, measured on "
+              f"{data.usable}")
     changes, rest = ranked_changes(list(diagnosis.verdicts))
     print(f"{CHANGE_FIRST}: {change_first_words(changes)}")
     for rank, change in enumerate(changes, 1):
@@ -333,16 +303,21 @@ def _print_pipeline_outcome(diagnosis, *head: str) -> None:
         print("\n".join([f"{rank}. {first}", *more]))
     for line in change_first_lines(diagnosis.capacity):
         print(line)
-    print("\n".join(head))
+    print(f"pipeline {diagnosis.target.pipeline}: {' -> '.join(diagnosis.graph.transformations)}")
+    print(f"log: {log} (the pipeline's and the step's own output, TensorFlow's warnings)")
     print("the other findings:")
-    _print_outcome(replace(diagnosis, verdicts=tuple(rest)))
+    for verdict in rest:
+        print("\n".join(verdict.lines()))
+    stages = ", ".join(f"{s.name} {s.status} ({s.rounds} rounds, {s.spent_s:.0f} of {s.share_s:.0f} s)"
+                       for s in diagnosis.stages)
+    print(f"stages: {stages}; {diagnosis.elapsed_s:.0f} s of the {diagnosis.settings.budget_s:.0f} s budget")
 
 
 def _json_checkpoint(path: Path | None):
     """checkpoint(diagnosis) for diagnose(): the JSON rewritten (atomically) after every stage."""
     if path is None:
         return None
-    return lambda diagnosis: _write_json(path, diagnosis.as_dict())
+    return lambda diagnosis: _write_json(path, {"schema_version": diagnosis.SCHEMA_VERSION, **diagnosis.as_dict()})
 
 
 def progress_line(event) -> str:

@@ -28,13 +28,13 @@ from perfsuite.verdict.diagnosis import (
 )
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
-    Diagnosis,
+    DataSummary,
     FeedFigures,
-    Pipeline,
     RoundsEstimate,
     SweepAxis,
     format_figure,
 )
+from perfsuite.verdict.diagnosis_record import Diagnosis
 
 _percent = "{:.1%}".format
 _times = "{:.2f}x".format
@@ -42,61 +42,32 @@ _yes_no = {True: "yes", False: "no"}
 
 
 def write_report(diagnosis, directory: Path) -> Path:
-    """Write the PNG plots and summary.md into directory; return the summary's path. diagnosis: a
-    Diagnosis, a verdict.pipeline_figures.PipelineDiagnosis (--pipeline), or the dict of either's JSON."""
+    """Write the PNG plots and summary.md into directory; return the summary's path. diagnosis: a Diagnosis or
+    the dict of its JSON (a file of either older kind through its migrations)."""
     if isinstance(diagnosis, dict):
-        diagnosis = load_diagnosis(diagnosis)
+        diagnosis = Diagnosis.from_dict(diagnosis)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    timelines = _timelines(diagnosis)
-    plots = [plot_batch_timeline(timelines, directory / "batch_timeline.png")] if timelines else []
-    if isinstance(diagnosis, Diagnosis):
-        plots += [plot_sweep(axis, directory / f"throughput_vs_{axis.axis}.png") for axis in diagnosis.sweep]
-        if diagnosis.gpu is not None and diagnosis.gpu.available and diagnosis.gpu.timeline:
-            plots.append(plot_gpu_timeline(diagnosis.gpu.timeline, directory / "gpu_utilisation.png"))
-    capacity = None if isinstance(diagnosis, Diagnosis) else diagnosis.capacity
+    throughput = diagnosis.throughput
+    plots = []
+    if throughput is not None and throughput.batch_s:
+        per_round = throughput.batches_per_round
+        plots.append(plot_batch_timeline([(diagnosis.target.pipeline, throughput.batch_s, throughput.rate.median,
+                                           throughput.cycle, [per_round] * (len(throughput.batch_s) // per_round))],
+                                         directory / "batch_timeline.png"))
+    plots += [plot_sweep(axis, directory / f"throughput_vs_{axis.axis}.png") for axis in diagnosis.sweep]
+    if diagnosis.gpu is not None and diagnosis.gpu.available and diagnosis.gpu.timeline:
+        plots.append(plot_gpu_timeline(diagnosis.gpu.timeline, directory / "gpu_utilisation.png"))
+    capacity = diagnosis.capacity
     if capacity is not None and any(stage.cost is not None for stage in capacity.stages):
         plots.append(plot_capacity(capacity, directory / "capacity.png"))
-    for figures in _feeds(diagnosis):
-        if figures.timeline:
-            name = "".join(c if c.isalnum() or c in "-_" else "_" for c in figures.pipeline)
-            plots.append(plot_gpu_timeline(figures.timeline, directory / f"emulated_{name}.png",
-                                           title=f"{figures.pipeline} feeding a {figures.step_s * 1e3:.3g} ms "
-                                                 f"step ({figures.step_time})"))
+    if (feed := diagnosis.feed) is not None and feed.timeline:
+        plots.append(plot_gpu_timeline(feed.timeline, directory / "emulated_feed.png",
+                                       title=f"{feed.pipeline} feeding a {feed.step_s * 1e3:.3g} ms step "
+                                             f"({feed.step_time})"))
     summary = directory / "summary.md"
-    write = markdown_summary if isinstance(diagnosis, Diagnosis) else pipeline_summary
-    summary.write_text(write(diagnosis, [p.name for p in plots]), encoding="utf-8")
+    summary.write_text(markdown_summary(diagnosis, [p.name for p in plots]), encoding="utf-8")
     return summary
-
-
-def load_diagnosis(data: dict):
-    """The record of a diagnose JSON: a PipelineDiagnosis for a --pipeline run (kind 'pipeline'), else a
-    Diagnosis; either refuses a damaged file by the key that is wrong."""
-    if isinstance(data, dict) and data.get("kind") == "pipeline":
-        from perfsuite.verdict.pipeline_figures import PipelineDiagnosis
-
-        return PipelineDiagnosis.from_dict(data)
-    return Diagnosis.from_dict(data)
-
-
-def _timelines(diagnosis) -> list[tuple]:
-    """plot_batch_timeline's panels: each loader's steady batches, or the --pipeline's (none when not read)."""
-    if isinstance(diagnosis, Diagnosis):
-        per_round = diagnosis.settings.batches
-        return [(p.pipeline.label, p.loader.batch_s, p.loader.samples_per_s, p.loader.cycle,
-                 [per_round] * (p.loader.batches // per_round)) for p in diagnosis.pipelines]
-    throughput = diagnosis.throughput
-    if throughput is None or not throughput.batch_s:
-        return []
-    per_round = throughput.batches_per_round
-    return [(diagnosis.target.pipeline, throughput.batch_s, throughput.rate.median, throughput.cycle,
-             [per_round] * (len(throughput.batch_s) // per_round))]
-
-
-def _feeds(diagnosis) -> tuple[FeedFigures, ...]:
-    """The feed-rate figures: a Diagnosis holds one per pipeline, a PipelineDiagnosis one or None."""
-    feed = diagnosis.feed
-    return (feed,) if isinstance(feed, FeedFigures) else tuple(feed or ())
 
 
 def plot_batch_timeline(timelines: list[tuple], path: Path) -> Path:
@@ -222,33 +193,24 @@ def plot_gpu_timeline(timeline: GpuTimeline, path: Path, title: str | None = Non
 
 
 def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
-    """summary.md: completeness, stages, data, findings, one table per part measured, the plots."""
-    lines = [f"# perfsuite diagnose: {diagnosis.dataset}", "", *_stage_lines(diagnosis), *_data_lines(diagnosis),
-             *_findings_lines("## Findings", diagnosis.verdicts), *_pipeline_lines(diagnosis),
-             *_input_bound_lines(diagnosis), *_step_lines(diagnosis), *_feed_lines(diagnosis.feed),
-             *_sweep_drift_note(diagnosis), *(line for sweep in diagnosis.sweep for line in _sweep_lines(sweep))]
-    gpu = diagnosis.gpu
-    if gpu is not None:
-        lines += [*_section("GPU", "sampled" if gpu.available else f"not available: {gpu.reason}"), ""]
-    return "\n".join(lines + _plot_lines(plot_names))
-
-
-def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
-    """summary.md of a --pipeline run: what to change first (the changes measured on the pipeline, ranked by
-    gain), completeness, stages, the other findings, the graph, the figures, the plots."""
+    """summary.md: what to change first (the changes measured on the pipeline, ranked by gain), completeness,
+    stages, the data (the preset's), the other findings, the graph, the figures, the sweep, the plots."""
     target, graph = diagnosis.target, diagnosis.graph
-    lines = [f"# perfsuite diagnose --pipeline {target.pipeline}", ""]
-    if target.step or target.args:
-        lines += [f"Step: {target.step or '(none: throughput only)'}; arguments: {target.args or '(none)'}.", ""]
+    lines = [f"# perfsuite diagnose {target.dataset or '--pipeline ' + target.pipeline}", ""]
+    if target.step or target.args or target.dataset:
+        lines += [(f"Pipeline: {target.pipeline}; step: {target.step or '(none: throughput only)'}; arguments: "
+                  f"{target.args or '(none)'}."), ""]
     changes, rest = ranked_changes(list(diagnosis.verdicts))
     lines += [f"## {CHANGE_FIRST.capitalize()}", "", f"{change_first_words(changes).capitalize()}.", ""]
     for rank, change in enumerate(changes, 1):
         lines += _finding_lines(change, f"{rank}. ")
     lines += [f"- {line}" for line in change_first_lines(diagnosis.capacity)]
-    lines += ["", *_stage_lines(diagnosis), *_findings_lines("## The other findings", rest)]
-    lines += [*_section("Dataset graph", f"Transformations: {' -> '.join(graph.transformations)}", "",
-                        f"Element: `{graph.element_spec}`"), ""]
-    if graph.python_ops:
+    lines += ["", *_stage_lines(diagnosis), *_data_lines(diagnosis.data),
+              *_findings_lines("## The other findings", rest)]
+    if graph is not None:
+        lines += [*_section("Dataset graph", f"Transformations: {' -> '.join(graph.transformations)}", "",
+                            f"Element: `{graph.element_spec}`"), ""]
+    if graph is not None and graph.python_ops:
         lines.append(_markdown(("Python op", "node", "in", "transformation node", "calls"),
                                [(op.op, op.node, op.transformation, op.transformation_node, op.python or "-")
                                 for op in graph.python_ops]))
@@ -270,7 +232,11 @@ def pipeline_summary(diagnosis, plot_names: list[str]) -> str:
             f"{interval_cell(bound.wait, _percent)}; s/step fed {bound.t_real:.4f}, synthetic "
             f"{bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} timed steps per side"))
     lines += _capacity_lines(diagnosis.capacity)
-    return "\n".join([*lines, *_feed_lines(_feeds(diagnosis)), "", *_plot_lines(plot_names)])
+    lines += _feed_lines(diagnosis.feed)
+    lines += [line for sweep in diagnosis.sweep for line in _sweep_lines(sweep)]
+    if diagnosis.gpu is not None:
+        lines += _section("GPU", "sampled" if diagnosis.gpu.available else f"not available: {diagnosis.gpu.reason}")
+    return "\n".join([*lines, "", *_plot_lines(plot_names)])
 
 
 def _capacity_lines(figures: CapacityFigures | None) -> list[str]:
@@ -333,8 +299,10 @@ def _stage_lines(diagnosis) -> list[str]:
                               ("left", "left", RIGHT, RIGHT, RIGHT, "left")), ""]
 
 
-def _data_lines(diagnosis: Diagnosis) -> list[str]:
-    data, repeat = diagnosis.data, diagnosis.data.repeat
+def _data_lines(data: DataSummary | None) -> list[str]:
+    if data is None:
+        return []
+    repeat = data.repeat
     lines = [(f"Checked {data.checked} utterance(s); {data.skipped} unreadable file(s) skipped; "
               f"measured on {data.usable}."), ""]
     if repeat.copies > 1:
@@ -361,49 +329,14 @@ def _finding_lines(verdict, marker: str) -> list[str]:
     return lines
 
 
-def _pipeline_lines(diagnosis: Diagnosis) -> list[str]:
-    if not diagnosis.pipelines:
-        return []
-    loaders = [(figures.pipeline.label, interval_cell(figures.samples_per_s, "{:.1f}".format),
-                interval_cell(figures.variation, _percent),
-                f"every {figures.loader.cycle.period}" if figures.loader.cycle.significant else "none")
-               for figures in diagnosis.pipelines]
-    compared = [(f"{comparison.a.label} over {comparison.b.label}", interval_cell(comparison.ratio, _times),
-                 _yes_no[comparison.ratio.decided]) for comparison in diagnosis.comparisons]
-    return _section("Loaders", _markdown(("pipeline", "samples/s", "per-batch variation", "cycle"), loaders),
-                    "", _markdown(("compared", "same-round ratio", "decided"), compared))
-
-
-def _input_bound_lines(diagnosis: Diagnosis) -> list[str]:
-    if not diagnosis.input_bound:
-        return []
-    rows = [(figures.pipeline.label, interval_cell(figures.share, _percent), figures.classification,
-             _yes_no[figures.share.decided], interval_cell(figures.wait, _percent), f"{figures.t_real:.4f}",
-             f"{figures.t_synthetic:.4f}") for figures in diagnosis.input_bound]
-    return _section("Input-bound share", _markdown(("pipeline", "share", "class (at the median)", "decided",
-                                                    "wait share", "s/step fed", "s/step synthetic"), rows))
-
-
-def _step_lines(diagnosis: Diagnosis) -> list[str]:
-    step = diagnosis.step
-    if step is None:
-        return []
-    rows = [(mode, f"{figures.first_s:.3f}", f"{figures.first_steady_s:.4f}",
-             interval_cell(figures.step_s, "{:.4f}".format)) for mode, figures in step.modes.items()]
-    return [*_section("Training step", f"{step.calls_per_round} call(s) per mode and round.", "",
-                      _markdown(("mode", "first call s", "first steady call s", "s/step"), rows)),
-            *(f"\n{name.replace('_', ' ')}: {interval_cell(ratio.ratio, _times)}"
-              for name, ratio in step.ratios.items())]
-
-
-def _feed_lines(feed: tuple[FeedFigures, ...]) -> list[str]:
-    if not feed:
+def _feed_lines(feed: FeedFigures | None) -> list[str]:
+    if feed is None:
         return []
     return _section("Emulated accelerator", (
-        "The shortest step each pipeline keeps >= 90 % busy (three interleaved bisections; docs/emulated.md), "
+        "The shortest step the pipeline keeps >= 90 % busy (three interleaved bisections; docs/emulated.md), "
         "and one round at the step asked for."), "", _markdown(
         ("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle", "oscillation",
-         "keeps it busy"), [_feed_row(figures) for figures in feed]))
+         "keeps it busy"), [_feed_row(feed)]))
 
 
 def _feed_row(figures: FeedFigures) -> tuple:
@@ -415,23 +348,6 @@ def _feed_row(figures: FeedFigures) -> tuple:
             f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
             f"every {stats.oscillation_period_s:.3g} s" if stats.oscillation.significant else "none",
             {**_yes_no, None: "undecided"}[figures.keeps_busy])
-
-
-def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
-    """The current setting's tf_native WAV loader is measured three times, a minute or so apart: in the
-    loader comparison and in both sweeps. When the figures differ, say so: it shows how far absolute
-    figures drift on this machine, and why the verdicts use same-round ratios."""
-    wav = [p.loader.samples_per_s for p in diagnosis.pipelines if p.pipeline == Pipeline("tf_native", "wav")]
-    figures = {"the loader comparison": wav[-1]} if wav else {}
-    figures.update({f"the {sweep.axis.replace('_', '-')} sweep": next(
-        point.samples_per_s for point in sweep.points if point.current) for sweep in diagnosis.sweep})
-    values = list(figures.values())
-    if len(values) < 2 or min(values) <= 0 or max(values) / min(values) < 1.2:
-        return []
-    measured = ", ".join(f"{value:.0f} samples/s in {where}" for where, value in figures.items())
-    return ["", (f"The current setting's tf_native WAV loader was measured {len(values)} times in this run: "
-                 f"{measured}. Absolute figures moved that much within one run on this machine (other load, "
-                 "what ran just before); the verdicts use ratios measured within the same rounds.")]
 
 
 def _sweep_lines(sweep: SweepAxis) -> list[str]:

@@ -14,12 +14,8 @@ from perfsuite.verdict.diagnosis_figures import (
     GPU_IDLE_MEDIAN_PCT,
     INTERRUPTED,
     MATERIAL_GAIN,
-    MATERIAL_SPEEDUP,
-    MATERIAL_STEP_SPEEDUP,
     MAX_ROUNDS,
     MIN_ROUNDS,
-    STEP_MODES,
-    STEP_RATIOS,
     SWEEP_ALPHA,
     SWEEP_MIN_GAIN,
     SWEEP_MIN_WIN_SHARE,
@@ -27,38 +23,15 @@ from perfsuite.verdict.diagnosis_figures import (
     UNDECIDED,
     UNSTABLE_VARIATION,
     DataSummary,
-    Diagnosis,
     DiagnosisFinding,
     FeedFigures,
     GpuFigures,
     InputBoundFigures,
-    LoaderComparison,
-    PipelineFigures,
     RoundsEstimate,
     StageRecord,
-    StepFigures,
     SweepAxis,
     format_figure,
 )
-
-LOADER_STRENGTHS = {"tf_native": " (graph ops: no GIL, no Python per sample)"}  # said after a loader to switch to
-
-
-# ------------------------------------------------------------------------------------------ verdicts
-
-
-def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
-    """Findings derived from a diagnosis' figures, in a fixed order of topics; parts not measured (an
-    interrupted run, a stage without time) give none, and the stage findings say why."""
-    return [*data_verdicts(diagnosis.data),
-            *stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s),
-            *loader_verdicts(diagnosis.comparisons), *cache_verdicts(diagnosis.comparisons),
-            *(step_verdicts(diagnosis.step) if diagnosis.step is not None else []),
-            *input_bound_verdicts(diagnosis.input_bound, diagnosis.pipelines),
-            *variation_verdicts(diagnosis.pipelines), *sweep_verdicts(diagnosis.sweep),
-            *(gpu_verdicts(diagnosis.gpu) if diagnosis.gpu is not None else []),
-            *map(feed_verdict, diagnosis.feed)]
-
 
 _times = "{:.2f}x".format
 percent = "{:.0%}".format  # a share in words: '12%'
@@ -148,98 +121,6 @@ def _more_budget(stage: StageRecord, budget_s: float, what: str = f"for {MIN_ROU
     return f"raise --budget to about {budget} s (this stage needs about {stage.needs_s:.0f} s {what} on this machine)"
 
 
-# Each verdict on a same-round ratio (_ratio_verdict): its threshold; what was compared, said before why it is
-# undecided; the finding and recommendation at or above the threshold; those at or below its inverse, told by the
-# inverse ratio (None: no such class); the finding in between. str.format templates of ratio, span, threshold and
-# the caller's names.
-RATIO_WORDS: dict[str, tuple[float, str, tuple[str, str | None], tuple[str, str | None] | None, str]] = {
-    "loader": (
-        MATERIAL_SPEEDUP, "{a} vs {b} {source} loader",
-        ("{b} {source} loader is {ratio:.1f}x slower than {a} ({span})", "switch the {source} loader to {a}{strength}"),
-        ("{a} {source} loader is {ratio:.1f}x slower than {b} ({span})",
-         "keep the {b} {source} loader on this machine"),
-        "{a} and {b} {source} loaders are within {threshold:.1f}x of each other ({ratio:.2f}x, {span})"),
-    "cache": (
-        MATERIAL_SPEEDUP, "{kind} .npy cache vs WAV",
-        ("the .npy cache loads {ratio:.1f}x faster than decoding WAVs ({span})",
-         "precompute the mels once (perfsuite.data.corpus.build_cache) and train from the cache"),
-        None, "the .npy cache is not materially faster than the WAVs ({ratio:.2f}x, {span})"),
-    "graph_over_eager": (
-        MATERIAL_STEP_SPEEDUP, "graph vs eager step",
-        ("eager step is {ratio:.1f}x slower than tf.function ({span})", "wrap the training step in tf.function"),
-        ("tf.function step is {ratio:.1f}x slower than eager ({span})", None),
-        "eager and graph steps are within {threshold:.1f}x of each other ({ratio:.2f}x, {span})"),
-    "xla_over_graph": (
-        MATERIAL_STEP_SPEEDUP, "XLA vs graph step",
-        ("XLA step is {ratio:.1f}x faster than graph mode ({span}; first call {first_s:.2f} s)",
-         "compile the step with tf.function(jit_compile=True) and static input shapes"),
-        ("XLA step is {ratio:.1f}x slower than graph mode ({span})",
-         "keep jit_compile off for this model on this machine"),
-        "XLA and graph steps are within {threshold:.1f}x of each other ({ratio:.2f}x, {span})"),
-}
-
-
-def _ratio_verdict(verdict: str, topic: str, figure: RoundsEstimate, evidence: dict, **names) -> DiagnosisFinding:
-    threshold, compared, above, below, within = RATIO_WORDS[verdict]
-    ratio, why = figure.median, why_undecided(figure, _times)
-    if why:
-        return DiagnosisFinding(topic, f"{compared.format(**names)}: {why}; median {ratio:.2f}x", evidence, None,
-                                figure)
-    words, recommendation = within, None
-    if ratio >= threshold:
-        words, recommendation = above
-    elif below is not None and ratio <= 1 / threshold:
-        (words, recommendation), ratio = below, 1 / ratio
-    names |= {"ratio": ratio, "span": span_words(figure, _times), "threshold": threshold}
-    return DiagnosisFinding(topic, words.format(**names), evidence, recommendation and recommendation.format(**names),
-                            figure)
-
-
-def loader_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
-    return [_ratio_verdict("loader", f"loader-{c.a.source}", c.ratio,
-                           estimate_evidence(f"{c.a.kind}_over_{c.b.kind}", c.ratio), a=c.a.kind, b=c.b.kind,
-                           source=c.a.source, strength=LOADER_STRENGTHS.get(c.a.kind, ""))
-            for c in comparisons if c.a.source == c.b.source]
-
-
-def cache_verdicts(comparisons: tuple[LoaderComparison, ...]) -> list[DiagnosisFinding]:
-    return [_ratio_verdict("cache", "cache", c.ratio, estimate_evidence("cache_over_wav", c.ratio), kind=c.a.kind)
-            for c in comparisons if c.a.kind == c.b.kind and c.a.source == "cache"]
-
-
-def step_verdicts(step: StepFigures) -> list[DiagnosisFinding]:
-    """From same-round ratios of the modes (they ran interleaved), not ratios of means taken apart."""
-    modes = step.modes
-    firsts = {f"{mode}_first_s": modes[mode].first_s for mode in STEP_MODES}
-    out = []
-    if not step.ratios:
-        out.append(DiagnosisFinding("step", f"{TOO_SHORT}: no round of steady calls fit after the first calls", {
-            **firsts, **{f"{mode}_first_steady_s": modes[mode].first_steady_s for mode in STEP_MODES}}, None))
-    for name, (mode, _) in STEP_RATIOS.items():
-        if name in step.ratios:
-            figure = step.ratios[name].ratio
-            out.append(_ratio_verdict(name, f"step-{mode}", figure, {**estimate_evidence(name, figure), **firsts},
-                                      first_s=modes[mode].first_s))
-    retraces = {mode: modes[mode].retraces for mode in ("graph", "xla")}
-    if any(retraces.values()):
-        out.append(DiagnosisFinding("retracing", "the step retraced in the steady state", {"retraces": retraces},
-                                    "pad batches to static shapes (LoaderConfig(static_shapes=True)) or bucket "
-                                    "lengths"))
-    return out
-
-
-def input_bound_verdicts(figures: tuple[InputBoundFigures, ...],
-                         pipelines: tuple[PipelineFigures, ...] = ()) -> list[DiagnosisFinding]:
-    """A finding per pipeline; a pipeline that waits is pointed at the fastest loader whose share is
-    decided 'not input-bound'."""
-    speed = {p.pipeline: p.samples_per_s.median for p in pipelines}
-    fed = [f for f in figures if f.share.decided and f.classification == "not input-bound"]
-    best = max(fed, key=lambda f: speed.get(f.pipeline, 0.0)) if fed else None
-    advice = (f"use the {best.pipeline.label} pipeline (not input-bound: share {max(best.share.median, 0):.0%})"
-              if best else "the step waits for input: add parallel map calls, prefetch, or a faster loader")
-    return [input_bound_finding(f"input-{f.pipeline.label}", f.pipeline.label, f, advice) for f in figures]
-
-
 def input_bound_finding(topic: str, name: str, figures: InputBoundFigures, recommendation: str) -> DiagnosisFinding:
     """The input-bound share of the step fed by name: its class and interval, the wait share beside it, and
     recommendation only for a share decided input-bound; an undecided share says why, with its median."""
@@ -268,11 +149,6 @@ def wait_words(figures: InputBoundFigures) -> str:
     if figures.wait.decided and wait < MODERATELY_INPUT_BOUND <= figures.share.median:
         words += ": the rest of the loss is CPU the pipeline takes from the step, not waiting"
     return words
-
-
-def variation_verdicts(pipelines: tuple[PipelineFigures, ...]) -> list[DiagnosisFinding]:
-    found = (variation_finding(p.loader.cycle, p.variation, p.loader.batches, p.pipeline.label) for p in pipelines)
-    return [finding for finding in found if finding is not None]
 
 
 def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, batches: int,

@@ -1,73 +1,31 @@
-"""What a --pipeline diagnosis holds (`perfsuite diagnose --pipeline`, tools/diagnose/pipeline.py), as
-diagnosis_figures.py is for the dataset kind: its target and settings, every figure as a record, and the versioned
-JSON schema with its migrations. The wording of its findings is in verdict/pipeline_findings.py."""
+"""The parts of a diagnosis (verdict/diagnosis_record.py) that read the pipeline: what was diagnosed, the step's
+first calls, the graph, the throughput, the bottleneck, the fixes and the work. The wording of their findings is
+in verdict/pipeline_findings.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
-from perfsuite.measure.batch_spec import BatchLayout, BatchSpec, leaves
-from perfsuite.measure.emulated import DEFAULT_STEP_PRESET
-from perfsuite.measure.machine import MachineFingerprint
+from perfsuite.measure.batch_spec import leaves
 from perfsuite.measure.peak import PeakRate
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.measure.stats import Cycle
 from perfsuite.measure.work import WorkFingerprint
-from perfsuite.records import Record, migrate, migration
-from perfsuite.verdict.capacity import CapacityFigures
-from perfsuite.verdict.diagnosis_figures import (
-    DEFAULT_BUDGET_S,
-    DiagnosisFinding,
-    FeedFigures,
-    InputBoundFigures,
-    RoundsEstimate,
-    StageRecord,
-    check_step_time,
-    feed_figures_5_to_6,
-    gpu_stats_6_to_7,
-    without_kind,
-)
+from perfsuite.records import Record
+from perfsuite.verdict.diagnosis_figures import RoundsEstimate
 from perfsuite.workload.pipeline_model import PythonOp
 from perfsuite.workload.pipeline_model import Stage as GraphStage
-
-PIPELINE_SCHEMA_VERSION = 7
-
-# ------------------------------------------------------------------------------------ the diagnosis
 
 
 @dataclass(frozen=True)
 class Target(Record):
-    """What was diagnosed: the --pipeline and --step specs and the --arg values."""
+    """What was diagnosed: the --pipeline and --step specs and the --arg values; for the dataset preset, its
+    directory, and its loader and step in words."""
 
     pipeline: str
     step: str | None
     args: dict[str, str]
-
-
-@dataclass(frozen=True)
-class PipelineSettings(Record):
-    """budget_s: the whole run, start-up included. warmup: batches (and step calls per side of an
-    input-bound round) taken untimed after the first one."""
-
-    budget_s: float = DEFAULT_BUDGET_S
-    warmup: int = 2
-    frame_s: float | None = None  # seconds of audio per frame (--frame-hop-s); None: perfsuite's mel definition
-    step_time: str | None = DEFAULT_STEP_PRESET  # the emulated GPU step (diagnose.DiagnoseSettings.step_time)
-    batch_spec: BatchSpec = BatchSpec()  # --batch-spec: the audio and its lengths (batch_spec.find_layout)
-    cores: int | None = None  # --cores: the cores of the machine the user trains on (the capacity model's K)
-
-    def __post_init__(self):
-        if not (isinstance(self.budget_s, int | float) and self.budget_s > 0):
-            raise ValueError(f"budget_s: expected a number of seconds > 0, found {self.budget_s!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"warmup: expected an integer >= 1, found {self.warmup!r}")
-        if self.frame_s is not None and not (isinstance(self.frame_s, int | float) and self.frame_s > 0):
-            raise ValueError(f"frame_s: expected seconds per frame > 0, found {self.frame_s!r}")
-        check_step_time(self.step_time)
-        if self.cores is not None and (not isinstance(self.cores, int) or isinstance(self.cores, bool)
-                                       or self.cores < 1):
-            raise ValueError(f"cores: expected an integer >= 1, found {self.cores!r}")
+    dataset: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,70 +40,6 @@ class StepRun(Record):
     traces: int | None
     retraces: int | None
 
-
-@dataclass(frozen=True)
-class PipelineDiagnosis(Record):
-    """Everything one --pipeline diagnosis inspected, measured and concluded; complete and stages as in
-    diagnose.Diagnosis (an interrupted run's checkpoint has complete=False)."""
-
-    target: Target
-    settings: PipelineSettings
-    fingerprint: MachineFingerprint
-    complete: bool
-    elapsed_s: float
-    stages: tuple[StageRecord, ...]
-    graph: GraphFindings
-    throughput: Throughput | None
-    step: StepRun | None
-    input_bound: InputBoundFigures | None
-    feed: FeedFigures | None
-    verdicts: tuple[DiagnosisFinding, ...]
-    layout: BatchLayout | None = None  # which component is the audio and its lengths, by which rule
-    startup_s: float | None = None  # importing, building and the first batches, before any stage (kept apart)
-    bottleneck: Bottleneck | None = None  # the stage that limits throughput (attribution.BottleneckRounds)
-    fixes: tuple[FixGain, ...] = ()  # each fix perfsuite could apply, measured before and after
-    work: WorkFigures | None = None  # the work fingerprints and the achieved float-op rates (diagnose/work.py)
-    capacity: CapacityFigures | None = None  # stage costs, cores needed, the two-core check (verdict/capacity.py)
-
-    SCHEMA_VERSION: ClassVar[int] = PIPELINE_SCHEMA_VERSION
-
-    def as_dict(self) -> dict:
-        return {"schema_version": PIPELINE_SCHEMA_VERSION, "kind": "pipeline", **super().as_dict()}
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "diagnosis") -> PipelineDiagnosis:
-        """Read back what as_dict() wrote; RecordError names a wrong schema_version, kind or field."""
-        return super().from_dict(without_kind(migrate(cls, data, where), "pipeline", where), where)
-
-
-@migration(PipelineDiagnosis, 2, 3)
-def migrate_2_to_3(data: dict) -> dict:
-    """Schema 3 holds the feed rate as its record (diagnose's schema 6 change)."""
-    return {**data, "feed": feed_figures_5_to_6(data["feed"])} if "feed" in data else data
-
-
-@migration(PipelineDiagnosis, 3, 4)
-def migrate_3_to_4(data: dict) -> dict:
-    """Schema 4 holds the feed round's utilisation statistics as their GpuStats (diagnose's schema 7
-    change). The throughput's cycle (stats.Cycle's fields) and the fingerprint keep their shape."""
-    return {**data, "feed": gpu_stats_6_to_7(data["feed"])} if "feed" in data else data
-
-
-def fields_added(data: dict) -> dict:
-    """Schemas 5 (the input-bound figure's wait share, diagnose's schema 8 change) and 6 (the start-up's
-    seconds, the bottleneck, the measured fixes, the work) only add fields; their defaults say 'not measured'."""
-    return data
-
-
-migration(PipelineDiagnosis, 4, 5)(fields_added)
-migration(PipelineDiagnosis, 5, 6)(fields_added)
-
-
-@migration(PipelineDiagnosis, 6, 7)
-def migrate_6_to_7(data: dict) -> dict:
-    """Schema 7 holds the capacity section (verdict/capacity.py): null in a file written before it was measured.
-    Its settings' --cores is left out, which reads as its default (none given)."""
-    return {**data, "capacity": data.get("capacity")}
 
 # ---------------------------------------------------------------------------------------- its parts
 

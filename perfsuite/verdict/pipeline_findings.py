@@ -1,6 +1,6 @@
-"""The findings of diagnose --pipeline in words: pipeline_verdicts of a PipelineDiagnosis (verdict/pipeline_figures.py)
-and those of its parts, the graph's recommended only when the step waits for input (when_waiting). The ranking and
-the directions of recommendations are in perfsuite.verdict.diagnosis."""
+"""The findings of a diagnosis in words: verdicts() of the one record (verdict/diagnosis_record.py) and those of its
+pipeline parts, the graph's recommended only when the step waits for input (when_waiting). The wording shared with
+the other parts, the ranking and the directions of recommendations are in perfsuite.verdict.diagnosis."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.verdict.capacity import capacity_verdicts
 from perfsuite.verdict.diagnosis import (
+    data_verdicts,
     deferred_to_measured,
     estimate_evidence,
     feed_verdict,
     fix_finding,
     fix_refused_finding,
     frame_assumed,
+    gpu_verdicts,
     input_bound_finding,
     percent,
     ranked_changes,
@@ -23,6 +25,7 @@ from perfsuite.verdict.diagnosis import (
     span_words,
     stage_verdicts,
     stand_in_step,
+    sweep_verdicts,
     variation_finding,
     why_undecided,
 )
@@ -32,11 +35,11 @@ from perfsuite.verdict.diagnosis_figures import (
     RoundsEstimate,
     format_figure,
 )
+from perfsuite.verdict.diagnosis_record import Diagnosis
 from perfsuite.verdict.pipeline_figures import (
     Bottleneck,
     FixGain,
     GraphFindings,
-    PipelineDiagnosis,
     StageShare,
     StepRun,
     Target,
@@ -54,17 +57,18 @@ INCONSISTENT_SHARE = 0.5
 # -------------------------------------------------------------------------------------- a diagnosis
 
 
-def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
-    """Findings from the measured figures; the graph findings are judged by them (a Python op or a
-    missing prefetch is worth changing only when the step is measured to wait for input), and by the changes
-    measured here where one went their way. The changes measured on this pipeline come first, ranked by gain
-    (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed seconds per frame says
-    so first; the feed verdict at a stand-in step is left out where the user gave --step (the real one)."""
+def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
+    """The findings of a diagnosis, whatever was diagnosed. The graph findings are judged by the measured figures (a
+    Python op or a missing prefetch is worth changing only when the step is measured to wait for input), and by the
+    changes measured here where one went their way. The changes measured on this pipeline (fixes and alternatives)
+    come first, ranked by gain (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed
+    seconds per frame says so first; the feed verdict at a stand-in step is left out where the step is measured."""
     bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
     waits = None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
     judged = {"waits": waits, "why_not": _no_change_because(bound, target),
               "share": None if bound is None else bound.share}
-    out = stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)
+    out = [*(data_verdicts(diagnosis.data) if diagnosis.data is not None else []),
+           *stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)]
     if layout is not None:
         out.append(layout_finding(layout))
     out += _startup_verdicts(diagnosis)
@@ -86,6 +90,8 @@ def pipeline_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
                           not_measured=layout.mel_rule if layout is not None and layout.mel is None
                           else "the throughput stage read no batches", **judged)
     out += _shape_verdicts(graph, diagnosis.step, target)
+    out += sweep_verdicts(diagnosis.sweep)
+    out += gpu_verdicts(diagnosis.gpu) if diagnosis.gpu is not None else []
     if diagnosis.feed is not None and not (target.step and stand_in_step(diagnosis.feed)):
         out.append(feed_verdict(diagnosis.feed))
     out += work_verdicts(diagnosis.work)
@@ -105,7 +111,7 @@ def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
     return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
 
 
-def _startup_verdicts(diagnosis: PipelineDiagnosis) -> list[DiagnosisFinding]:
+def _startup_verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
     """The start-up and the step's first call, measured apart from every stage's figures."""
     if diagnosis.startup_s is None:
         return []

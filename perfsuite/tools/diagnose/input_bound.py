@@ -1,4 +1,4 @@
-"""diagnose's input-bound share, on both paths (stages.input_bound_stage and pipeline.py), by measure.input_bound's
+"""diagnose's input-bound share, by measure.input_bound's
 InputBoundRounds (what the benchmarks and the fixture use), with diagnose's contract: a fresh iterator per side and
 round, dropped inside it (its start-up falls in the side's untimed steps, its teardown runs on measure.teardown's
 thread), the synthetic twin first in even rounds, rounds sized from the step's seconds per call and added until the
@@ -23,7 +23,6 @@ from perfsuite.tools.diagnose.plan import (
 from perfsuite.verdict.diagnosis_figures import (
     INPUT_BOUND_BOUNDARIES,
     InputBoundFigures,
-    Pipeline,
     RoundsEstimate,
     estimate,
 )
@@ -47,12 +46,11 @@ def side_steps(left_s: float, call_s: float, *, sides: int, warmup: int, most: i
 class InputBoundStage:
     """The step fed by ``dataset`` vs by ``twin`` (twin_of a batch it read), in rounds of the module's contract.
     call_s: the step's steady seconds per call, which size the first pass's rounds; fresh(dataset): a side's fresh
-    iterator; pipeline: the loader measured (None: --pipeline's own). run(stage) is one pass; a second adds rounds,
-    sized by the seconds per step measured. one_round(batches) serves a caller that drives the rounds itself."""
+    iterator. run(stage) is one pass; a second adds rounds, sized by the seconds per step measured."""
 
     def __init__(self, step: StepModel, call_s: float, dataset, twin, *, warmup: int,
-                 fresh: Callable[[object], Iterator], pipeline: Pipeline | None = None):
-        self.call_s, self.warmup, self.pipeline = call_s, warmup, pipeline
+                 fresh: Callable[[object], Iterator]):
+        self.call_s, self.warmup = call_s, warmup
         self.measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, batches=MIN_STEP_BATCHES,
                                             twin=twin, twin_first=True, fresh=fresh)
 
@@ -92,17 +90,16 @@ class InputBoundStage:
 
     def figures(self) -> InputBoundFigures | None:
         """The rounds so far as InputBoundFigures (None before the first): the share and the wait share as
-        estimates; the class of the share's median (for --pipeline's own pipeline, "undecided" while the share
-        is undecided, as its record has always said)."""
+        estimates; the class of the share's median, "undecided" while the share is undecided."""
         measured = self.measured()
         if measured is None:
             return None
         share = self.figure()
         label = stats.classify_input_bound(share.median)
-        if self.pipeline is None and not share.decided:
+        if not share.decided:
             label = "undecided"
         return InputBoundFigures(share=share, classification=label, t_real=measured.t_real,
                                  t_synthetic=measured.t_synthetic, real_round_s=measured.real_round_s,
                                  synthetic_round_s=measured.synthetic_round_s, batches=measured.batches,
-                                 warmup=measured.warmup, pipeline=self.pipeline,
+                                 warmup=measured.warmup,
                                  wait=estimate(measured.wait_shares, INPUT_BOUND_BOUNDARIES))

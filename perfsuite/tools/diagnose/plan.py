@@ -24,8 +24,6 @@ from perfsuite.verdict.diagnosis_figures import (
 TARGET_ROUNDS = 6  # rounds are sized so that this many fit a share: the range of 6 covers the median at 97 %
 MIN_STEP_BATCHES = 3  # timed steps per side of an input-bound round, at least ...
 MAX_STEP_CALLS = 64  # ... and step calls per side or mode of a round, at most (a fast step gets longer rounds)
-STAGES = ("loaders", "step", "input_bound", "feed", "sweep", "trace")
-STAGE_NEEDS = {"loaders": 2.0, "step": 4.0, "input_bound": 9.0, "feed": 3.0, "sweep": 3.0, "trace": 1.0}
 FEED_SEARCH_SHARE = 0.6  # of a pipeline's share of the feed stage: the search; the rest, a round at the step
 FEED_ROUND_SAMPLES = 32  # utilisation samples of that round: the cycle detector's minimum
 MIN_FEED_S = 0.5  # a feed-rate search needs more than this share

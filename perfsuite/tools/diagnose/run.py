@@ -1,158 +1,300 @@
-"""`perfsuite diagnose DATASET_DIR`: measure a user's LJSpeech-layout dataset end to end within a time budget, and
-say what holds its training input back and how sure that is: check-data, then the stages of stages.py, each in rounds
-until its figures are decided or its share of the budget (plan.py) is spent. Every figure is a RoundsEstimate, so a
-verdict says when its interval straddles a class boundary or rests on too few rounds. docs/diagnose.md gives the
-reasons behind each choice and threshold.
+"""`perfsuite diagnose`: the one diagnosis, of a user's tf.data pipeline (--pipeline MODULE:FUNCTION) or of the
+dataset preset (DATA_DIR: preset.py), measured as it is within a time budget, its graph inspected for what can cost
+training time.
+
+After the start-up and the step's first calls (kept apart), budgeted stages measure steady throughput
+(throughput.py), the input-bound share (given a step; GPU utilisation sampled around it), the bottleneck
+(attribution.py), the stages' costs and the cores they need (capacity.py), the fixes and alternatives (fixes.py,
+padding.py, the capacity model's split, the preset's loaders and step modes), the feed rate, and for the preset the
+sweep; then the profiler trace where asked. The time left goes to the undecided ones (plan.StageLog.resume).
+Verdicts come only from measured figures: the graph says where to look, the figures whether it matters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from perfsuite.measure.teardown import iterate
+from perfsuite.measure.batch_spec import BatchLayout, find_layout
+from perfsuite.measure.speech import canonical_batch
+from perfsuite.measure.step_model import StepModel
+from perfsuite.tools.diagnose import rewrite
+from perfsuite.tools.diagnose.attribution import BottleneckRounds
+from perfsuite.tools.diagnose.capacity import CapacityRounds
+from perfsuite.tools.diagnose.fixes import FixRounds, RewriteComparison
+from perfsuite.tools.diagnose.input_bound import InputBoundStage, twin_of
+from perfsuite.tools.diagnose.padding import PaddingComparison
 from perfsuite.tools.diagnose.plan import (
-    STAGE_NEEDS,
-    STAGES,
     Budget,
     Event,
     Progress,
     Resumable,
+    Stage,
     StageLog,
     no_progress,
 )
-from perfsuite.tools.diagnose.stages import (
-    LoaderRounds,
-    feed_stage,
-    gpu_sampled,
-    input_bound_stage,
-    step_stage,
-    sweep_stage,
-    trace_stage,
+from perfsuite.tools.diagnose.preset import Source, dataset_source
+from perfsuite.tools.diagnose.stages import feed_stage, gpu_sampled, sweep_stage, trace_stage
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, timed_next
+from perfsuite.tools.diagnose.targets import inspect_graph, load_callable, load_step, make_dataset
+from perfsuite.tools.diagnose.throughput import ThroughputRounds
+from perfsuite.tools.diagnose.work import read_work, with_rates
+from perfsuite.verdict.capacity import CapacityFigures, with_need
+from perfsuite.verdict.diagnosis_figures import DiagnoseSettings, FeedFigures, InputBoundFigures
+from perfsuite.verdict.diagnosis_record import Diagnosis
+from perfsuite.verdict.pipeline_figures import (
+    FixGain,
+    GraphFindings,
+    StepRun,
+    Target,
+    Throughput,
+    WorkFigures,
 )
-from perfsuite.tools.diagnose.views import (
-    measured_data,
-    readable_utterances,
-    repeat_copies,
-    round_samples,
-)
-from perfsuite.verdict.diagnosis import verdicts
-from perfsuite.verdict.diagnosis_figures import (
-    LOADER_PIPELINES,
-    DataSummary,
-    DiagnoseSettings,
-    Diagnosis,
-    Pipeline,
-    Problem,
-    Repeat,
-    StaticShapes,
-)
+from perfsuite.verdict.pipeline_findings import verdicts
+from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
+
+STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "capacity": 3.0, "fixes": 4.0,
+               "feed": 2.0, "sweep": 3.0, "trace": 1.0}
 
 
-def diagnose(*, dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path | None = None,
+def diagnose(*, target: Target, settings: DiagnoseSettings, cache_dir: Path | None = None,
              trace_dir: Path | None = None, progress: Progress = no_progress,
              checkpoint: Callable[[Diagnosis], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> Diagnosis:
-    """Measure dataset_dir's readable files within settings.budget_s; return every figure, the stages as
-    they ran and the verdicts.
-
-    checkpoint(diagnosis) is called after check-data and after every stage with what exists so far
-    (complete=False), and once more at the end (complete=True). Raises DataError when the dataset as a
-    whole is unusable (no metadata.csv, nothing readable); a KeyboardInterrupt is passed on after the
-    interrupted stage has been checkpointed as such.
-    """
-    from perfsuite.data.audio import MelConfig
-    from perfsuite.data.loaders import check_dataset
+    """Import (or, for the preset, check and load), inspect and measure target within settings.budget_s.
+    checkpoint() is called after the start-up and after every stage with what exists (complete=False), and at the
+    end (complete=True). TargetError for a target perfsuite cannot use, StepError (named '--step MODULE:FUNCTION')
+    for a step that raises or returns no tensor, DataError for a dataset with nothing usable; a KeyboardInterrupt
+    is passed on after the interrupted stage was checkpointed."""
     from perfsuite.measure.machine import machine_fingerprint
 
-    stages = STAGES if trace_dir is not None else tuple(s for s in STAGES if s != "trace")
-    budget = Budget(settings.budget_s, {name: STAGE_NEEDS[name] for name in stages}, clock)
-    dataset_dir = Path(dataset_dir)
-    mel_config = MelConfig()
-    progress(Event("check", "start", "checking the data (check-data)", None, 0.0, budget.left_s()))
-    report = check_dataset(dataset_dir, cache_dir=cache_dir, mel_config=mel_config)
-    records = readable_utterances(dataset_dir, mel_config)
-    ids = [record.id for record in records]
-    copies = repeat_copies(len(ids), settings)
-    # A bad WAV can be listed twice (the WAV and its missing cache entry): count utterances, not problems.
-    data = DataSummary(checked=report.checked, usable=len(ids), skipped=report.checked - len(ids),
-                       sources=tuple(report.sources),
-                       problems=tuple(Problem(path=p.path, reason=p.reason) for p in report.problems),
-                       repeat=Repeat(copies=copies, utterances_measured=copies * len(ids),
-                                     round_samples=round_samples(settings)))
-    shapes = StaticShapes(max_text_len=max(len(r.tokens) for r in records),
-                          max_mel_frames=max(r.mel_frames for r in records))
-    head = {"dataset": str(dataset_dir), "settings": settings, "fingerprint": machine_fingerprint(),
-            "data": data, "static_shapes": shapes}
+    stages = {"input_bound": target.step, "sweep": target.dataset, "trace": target.step and trace_dir}
+    budget = Budget(settings.budget_s, {name: need for name, need in STAGE_NEEDS.items()
+                                        if stages.get(name, True)}, clock)
 
-    def note(message: str) -> None:
-        progress(Event("check", "note", message, None, budget.elapsed_s(), budget.left_s()))
+    def tell(message: str) -> None:
+        progress(Event("startup", "note", message, None, budget.elapsed_s(), budget.left_s()))
 
-    with measured_data(dataset_dir, cache_dir, ids, copies, mel_config, note) as (measured_dir, measured_cache, cache):
-        head["cache"] = cache
-        run = StageLog(make=lambda **found: _with_verdicts(Diagnosis(**head, **found, verdicts=())),
-                       parts={"pipelines": (), "comparisons": (), "step": None, "input_bound": (), "sweep": (),
-                              "gpu": None, "feed": (), "trace": None},
-                       budget=budget, progress=progress, checkpoint=checkpoint)
-        run.save()
-        run.tell_plan()
-        _measure(run, dataset_dir=measured_dir, cache_dir=measured_cache, settings=settings, mel_config=mel_config,
-                 trace_dir=trace_dir, shapes=shapes)
+    with _source(target, settings, cache_dir, tell) as source:
+        run, start = _startup(source, target, settings, budget, tell, progress, checkpoint, machine_fingerprint())
+        _measure(run, start, source, target, settings, trace_dir)
     final = run.snapshot(complete=True)
     if checkpoint is not None:
         checkpoint(final)
     return final
 
 
+def _source(target: Target, settings: DiagnoseSettings, cache_dir: Path | None, tell):
+    if target.dataset is not None:
+        return dataset_source(Path(target.dataset), settings, cache_dir, tell)
+    tell(f"importing {target.pipeline}" + (f" and {target.step}" if target.step else ""))
+    dataset = make_dataset(load_callable(target.pipeline, "--pipeline"), target.args, target.pipeline)
+    return contextlib.nullcontext(Source(dataset=dataset, step=load_step(target.step, tell) if target.step else None,
+                                         parts={}))
+
+
+@dataclass(frozen=True)
+class Startup:
+    """What the start-up found, which the stages ask: the pipeline read once, its graph and batch layout, the
+    step (None: none given), the first batch and its seconds, the warm-up batches' seconds, and the batches a
+    fresh iterator drains before it is steady (the warm-up and what the pipeline's buffers hold)."""
+
+    pipeline: Pipeline
+    graph: GraphFindings
+    layout: BatchLayout
+    model: StepModel | None
+    first_batch: Any
+    first_s: float
+    warmup_s: tuple[float, ...]
+    drain: int
+
+
+def _startup(source: Source, target: Target, settings: DiagnoseSettings, budget: Budget, tell, progress,
+             checkpoint, fingerprint) -> tuple[StageLog, Startup]:
+    """The pipeline read once, its first batches, the step's first calls and the work, kept apart from the
+    stages; the run that holds them, and what they found."""
+    dataset = source.dataset
+    pipeline = read_pipeline(dataset)  # the one reading of the pipeline, handed to every stage that asks it
+    graph = inspect_graph(pipeline)
+    tell(f"graph as it runs: {graph.chain_words()}; {len(graph.python_ops)} Python-function op(s)")
+    stream = Stream(dataset, target.pipeline)
+    first_batch, first_s = timed_next(stream)
+    warmup = [timed_next(stream) for _ in range(settings.warmup)]
+    warmup_s = tuple(seconds for _, seconds in warmup)
+    stream.close()  # its buffers would fill during the step's first calls: every stage reads a fresh one
+    startup_s = budget.elapsed_s()
+    layout = find_layout(first_batch, replace(settings.batch_spec, frame_s=settings.frame_s),
+                         more=tuple(batch for batch, _ in warmup))
+    tell(f"batches: {layout.words()}")
+    tell(f"first batch {first_s:.2f} s, warm-up batches {', '.join(f'{s:.3f}' for s in warmup_s)} s")
+    model = first_step = None
+    if source.step is not None:
+        model = StepModel(source.step, name=f"--step {target.step}")
+        first = model.first_calls(first_batch)
+        first_step = StepRun(first_s=first.first_s, first_steady_s=first.steady_s, calls=1, traces=first.traces,
+                             retraces=None if first.traces is None else 0)
+        tell(f"the step's first call {first.first_s:.2f} s (trace, compile), then {first.steady_s:.3g} s: "
+             "kept apart, the budget left after it is split across the stages")
+    read_from = budget.elapsed_s()
+    work = read_work(pipeline, source.step, first_batch, pipeline_name=target.pipeline, step_name=target.step)
+    tell(f"work read from the graphs in {budget.elapsed_s() - read_from:.1f} s (kept apart, as the start-up)")
+    head = {"target": target, "settings": settings, "fingerprint": fingerprint, "graph": graph, "layout": layout,
+            "startup_s": startup_s, **source.parts}
+    run = StageLog(make=lambda **found: _with_verdicts(Diagnosis(**head, **found, verdicts=())),
+                   parts={"step": first_step, "work": work}, budget=budget, progress=progress, checkpoint=checkpoint)
+    run.save()
+    run.tell_plan(after="the start-up" + (" and the step's first calls" if model is not None else ""))
+    return run, Startup(pipeline=pipeline, graph=graph, layout=layout, model=model, first_batch=first_batch,
+                        first_s=first_s, warmup_s=warmup_s, drain=settings.warmup + buffered_elements(pipeline))
+
+
+def _measure(run: StageLog, start: Startup, source: Source, target: Target, settings: DiagnoseSettings,
+             trace_dir: Path | None) -> None:
+    """The stages in order, each one's figures into run.parts as it ends; then the undecided ones again."""
+    pipeline, model, batch = start.pipeline, start.model, start.first_batch
+    throughput = ThroughputRounds(pipeline.dataset, target.pipeline, start.first_s, start.warmup_s,
+                                  layout=start.layout, drain=start.drain)
+    bottleneck = BottleneckRounds(pipeline, target.pipeline, warmup=settings.warmup)
+    capacity = CapacityRounds(pipeline, target.pipeline, warmup=settings.warmup, target_cores=settings.cores)
+    fixes = FixRounds(lambda stage: _fix_comparisons(stage, start, settings, target, run.parts.get("throughput"),
+                                                     capacity.split_fix(run.parts.get("capacity")),
+                                                     source.alternatives(pipeline, batch)))
+    passes = {"throughput": Resumable(lambda stage: {"throughput": throughput.run(stage)}, throughput.more_rounds),
+              "bottleneck": Resumable(lambda stage: {"bottleneck": bottleneck.run(stage)}, bottleneck.more_rounds),
+              "capacity": Resumable(lambda stage: {"capacity": capacity.run(stage)}, capacity.more_rounds),
+              "fixes": Resumable(lambda stage: {"fixes": fixes.run(stage)}, fixes.more_rounds)}
+    if model is not None:
+        passes["input_bound"] = _input_bound_pass(model, run.parts["step"], batch, pipeline.dataset, settings,
+                                                  target)
+
+    def held() -> tuple[str, ...]:
+        """The undecided stages, which keep their part of what is left for their second pass (run.resume)."""
+        return tuple(name for name in run.undecided() if name in passes)
+
+    for name in (name for name in run.budget.needs if name in passes):
+        with run.stage(name, held=held() if name == "fixes" else ()) as stage:
+            run.parts.update(passes[name].run(stage))
+    with run.stage("feed", held=held()) as stage:
+        run.parts["feed"] = _feed_stage(stage, pipeline, target, settings, start.layout,
+                                        run.parts.get("throughput"), drain=start.drain)
+    if source.loader is not None:
+        with run.stage("sweep", held=held()) as stage:
+            run.parts["sweep"] = sweep_stage(stage, source.loader, settings)
+    if "trace" in run.budget.needs:
+        with run.stage("trace", held=held()) as stage:
+            run.parts["trace"] = trace_stage(stage, source.step, run.parts["step"].first_steady_s,
+                                             pipeline.dataset, Path(trace_dir), settings.trace_steps)
+    run.resume(passes)  # the time decided stages left goes to those still undecided
+    fixes.close()
+    parts = run.parts
+    parts["work"] = _with_rates(parts["work"], parts.get("throughput"), parts.get("input_bound"), parts["step"])
+    parts["capacity"] = _with_need(parts.get("capacity"), settings, batch, parts.get("input_bound"), parts["step"],
+                                   parts.get("feed"))
+
+
+def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBoundFigures | None,
+                step: StepRun | None) -> WorkFigures:
+    """The work against the steady samples/s and audio, and the step's steady seconds (fed by the synthetic
+    twin where measured, else its second call)."""
+    rate = _samples_per_s(throughput)
+    audio = None if rate is None or throughput.audio_s_per_s is None else throughput.audio_s_per_s.median / rate
+    step_s = bound.t_synthetic if bound is not None else step.first_steady_s if step is not None else None
+    return with_rates(work, audio_s_per_sample=audio, samples_per_s=rate, step_s=step_s)
+
+
+def _with_need(capacity: CapacityFigures | None, settings: DiagnoseSettings, batch, bound: InputBoundFigures | None,
+               step: StepRun | None, feed: FeedFigures | None) -> CapacityFigures | None:
+    """The capacity figures with the step's need: --step-time's seconds where given, else the measured step (fed a
+    synthetic batch where measured, else its second call), else the preset's step on these batches (the feed stage);
+    the samples per batch from the first batch."""
+    from perfsuite.measure.emulated import STEP_PRESETS
+
+    count, unit = samples_in(batch)
+    step_s, source = None, None
+    if settings.step_time is not None and settings.step_time not in STEP_PRESETS:
+        step_s, source = float(settings.step_time), "--step-time"
+    elif bound is not None:
+        step_s, source = bound.t_synthetic, "the measured step (--step), fed a synthetic batch"
+    elif step is not None:
+        step_s, source = step.first_steady_s, "the measured step (--step), its second call"
+    elif feed is not None and feed.step_s:
+        step_s, source = feed.step_s, f"the {feed.step_time} step on these batches, --step-time"
+    return with_need(capacity, step_s=step_s, step_source=source, batch=count if unit == "samples" else None)
+
+
+def _samples_per_s(throughput: Throughput | None) -> float | None:
+    """The steady rate's median where it counts samples (a batch's leading dimension), else None."""
+    counts_samples = throughput is not None and throughput.rate is not None and throughput.unit == "samples"
+    return throughput.rate.median if counts_samples else None
+
+
+def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, target: Target,
+                     measured: Throughput | None, split: rewrite.Fix | rewrite.NotApplied, alternatives: list
+                     ) -> tuple[list, list[FixGain]]:
+    """The fixes perfsuite can apply to this pipeline (padding first: the step's gain; the capacity model's split
+    after the rewrites; the source's alternatives last), and those it considered and cannot apply, with why."""
+    pipeline, graph, step = start.pipeline, start.graph, start.model
+    try:
+        fixes, skipped = rewrite.applicable_fixes(
+            pipeline, ends_with_prefetch=graph.ends_with_prefetch, fill_limit_s=stage.left_s() / 4,
+            samples_per_s=_samples_per_s(measured))
+    except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
+        fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
+    (fixes if isinstance(split, rewrite.Fix) else skipped).append(split)
+    comparisons = [RewriteComparison(fix, pipeline, target.pipeline, warmup=settings.warmup, step=step)
+                   for fix in fixes]
+    padding = None if measured is None else measured.padding
+    if padding is not None and padding.beyond_longest > 0 and not graph.buckets:
+        comparisons.insert(0, PaddingComparison(step, pipeline.dataset, target.pipeline, layout=start.layout,
+                                                padding=padding))
+    elif graph.buckets:
+        skipped.append(rewrite.NotApplied("bucketing", "the pipeline already buckets by length (group_by_window)"))
+    return comparisons + alternatives, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
+
+
+def _feed_stage(stage: Stage, pipeline: Pipeline, target: Target, settings: DiagnoseSettings, layout: BatchLayout,
+                throughput: Throughput | None, *, drain: int) -> FeedFigures | None:
+    """The pipeline against an emulated accelerator (stages.feed_stage), read from a fresh iterator drained of
+    `drain` batches (the warm-up and what its buffers hold). Batches of any structure go on as {'mel', 'mel_len'}
+    (speech.canonical_batch, the throughput stage's true lengths) where it found real frames, else as they are."""
+    padding = None if throughput is None else throughput.padding
+    canonical = padding is not None and padding.real_frames > 0
+    if not canonical:
+        stage.tell("note", "batches handed on as they are: " + ("the throughput stage found no real frames"
+                                                               if layout is not None and layout.mel is not None
+                                                               else "no audio component"))
+
+    def start():
+        stream = Stream(pipeline.dataset.repeat(), target.pipeline, drain=drain)
+        return (canonical_batch(batch, layout) for batch in stream) if canonical else stream
+
+    figures = feed_stage(stage, {target.pipeline: start}, step_time=settings.step_time)
+    return figures[0] if figures else None
+
+
 def _with_verdicts(diagnosis: Diagnosis) -> Diagnosis:
     return replace(diagnosis, verdicts=tuple(verdicts(diagnosis)))
 
 
-def _measure(run: StageLog, *, dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettings, mel_config,
-             trace_dir: Path | None, shapes: StaticShapes) -> None:
-    """The stages in order; each one's figures go into run.parts as it ends."""
-    loader = _loader_factory(dataset_dir, cache_dir, settings, mel_config, shapes)
-    loaders = LoaderRounds(loader, settings)
-    with run.stage("loaders") as stage:
-        run.parts.update(loaders.run(stage))
-    with run.stage("step") as stage:
-        batch = next(iter(loader(Pipeline("tf_native", "cache"))))
-        steps, step = step_stage(stage, batch, settings, (None, shapes.max_text_len, shapes.max_mel_frames))
-        run.parts["step"] = step
-    fastest = steps[step.input_bound_mode]
-    with run.stage("input_bound") as stage:
-        run.parts["input_bound"], run.parts["gpu"] = gpu_sampled(
-            lambda: input_bound_stage(stage, fastest, step.input_bound_call_s, batch, loader, settings))
-    with run.stage("feed") as stage:
-        run.parts["feed"] = feed_stage(stage, {p.label: lambda p=p: iterate(loader(p)) for p in LOADER_PIPELINES},
-                                       step_time=settings.step_time, mel_config=mel_config)
-    with run.stage("sweep") as stage:
-        run.parts["sweep"] = sweep_stage(stage, loader, settings)
-    if trace_dir is not None:
-        with run.stage("trace") as stage:
-            run.parts["trace"] = trace_stage(stage, fastest, step.input_bound_call_s,
-                                              loader(Pipeline("tf_native", "wav")), Path(trace_dir),
-                                              settings.trace_steps)
-    run.resume({"loaders": Resumable(loaders.run, loaders.more_rounds)})  # the time the others left
+def _input_bound_pass(step: StepModel, first: StepRun, batch, dataset, settings: DiagnoseSettings,
+                      target: Target) -> Resumable:
+    """The input-bound stage (input_bound.InputBoundStage: the pipeline, a fresh Stream per side and round, vs
+    the first batch repeated), each pass's parts its figures, the GPU sampled around its rounds, and the step's
+    run: the rounds' calls added, the traces counted over them (those since the first calls, the work
+    fingerprint's, left out)."""
+    bound = InputBoundStage(step, first.first_steady_s, dataset, twin_of(batch), warmup=settings.warmup,
+                            fresh=lambda data: Stream(data, target.pipeline))
+    retraces_before = step.retraces
 
+    def run(stage: Stage) -> dict:
+        figures, gpu = gpu_sampled(lambda: bound.run(stage))
+        retraces = None if retraces_before is None else step.retraces - retraces_before
+        used = replace(first, calls=first.calls + bound.measurement.calls,
+                       traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
+        return {"input_bound": figures, "step": used, "gpu": gpu}
 
-def _loader_factory(dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettings, mel_config, shapes):
-    """loader(pipeline, batch_size=, workers=): its repeated tf.data pipeline, padded to the static shapes
-    so the compiled step traces once; built once per setting (building one reads every file's header)."""
-    from perfsuite.data.loaders import LoaderConfig, build_loader
-
-    built = {}
-
-    def loader(pipeline: Pipeline, *, batch_size: int = settings.batch_size, workers: int = settings.workers):
-        key = (pipeline, batch_size, workers)
-        if key not in built:
-            config = LoaderConfig(kind=pipeline.kind, source=pipeline.source, batch_size=batch_size,
-                                  num_parallel_calls=workers, static_shapes=True, max_text_len=shapes.max_text_len,
-                                  max_mel_frames=shapes.max_mel_frames, on_error="skip")
-            built[key] = build_loader(dataset_dir=dataset_dir, config=config, cache_dir=cache_dir,
-                                      mel_config=mel_config).dataset.repeat()
-        return built[key]
-
-    return loader
+    return Resumable(run, bound.more_rounds)

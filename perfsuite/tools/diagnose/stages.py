@@ -1,5 +1,5 @@
-"""The measuring stages of a diagnosis (loaders, step, input-bound share, emulated feed, sweep, trace),
-each a function of its Stage, returning its figures as records."""
+"""Stages of a diagnosis that are functions of their Stage, returning their figures as records: the emulated
+feed, the preset's sweep, the profiler trace; and GPU sampling around a stage."""
 
 from __future__ import annotations
 
@@ -21,33 +21,18 @@ from perfsuite.measure.emulated import (  # no TensorFlow
     run_emulated,
 )
 from perfsuite.measure.rounds import InterleavedRounds
-from perfsuite.measure.step_model import FirstCalls, StepModel
-from perfsuite.measure.teardown import iterate
-from perfsuite.tools.diagnose.input_bound import InputBoundStage, side_steps, twin_of
 from perfsuite.tools.diagnose.plan import (
     FEED_ROUND_SAMPLES,
     FEED_SEARCH_SHARE,
-    MAX_STEP_CALLS,
     MIN_FEED_S,
     Stage,
-    calls_that_fit,
-    more_rounds_for,
     split_budget,
-    status_from,
     status_of,
     worst_status,
 )
 from perfsuite.verdict.diagnosis import feed_words
 from perfsuite.verdict.diagnosis_figures import (
-    CACHE_BOUNDARIES,
     DECIDED,
-    LOADER_BOUNDARIES,
-    LOADER_PAIRS,
-    LOADER_PIPELINES,
-    MIN_ROUNDS,
-    STEP_BOUNDARIES,
-    STEP_MODES,
-    STEP_RATIOS,
     SWEEP_ALPHA,
     SWEEP_AXES,
     SWEEP_BOUNDARIES,
@@ -55,70 +40,13 @@ from perfsuite.verdict.diagnosis_figures import (
     SWEEP_MIN_WIN_SHARE,
     TOO_SHORT,
     UNDECIDED,
-    VARIATION_BOUNDARIES,
     DiagnoseSettings,
     FeedFigures,
     GpuFigures,
-    LoaderComparison,
-    Pipeline,
-    PipelineFigures,
-    StepFigures,
-    StepMode,
-    StepRatio,
     SweepAxis,
     SweepPoint,
     estimate,
 )
-
-
-class LoaderRounds:
-    """Every LOADER_PIPELINES loader in interleaved rounds (_dataset_rounds) until every LOADER_PAIRS ratio is
-    decided or the share is spent. run() again adds rounds to the earlier ones (resume's second pass),
-    continuing their order."""
-
-    def __init__(self, loader, settings: DiagnoseSettings):
-        self.settings = settings
-        self.rounds = _dataset_rounds({p: (p.label, loader(p), settings.batches) for p in LOADER_PIPELINES},
-                                      warmup=settings.warmup)
-
-    @property
-    def runs(self) -> dict[Pipeline, list]:
-        """Each loader's measurement per round, the warm-up round's first."""
-        return {p: self.rounds.warmups[p] + self.rounds.values[p] for p in LOADER_PIPELINES}
-
-    def comparisons(self) -> tuple[LoaderComparison, ...]:
-        from perfsuite.measure import stats
-
-        speeds = {p: [m.samples_per_s for m in measured] for p, measured in self.rounds.values.items()}
-        found = []
-        for a, b in LOADER_PAIRS:
-            if speeds[a]:
-                ratios = stats.ratio_of(speeds[a], speeds[b])
-                boundaries = LOADER_BOUNDARIES if a.source == b.source else CACHE_BOUNDARIES
-                found.append(LoaderComparison(a=a, b=b, ratios=tuple(ratios), ratio=estimate(ratios, boundaries)))
-        return tuple(found)
-
-    def more_rounds(self) -> float:
-        """Rounds more for every ratio to be decided (plan.more_rounds_for; MIN_ROUNDS with none yet)."""
-        return max((more_rounds_for(c.ratio) for c in self.comparisons()), default=float(MIN_ROUNDS))
-
-    def run(self, stage: Stage) -> dict:
-        """Rounds within the stage's share; pipelines and comparisons, empty without a measured round."""
-        settings, done = self.settings, self.rounds.rounds_run
-        stage.planned(f"{len(LOADER_PIPELINES)} loaders x ({settings.warmup} + {settings.batches}) batches per "
-                       f"round, interleaved, {'after a short warm-up round' if not done else 'more rounds'}; "
-                       "rounds until the same-round ratios are decided")
-
-        def decided() -> bool:
-            return all(c.ratio.decided for c in self.comparisons())
-
-        self.rounds.until_decided(decided, driver=stage.rounds_until_decided)
-        measured = max(0, self.rounds.rounds_run - 1)  # both passes, less the warm-up round
-        stage.status = status_from(measured > 0 and decided(), measured)
-        if not measured:
-            return {"pipelines": (), "comparisons": ()}
-        return {"pipelines": tuple(_pipeline_figures(p, self.runs[p]) for p in LOADER_PIPELINES),
-                "comparisons": self.comparisons()}
 
 
 def _dataset_rounds(reads: dict, *, warmup: int) -> InterleavedRounds:
@@ -134,96 +62,6 @@ def _dataset_rounds(reads: dict, *, warmup: int) -> InterleavedRounds:
 
     rounds = InterleavedRounds({label: functools.partial(measure, label) for label in reads}, warmup_rounds=1)
     return rounds
-
-
-def _pipeline_figures(pipeline: Pipeline, measurements: list) -> PipelineFigures:
-    """A loader's rounds (the first a warm-up) as PipelineFigures."""
-    from perfsuite.measure import timing
-
-    first, *steady = measurements
-    return PipelineFigures(pipeline=pipeline, loader=timing.combine(steady, name=pipeline.label, first=first),
-                           samples_per_s=estimate([m.samples_per_s for m in steady]),
-                           variation=estimate([m.summary.variation_ratio for m in steady], VARIATION_BOUNDARIES))
-
-
-def step_stage(stage: Stage, batch, settings: DiagnoseSettings, shapes) -> tuple[dict, StepFigures]:
-    """The step in every STEP_MODES mode on one fixed batch: the first calls (trace, compile; whatever the share,
-    as without them there is no step to measure) and one steady call each size interleaved rounds of calls, added
-    until both STEP_RATIOS are decided or the share is spent. Returns ({mode: the step}, its figures)."""
-    from perfsuite.workload.model import MODEL_PRESETS, make_train_step
-
-    stage.tell("note", f"first calls of the {settings.model} step in eager, graph and XLA mode (trace, compile)")
-    models, first = {}, {}
-    for mode in STEP_MODES:
-        step = make_train_step(model_config=MODEL_PRESETS[settings.model], mode=mode, input_shapes=shapes)
-        models[mode] = StepModel(step, name=f"step-{mode}")
-        first[mode] = models[mode].first_calls(batch)
-        stage.tell("note", f"{mode}: first call {first[mode].first_s:.2f} s, then "
-                           f"{first[mode].steady_s:.3f} s per call")
-    round_call_s = sum(first[mode].steady_s for mode in STEP_MODES)
-    calls = calls_that_fit(stage.left_s(), round_call_s, most=MAX_STEP_CALLS)
-    stage.planned(f"interleaved rounds of {calls} call(s) per mode, about {calls * round_call_s:.1f} s each, until "
-                   f"graph/eager and XLA/graph are decided; {max(stage.left_s(), 0):.0f} s of the share left after the "
-                   "first calls")
-
-    def one_mode(model: StepModel) -> tuple[float, ...]:  # a mode's round: the seconds of each call
-        return tuple(model.call_s(batch) for _ in range(calls))
-
-    rounds = InterleavedRounds({mode: functools.partial(one_mode, models[mode]) for mode in STEP_MODES})
-    per_round = rounds.values
-    outcome = rounds.until_decided(lambda: all(r.ratio.decided for r in _step_ratios(per_round).values()),
-                                   driver=stage.rounds_until_decided, first_estimate_s=calls * round_call_s)
-    stage.status = status_of(outcome)
-    modes = {mode: _step_mode(first[mode], per_round[mode], models[mode].retraces) for mode in STEP_MODES}
-    ratios = _step_ratios(per_round)
-    # The input-bound stage feeds the faster compiled mode: by the same-round ratio, else by the first steady calls.
-    xla_faster = (ratios["xla_over_graph"].ratio.median > 1 if "xla_over_graph" in ratios
-                  else modes["xla"].first_steady_s < modes["graph"].first_steady_s)
-    return {mode: model.step for mode, model in models.items()}, StepFigures(
-        modes=modes, ratios=ratios, calls_per_round=calls, input_bound_mode="xla" if xla_faster else "graph")
-
-
-def _step_ratios(per_round: dict[str, list]) -> dict[str, StepRatio]:
-    """Per STEP_RATIOS name, the faster mode's speed over the slower one's in each round; {} before a round."""
-    if not per_round[STEP_MODES[0]]:
-        return {}
-    means = {mode: [statistics.fmean(calls) for calls in rounds] for mode, rounds in per_round.items()}
-    ratios = {name: tuple(s / f for s, f in zip(means[slower], means[faster]))
-              for name, (faster, slower) in STEP_RATIOS.items()}
-    return {name: StepRatio(rounds=rounds, ratio=estimate(rounds, STEP_BOUNDARIES)) for name, rounds in ratios.items()}
-
-
-def _step_mode(first: FirstCalls, rounds: list[tuple[float, ...]], retraces: int | None) -> StepMode:
-    return StepMode(first_s=first.first_s, first_steady_s=first.steady_s,
-                    call_s=tuple(s for calls in rounds for s in calls),
-                    step_s=estimate([statistics.fmean(calls) for calls in rounds]) if rounds else None,
-                    traces=None if first.traces is None else first.traces + retraces, retraces=retraces)
-
-
-def input_bound_stage(stage: Stage, step, call_s: float, batch, loader, settings: DiagnoseSettings):
-    """The compiled step fed by each LOADER_PIPELINES pipeline vs by the synthetic twin (the fixed batch repeated:
-    every loader pads to the same static shapes, so one batch stands for all), an input_bound.InputBoundStage each,
-    their rounds together; a pipeline leaves them once its share is decided. The figures of each pipeline measured."""
-    warmup, model, twin = settings.warmup, StepModel(step, name="step"), twin_of(batch)
-    bounds = [InputBoundStage(model, call_s, loader(pipeline), twin, warmup=warmup, fresh=iterate, pipeline=pipeline)
-              for pipeline in LOADER_PIPELINES]
-    sides = 2 * len(bounds)
-    batches = side_steps(stage.left_s(), call_s, sides=sides, warmup=warmup)
-    round_s = sides * (warmup + batches) * call_s
-    stage.planned(f"rounds of {sides} sides ({len(bounds)} pipelines, each beside the synthetic twin) x ({warmup} "
-                   f"untimed + {batches} timed steps of about {call_s:.3g} s), about {round_s:.1f} s per round; a "
-                   "pipeline leaves the rounds once its share is decided")
-
-    def undecided() -> list[InputBoundStage]:
-        return [bound for bound in bounds if not bound.decided()]
-
-    def one_round(index: int) -> None:
-        for bound in undecided():
-            bound.one_round(batches)
-
-    outcome = stage.rounds_until_decided(one_round, decided=lambda: not undecided(), first_estimate_s=round_s)
-    stage.status = status_of(outcome)
-    return tuple(bound.figures() for bound in bounds if bound.measured() is not None)
 
 
 def feed_stage(stage: Stage, sources: dict[str, Callable[[], Iterator]], *, step_time: str | None,
@@ -315,7 +153,7 @@ def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, sha
     points, current = sweep_points(axis, settings), getattr(settings, axis)
     batches = {point: settings.batches if axis == "workers" else max(2, round(settings.batches * current / point))
                for point in points}
-    rounds = _dataset_rounds({point: (f"sweep-{axis}-{point}", loader(Pipeline("tf_native", "wav"), **{axis: point}),
+    rounds = _dataset_rounds({point: (f"sweep-{axis}-{point}", loader(**{axis: point}),
                                       batches[point]) for point in points}, warmup=settings.warmup)
 
     def figures() -> SweepAxis | None:
