@@ -28,61 +28,42 @@ from perfsuite.measure.stats import classify_input_bound
 from perfsuite.records import RecordError
 from perfsuite.tools import cli
 from perfsuite.tools.diagnose import run as diagnose_module
-from perfsuite.tools.diagnose.plan import (
-    MAX_ROUNDS,
-    STAGE_NEEDS,
-    STAGES,
-    Event,
-    calls_that_fit,
-    split_budget,
-    status_of,
-)
+from perfsuite.tools.diagnose.plan import MAX_ROUNDS, Event, calls_that_fit, split_budget, status_of
+from perfsuite.tools.diagnose.preset import LOADERS, MODES, preset_target
+from perfsuite.tools.diagnose.run import STAGE_NEEDS
 from perfsuite.tools.diagnose.stages import feed_figures, keeps_busy, sweep_figures, sweep_points
 from perfsuite.tools.diagnose.views import repeat_copies, write_repeated_view
 from perfsuite.verdict.diagnosis import (
-    cache_verdicts,
     feed_verdict,
     gpu_verdicts,
-    input_bound_verdicts,
-    loader_verdicts,
+    input_bound_finding,
     stage_verdicts,
-    step_verdicts,
     sweep_verdicts,
-    variation_verdicts,
-    verdicts,
+    variation_finding,
 )
 from perfsuite.verdict.diagnosis_figures import (
     DECIDED,
     INPUT_BOUND_BOUNDARIES,
     INTERRUPTED,
-    LOADER_PAIRS,
-    LOADER_PIPELINES,
     MIN_ROUNDS,
-    SCHEMA_VERSION,
-    STEP_MODES,
     TOO_SHORT,
     UNDECIDED,
     DiagnoseSettings,
-    Diagnosis,
     FeedFigures,
     GpuFigures,
     InputBoundFigures,
-    LoaderComparison,
-    Pipeline,
-    PipelineFigures,
     RoundsEstimate,
     StageRecord,
-    StepFigures,
-    StepMode,
-    StepRatio,
     estimate,
-    migrate_5_to_6,
 )
+from perfsuite.verdict.diagnosis_record import SCHEMA_VERSION, Diagnosis
+from perfsuite.verdict.pipeline_findings import verdicts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 BAD = ("pcm24", "not_a_wav")
-PIPELINES = {("tf_native", "wav"), ("numpy_function", "wav"), ("tf_native", "cache"), ("numpy_function", "cache")}
-BUDGET_S = 60  # the loaders' share (2/22 of it) must hold their warm-up round and rounds on the slower CPUs under -n
+STAGES = ["throughput", "input_bound", "bottleneck", "capacity", "fixes", "feed", "sweep", "trace"]
+ALTERNATIVES = {*(f"loader {kind}-{source}" for kind, source in LOADERS), *(f"step {mode}" for mode in MODES)}
+BUDGET_S = 90  # the stages' shares must hold a few rounds each on the slower CPUs under -n
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +122,6 @@ def run(dataset_with_bad_files, tmp_path_factory) -> Run:
     return Run(code, stdout.getvalue(), stderr.getvalue(), result, out_dir, returned[0], checkpoints)
 
 
-def _pipeline_key(figures: dict) -> tuple[str, str]:
-    return figures["pipeline"]["kind"], figures["pipeline"]["source"]
-
-
 def _estimates(data, path="") -> list[tuple[str, dict]]:
     """Every RoundsEstimate record in a JSON tree, with where it sits."""
     found = []
@@ -165,7 +142,7 @@ def _estimates(data, path="") -> list[tuple[str, dict]]:
 def test_the_budget_is_split_in_proportion_to_what_each_stage_needs():
     plan = split_budget(180.0, STAGE_NEEDS)
     assert list(plan) == list(STAGE_NEEDS) and sum(plan.values()) == pytest.approx(180.0)
-    assert plan["input_bound"] / plan["loaders"] == pytest.approx(STAGE_NEEDS["input_bound"] / STAGE_NEEDS["loaders"])
+    assert plan["input_bound"] / plan["feed"] == pytest.approx(STAGE_NEEDS["input_bound"] / STAGE_NEEDS["feed"])
     assert split_budget(60.0, {"a": 1.0, "b": 2.0}) == {"a": 20.0, "b": 40.0}
     assert split_budget(-5.0, {"a": 1.0, "b": 3.0}) == {"a": 0.0, "b": 0.0}  # nothing left: nothing to share
     assert split_budget(10.0, {}) == {}
@@ -267,28 +244,6 @@ def test_a_second_pass_keeps_back_what_followed_its_rounds_and_ends_within_the_b
     assert budget.left_s() >= 0.0  # its rounds stopped teardown_s early: the pass ended within the budget
 
 
-def test_loaders_left_without_a_measured_round_get_rounds_in_a_second_pass_without_a_second_warm_up():
-    import tensorflow as tf
-
-    from perfsuite.tools.diagnose.plan import Budget, Stage, no_progress
-    from perfsuite.tools.diagnose.stages import LoaderRounds
-
-    loaders = LoaderRounds(lambda pipeline: tf.data.Dataset.range(10**6).batch(4).repeat(),
-                           DiagnoseSettings(model="tiny", batch_size=4, batches=4, budget_s=60))
-    budget = Budget(60, {"loaders": 1.0}, time.monotonic)
-    first = Stage("loaders", 1e-3, budget, no_progress)  # time for the warm-up round only
-    assert loaders.run(first) == {"pipelines": (), "comparisons": ()}
-    assert (first.status, first.rounds) == (TOO_SHORT, 0) and loaders.more_rounds() == MIN_ROUNDS
-    again = Stage("loaders", 20.0, budget, no_progress)
-    found = loaders.run(again)
-    assert again.rounds >= MIN_ROUNDS and "more rounds" in again.plan
-    for figures in found["pipelines"]:
-        assert figures.samples_per_s.rounds == again.rounds  # the first pass's warm-up round is not counted ...
-    for measurements in loaders.runs.values():
-        assert [m.batches for m in measurements].count(1) == 1  # ... nor run again
-    assert len(found["comparisons"]) == len(LOADER_PAIRS)
-
-
 def test_an_estimate_carries_its_interval_rounds_and_the_boundaries_it_straddles():
     from perfsuite.measure import stats
 
@@ -320,46 +275,53 @@ def test_a_dataset_smaller_than_a_round_is_measured_repeated_and_says_so(run, ti
     # 24 utterances < 8 (largest batch) x 4 batches: listed twice, 48 = a multiple of 2, 4 and 8
     assert run.result["data"]["repeat"] == {"copies": 2, "utterances_measured": 2 * good, "round_samples": 32}
     assert "[data-size] only 24 usable utterance(s)" in run.out
-    for pipeline in run.result["pipelines"]:  # full batches only
-        loader = pipeline["loader"]
-        assert sum(loader["batch_samples"]) == 4 * len(loader["batch_ns"])
 
 
 def test_the_run_keeps_to_its_budget_and_records_every_stage(run):
     result = run.result
     assert result["complete"] is True
-    assert [stage["name"] for stage in result["stages"]] == list(STAGES)
-    # Only the step's first calls (trace, compile) and one round past an estimate can overrun.
-    assert result["elapsed_s"] <= BUDGET_S + 15
+    assert [stage["name"] for stage in result["stages"]] == STAGES
+    # The start-up (the step's first calls) and the alternatives' first calls, then one round past an estimate.
+    assert result["elapsed_s"] <= BUDGET_S + 30
     for stage in result["stages"]:
         assert stage["status"] in (DECIDED, UNDECIDED, TOO_SHORT, "done") and stage["plan"]
-        if stage["status"] == DECIDED:
+        if stage["status"] == DECIDED and stage["name"] not in ("fixes", "feed"):
             assert stage["rounds"] >= MIN_ROUNDS
-        if stage["status"] == UNDECIDED and stage["name"] != "feed":  # feed: a step inside a feed interval
-            assert stage["rounds"] >= MIN_ROUNDS and stage["spent_s"] > 0.5 * stage["share_s"]
-    # A checkpoint after check-data and after every stage (and a loaders stage run again), then the complete one.
-    again = [(False, list(STAGES))] if "then again" in result["stages"][0]["plan"] else []
-    assert run.checkpoints == [(False, [])] + [(False, list(STAGES[:n])) for n in range(1, len(STAGES) + 1)] + again + [
-        (True, [s["name"] for s in result["stages"]])]
+    # A checkpoint after the start-up and after every stage's pass, each holding the stages so far, then the
+    # complete one.
+    assert run.checkpoints[0] == (False, []) and run.checkpoints[-1] == (True, STAGES)
+    for complete, names in run.checkpoints[1:-1]:
+        assert not complete and names == STAGES[:len(names)]
 
 
-def test_every_loader_gets_a_feed_rate_and_a_judgement_its_interval_supports(run):
-    result = run.result
-    measured = [figures["pipeline"] for figures in result["feed"]]
-    assert measured and measured == [p.label for p in LOADER_PIPELINES][:len(measured)]
-    stage = next(stage for stage in result["stages"] if stage["name"] == "feed")
-    assert stage["rounds"] == len(measured)
-    assert (stage["status"] == TOO_SHORT) == (len(measured) < len(LOADER_PIPELINES))
-    for figures in result["feed"]:
-        feed, step_s = figures["feed"], figures["step_s"]
-        assert figures["step_time"] == DiagnoseSettings().step_time and step_s > 0
-        if figures["keeps_busy"] is True:
-            assert step_s >= feed["step_high_s"]
-        elif figures["keeps_busy"] is False:
-            assert feed["step_s"] is None or step_s <= feed["step_low_s"]
-        assert figures["timeline"]["devices"][0]["util"]  # the round at the step was sampled
-    topics = {verdict.topic for verdict in run.diagnosis.verdicts}
-    assert {f"feed-{label}" for label in measured} <= topics
+def test_the_preset_measures_its_loader_and_ranks_the_other_loaders_and_step_modes_as_changes(run):
+    diagnosis = run.diagnosis
+    assert diagnosis.target == preset_target(Path(diagnosis.target.dataset), diagnosis.settings)
+    assert diagnosis.throughput.rate.median > 0 and diagnosis.throughput.unit == "samples"
+    assert diagnosis.step.first_s > 0 and diagnosis.step.retraces == 0  # static shapes: one trace
+    fixes = {fix.name: fix for fix in diagnosis.fixes}
+    measured = [fix for fix in fixes.values() if fix.applied and fix.gain is not None]
+    assert measured and {fix.name for fix in measured} <= set(fixes)
+    assert ALTERNATIVES & set(fixes), "the fixes stage had time for no alternative"
+    for name in ALTERNATIVES & set(fixes):
+        unit = fixes[name].unit
+        assert unit is None or unit.startswith("steps/s" if name.startswith("step") else "samples/s")
+    changes = [v for v in diagnosis.verdicts if v.topic.startswith("fix-") and v.interval is not None]
+    assert changes == diagnosis.verdicts[:len(changes)]  # what to change first opens the findings ...
+    assert run.out.splitlines()[1].startswith("what to change first: ")  # ... and the output, after check-data
+
+
+def test_the_pipeline_gets_a_feed_rate_and_a_judgement_its_interval_supports(run):
+    figures = run.result["feed"]
+    if figures is None:
+        assert next(s for s in run.result["stages"] if s["name"] == "feed")["status"] == TOO_SHORT
+        return
+    feed, step_s = figures["feed"], figures["step_s"]
+    assert figures["step_time"] == DiagnoseSettings().step_time and step_s > 0
+    if figures["keeps_busy"] is True:
+        assert step_s >= feed["step_high_s"]
+    elif figures["keeps_busy"] is False:
+        assert feed["step_s"] is None or step_s <= feed["step_low_s"]
 
 
 def test_every_figure_carries_its_interval_and_rounds_and_decided_stages_decided_them(run):
@@ -372,20 +334,19 @@ def test_every_figure_carries_its_interval_and_rounds_and_decided_stages_decided
         assert figure["straddles"] == [b for b in figure["boundaries"] if figure["low"] < b <= figure["high"]], where
     stages = {stage["name"]: stage for stage in result["stages"]}
     if stages["input_bound"]["status"] == DECIDED:
-        assert all(RoundsEstimate.from_dict(f["share"]).decided for f in result["input_bound"])
-    if stages["loaders"]["status"] == DECIDED:
-        assert all(RoundsEstimate.from_dict(c["ratio"]).decided for c in result["comparisons"])
+        assert RoundsEstimate.from_dict(result["input_bound"]["share"]).decided
 
 
 def test_every_verdict_on_a_measured_figure_carries_its_interval(run):
-    measured = ("loader-", "cache", "step-", "input-", "variation-", "workers", "batch_size")
+    measured = ("throughput", "input-bound", "workers", "batch_size")
     for verdict in run.diagnosis.verdicts:
-        if verdict.topic.startswith(measured):
+        if verdict.topic.startswith(measured) or (verdict.topic.startswith("fix-") and verdict.evidence["applied"]
+                                                  and "gain" in verdict.evidence):
             assert verdict.interval is not None, verdict.topic
             figure = verdict.interval
             if figure.rounds < MIN_ROUNDS:
                 assert TOO_SHORT in verdict.finding and verdict.recommendation is None
-            elif figure.straddles:
+            elif figure.straddles and not verdict.topic.startswith("fix-"):
                 assert "straddles" in verdict.finding and verdict.recommendation is None
     printed = [line for line in run.out.splitlines() if line.startswith("    interval: ")]
     assert len(printed) == sum(v.interval is not None for v in run.diagnosis.verdicts)
@@ -395,36 +356,17 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
     from perfsuite.measure.machine import machine_fingerprint
 
     result = run.result
-    assert result["schema_version"] == SCHEMA_VERSION == 8 and result["kind"] == "dataset"
+    assert result["schema_version"] == SCHEMA_VERSION == 9 and "kind" not in result
     assert result["settings"]["batch_size"] == 4 and result["settings"]["model"] == "tiny"
     assert result["settings"]["batches"] == 4 and result["settings"]["budget_s"] == BUDGET_S
     assert set(result["fingerprint"]) == set(machine_fingerprint().as_dict())
-    assert {_pipeline_key(p) for p in result["pipelines"]} == PIPELINES
-    for pipeline in result["pipelines"]:
-        loader, rounds = pipeline["loader"], pipeline["samples_per_s"]["rounds"]
-        assert loader["samples_per_s"] > 0 and len(loader["batch_ns"]) == 4 * rounds
-        assert pipeline["variation"]["rounds"] == rounds
-    assert {(c["a"]["kind"], c["a"]["source"], c["b"]["kind"], c["b"]["source"]) for c in result["comparisons"]} == {
-        ("tf_native", "wav", "numpy_function", "wav"), ("tf_native", "cache", "numpy_function", "cache"),
-        ("tf_native", "cache", "tf_native", "wav")}
-    for comparison in result["comparisons"]:
-        assert len(comparison["ratios"]) == comparison["ratio"]["rounds"]
-    for bound in result["input_bound"]:
-        assert bound["t_real"] > 0 and bound["t_synthetic"] > 0 and bound["batches"] >= 2
-        assert len(bound["real_round_s"]) == len(bound["synthetic_round_s"]) == bound["share"]["rounds"]
-        shares = [1 - s / r for s, r in zip(bound["synthetic_round_s"], bound["real_round_s"])]
-        assert bound["share"]["low"] == pytest.approx(min(shares)) or bound["share"]["rounds"] > 5
-        # the wait share: a part of each fed round's time, from the same rounds
-        assert bound["wait"]["rounds"] == bound["share"]["rounds"]
-        assert 0 <= bound["wait"]["low"] <= bound["wait"]["median"] <= bound["wait"]["high"] <= 1
-    step = result["step"]
-    assert set(step["modes"]) == set(STEP_MODES)
-    for figures in step["modes"].values():
-        assert figures["first_s"] > 0 and figures["first_steady_s"] > 0
-        assert len(figures["call_s"]) == step["calls_per_round"] * (figures["step_s"] or {"rounds": 0})["rounds"]
-    assert step["modes"]["graph"]["retraces"] == 0  # static shapes: one trace
-    for ratio in step["ratios"].values():  # same-round ratios, one per interleaved round
-        assert len(ratio["rounds"]) == ratio["ratio"]["rounds"]
+    throughput = result["throughput"]
+    assert len(throughput["batch_s"]) == sum(throughput["round_batches"]) and throughput["rate"]["median"] > 0
+    bound = result["input_bound"]
+    assert bound["t_real"] > 0 and bound["t_synthetic"] > 0 and bound["batches"] >= 2
+    assert len(bound["real_round_s"]) == len(bound["synthetic_round_s"]) == bound["share"]["rounds"]
+    assert bound["wait"]["rounds"] == bound["share"]["rounds"]  # the wait share, from the same rounds
+    assert 0 <= bound["wait"]["low"] <= bound["wait"]["median"] <= bound["wait"]["high"] <= 1
     sweeps = {sweep["axis"]: sweep for sweep in result["sweep"]}
     for axis, points, current in (("workers", [1, 2, 4], 2), ("batch_size", [2, 4, 8], 4)):
         if axis not in sweeps:
@@ -451,30 +393,27 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
 
 def test_json_round_trips_through_diagnosis_from_dict(run):
     returned = run.diagnosis
-    assert Diagnosis.from_dict(returned.as_dict()) == returned
-    assert json.loads(json.dumps(returned.as_dict())) == run.result  # the CLI wrote as_dict() as it is
+    assert Diagnosis.from_dict({"schema_version": SCHEMA_VERSION, **returned.as_dict()}) == returned
+    assert json.loads(json.dumps(returned.as_dict())) == {k: v for k, v in run.result.items() if k != "schema_version"}
     loaded = Diagnosis.from_dict(run.result)
-    assert loaded == returned and loaded.as_dict() == run.result
+    assert loaded == returned
     assert verdicts(loaded) == list(loaded.verdicts)  # the stored verdicts follow from the stored figures
     assert [p.name for p in run.out_dir.iterdir() if p.name.endswith(".tmp")] == []  # written atomically
     assert stat.S_IMODE((run.out_dir / "result.json").stat().st_mode) == 0o644
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6, 7, 8], found 3"),
-    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 8), found None"),
-    (lambda d: d.update(kind="pipeline"), "kind: expected 'dataset', found 'pipeline'"),
+    (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6, 7, 8, 9], found 3"),
+    (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 9), found None"),
+    (lambda d: d.update(kind="dataset"), "kind: expected no such key, found 'dataset'"),
     (lambda d: d.pop("complete"), "complete: expected a value (required key), found no such key"),
-    (lambda d: d["step"]["modes"].pop("xla"),
-     "step: expected a valid StepFigures, found modes: expected eager, graph, xla, found eager, graph"),
-    (lambda d: d["pipelines"][1]["loader"].pop("samples_per_s"),
-     "pipelines[1].loader.samples_per_s: expected a value (required key), found no such key"),
-    (lambda d: d["input_bound"][0]["share"].pop("rounds"),
-     "input_bound[0].share.rounds: expected a value (required key), found no such key"),
+    (lambda d: d["throughput"].pop("rate"), "throughput.rate: expected a value (required key), found no such key"),
+    (lambda d: d["input_bound"]["share"].pop("rounds"),
+     "input_bound.share.rounds: expected a value (required key), found no such key"),
     (lambda d: d["stages"][0].pop("status"), "stages[0].status: expected a value (required key), found no such key"),
     (lambda d: d.update(verdicts={}), "verdicts: expected a list (tuple), found dict {}"),
     (lambda d: d["stages"][0].update(rounds="3"), "stages[0].rounds: expected int, found str '3'"),
-], ids=["old-version", "no-version", "wrong-kind", "no-complete", "step-mode", "loader-figure", "share-rounds",
+], ids=["old-version", "no-version", "a-kind", "no-complete", "throughput-rate", "share-rounds",
         "stage-status", "verdicts-type", "rounds-type"])
 def test_a_wrong_schema_version_or_missing_key_is_refused_by_name(run, damage, message):
     result = copy.deepcopy(run.result)
@@ -489,10 +428,10 @@ def test_printed_verdicts_are_the_json_verdicts_with_evidence(run):
     assert run.result["verdicts"]
     for verdict in run.result["verdicts"]:
         assert f"[{verdict['topic']}] {verdict['finding']}" in run.out
-        assert verdict["evidence"]
-    assert "perfsuite diagnose [check] checking the data" in run.err  # progress on stderr
+        assert verdict["evidence"] or verdict["topic"] == "input-bound"
+    assert "perfsuite diagnose [startup] checking the data" in run.err  # progress on stderr
     assert f"perfsuite diagnose [plan] budget {BUDGET_S} s" in run.err
-    assert "perfsuite diagnose [input_bound] share " in run.err and "s of its share, " in run.err
+    assert "perfsuite diagnose [input_bound] rounds of " in run.err and "s of its share, " in run.err
     assert "s of the budget left" in run.err
     assert f"of the {BUDGET_S} s budget" in run.out.splitlines()[-3]  # the stages line, before json: and report:
 
@@ -506,14 +445,14 @@ def test_report_has_non_empty_pngs_linked_from_the_summary(run):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
         assert f"]({png.name})" in summary
     assert "| stage | status | share s |" in re.sub(r" +", " ", summary)  # Markdown tables pad their cells
-    assert "**Incomplete**" not in summary
+    assert "**Incomplete**" not in summary and "## What to change first" in summary
 
 
 def test_summary_notes_drift_of_the_same_setting_measured_three_times(run):
     from perfsuite.tools.report import markdown_summary
 
     result = copy.deepcopy(run.result)
-    same = next(p for p in result["pipelines"] if _pipeline_key(p) == ("tf_native", "wav"))["loader"]["samples_per_s"]
+    same = result["throughput"]["rate"]["median"]
     result["sweep"] = [sweep_figures(axis=axis, current=current, values={1: [same] * 3, current: [same] * 3}).as_dict()
                        for axis, current in (("workers", 2), ("batch_size", 4))]  # whether or not they had time here
     current = {sweep["axis"]: next(row for row in sweep["points"] if row["current"]) for sweep in result["sweep"]}
@@ -535,40 +474,43 @@ def _interrupt_after(stage_name):
     return progress
 
 
+def _write(path):
+    return lambda d: cli._write_json(path, {"schema_version": SCHEMA_VERSION, **d.as_dict()})
+
+
 def test_an_interrupted_run_keeps_a_partial_json_that_loads(tiny_corpus, tmp_path):
     path = tmp_path / "partial.json"
     settings = DiagnoseSettings(model="tiny", batch_size=4, batches=4, budget_s=20)
     with pytest.raises(KeyboardInterrupt):
-        diagnose_module.diagnose(dataset_dir=tiny_corpus, settings=settings, progress=_interrupt_after("loaders"),
-                                 checkpoint=lambda d: cli._write_json(path, d.as_dict()))
+        diagnose_module.diagnose(target=preset_target(tiny_corpus, settings), settings=settings,
+                                 progress=_interrupt_after("throughput"), checkpoint=_write(path))
     partial = Diagnosis.from_dict(json.loads(path.read_text()))
-    assert partial.complete is False and [s.name for s in partial.stages] == ["loaders"]
-    assert partial.step is None and partial.input_bound == () and partial.sweep == () and partial.gpu is None
-    if partial.stages[0].rounds:
-        assert {(p.pipeline.kind, p.pipeline.source) for p in partial.pipelines} == PIPELINES
+    assert partial.complete is False and [s.name for s in partial.stages] == ["throughput"]
+    assert partial.input_bound is None and partial.sweep == () and partial.fixes == () and partial.gpu is None
+    assert partial.data is not None and partial.step is not None  # the start-up's
     assert verdicts(partial) == list(partial.verdicts)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and [p.name for p in tmp_path.iterdir()] == ["partial.json"]
 
 
 def test_no_time_left_is_not_enough_time_to_decide_never_a_guess(tiny_corpus, tmp_path):
     path = tmp_path / "short.json"
-    settings = DiagnoseSettings(model="tiny", batch_size=4, batches=4, budget_s=0.001)  # spent by check-data
+    settings = DiagnoseSettings(model="tiny", batch_size=4, batches=4, budget_s=0.001)  # spent by the start-up
     with pytest.raises(KeyboardInterrupt):
-        diagnose_module.diagnose(dataset_dir=tiny_corpus, settings=settings, progress=_interrupt_after("loaders"),
-                                 checkpoint=lambda d: cli._write_json(path, d.as_dict()))
+        diagnose_module.diagnose(target=preset_target(tiny_corpus, settings), settings=settings,
+                                 progress=_interrupt_after("throughput"), checkpoint=_write(path))
     partial = Diagnosis.from_dict(json.loads(path.read_text()))
     [stage] = partial.stages
-    assert (stage.name, stage.status, stage.rounds) == ("loaders", TOO_SHORT, 0)
-    assert partial.pipelines == () and partial.comparisons == ()
-    [verdict] = [v for v in partial.verdicts if v.topic == "stage-loaders"]
+    assert (stage.name, stage.status, stage.rounds) == ("throughput", TOO_SHORT, 0)
+    assert partial.throughput is None or partial.throughput.rate is None
+    [verdict] = [v for v in partial.verdicts if v.topic == "stage-throughput"]
     assert verdict.finding.startswith("not enough time to decide: 0 round(s)") and "--budget" in verdict.recommendation
 
 
 def test_ctrl_c_exits_130_with_the_stages_written_so_far(dataset_with_bad_files, tmp_path, monkeypatch, capfd):
-    def interrupted_step(*args, **kwargs):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(diagnose_module, "step_stage", interrupted_step)
+    monkeypatch.setattr(diagnose_module.BottleneckRounds, "run", interrupted)
     path = tmp_path / "out" / "d.json"
     code = cli.main(["diagnose", str(dataset_with_bad_files), "--model", "tiny", "--batches", "4", "--batch-size", "4",
                      "--budget", "15", "--json", str(path)])
@@ -577,20 +519,20 @@ def test_ctrl_c_exits_130_with_the_stages_written_so_far(dataset_with_bad_files,
     assert f"the figures measured so far are in {path} (complete: false)" in err
     partial = Diagnosis.from_dict(json.loads(path.read_text()))
     assert partial.complete is False
-    assert [(s.name, s.status) for s in partial.stages][-1] == ("step", INTERRUPTED)
-    assert any(v.topic == "stage-step" and v.finding.startswith("interrupted") for v in partial.verdicts)
+    assert [(s.name, s.status) for s in partial.stages][-1] == ("bottleneck", INTERRUPTED)
+    assert any(v.topic == "stage-bottleneck" and v.finding.startswith("interrupted") for v in partial.verdicts)
 
 
 def test_a_partial_diagnosis_makes_a_report_that_says_so(run, tmp_path):
     from perfsuite.tools.report import write_report
 
     result = copy.deepcopy(run.result)
-    result.update(complete=False, stages=result["stages"][:1], step=None, input_bound=[], sweep=[], gpu=None,
-                  trace=None)
+    result.update(complete=False, stages=result["stages"][:1], input_bound=None, sweep=[], gpu=None, trace=None,
+                  fixes=[], bottleneck=None, capacity=None, feed=None)
     result["verdicts"] = [v.as_dict() for v in verdicts(Diagnosis.from_dict(result))]
     summary = write_report(result, tmp_path).read_text()
-    assert "**Incomplete**" in summary and "stages that ran: loaders" in summary
-    assert "## Training step" not in summary and "## Loaders" in summary
+    assert "**Incomplete**" in summary and "stages that ran: throughput" in summary
+    assert "## Input-bound share" not in summary and "## Throughput" in summary
 
 
 def test_progress_lines_show_the_stage_its_share_and_the_time_left():
@@ -607,30 +549,8 @@ def _figure(values, boundaries=()):
     return estimate(values, boundaries)
 
 
-def _ab(source, ratio, *, rounds=3, kind_b="numpy_function", source_b=None):
-    from perfsuite.verdict.diagnosis_figures import CACHE_BOUNDARIES, LOADER_BOUNDARIES
-
-    a, b = Pipeline("tf_native", source), Pipeline(kind_b, source_b or source)
-    boundaries = LOADER_BOUNDARIES if a.source == b.source else CACHE_BOUNDARIES
-    ratios = (ratio,) * rounds
-    return LoaderComparison(a=a, b=b, ratios=ratios, ratio=_figure(ratios, boundaries))
-
-
-def _loaders(kind, source, *, samples_per_s=100.0, variation=0.02, cycle=None):
-    from perfsuite.measure.stats import Cycle, summarize
-    from perfsuite.measure.timing import Measurement
-
-    found = Cycle(significant=cycle is not None, period=cycle, strength=0.5, threshold=0.3, n=40, lags_tested=9,
-                  note="planted")
-    loader = Measurement(name=f"{kind}-{source}", first_ns=10**7, warmup_ns=(10**7,), batch_ns=(10**7,) * 40,
-                         batch_samples=(1,) * 40, samples_per_s=samples_per_s, batches_per_s=samples_per_s,
-                         summary=summarize([0.01] * 40), warnings=(), cycle=found)
-    return PipelineFigures(pipeline=Pipeline(kind, source), loader=loader,
-                           samples_per_s=_figure([samples_per_s] * 3), variation=_figure([variation] * 3, (0.10,)))
-
-
-def _bound(kind, source, shares):
-    return InputBoundFigures(pipeline=Pipeline(kind, source), share=_figure(shares, INPUT_BOUND_BOUNDARIES),
+def _bound(shares):
+    return InputBoundFigures(share=_figure(shares, INPUT_BOUND_BOUNDARIES),
                              classification=classify_input_bound(sorted(shares)[len(shares) // 2]),
                              t_real=1.0, t_synthetic=1.0, real_round_s=(1.0,) * len(shares),
                              synthetic_round_s=(1.0,) * len(shares), batches=4, warmup=1)
@@ -640,61 +560,28 @@ def _topics(found):
     return {v.topic: v for v in found}
 
 
-def test_faster_tf_native_gives_a_switch_recommendation_equal_speeds_none():
-    found = _topics(loader_verdicts((_ab("wav", 3.0), _ab("cache", 1.02))))
-    assert "3.0x slower than tf_native" in found["loader-wav"].finding
-    assert "interval 3.00x–3.00x over 3 rounds" in found["loader-wav"].finding
-    assert "tf_native" in found["loader-wav"].recommendation
-    assert found["loader-wav"].evidence["tf_native_over_numpy_function"] == 3.0
-    assert found["loader-wav"].interval.rounds == 3
-    assert found["loader-cache"].recommendation is None
-
-
-def test_a_ratio_whose_interval_straddles_a_boundary_says_so_and_recommends_nothing():
-    straddling = LoaderComparison(a=Pipeline("tf_native", "wav"), b=Pipeline("numpy_function", "wav"),
-                                  ratios=(1.1, 1.3, 1.5), ratio=_figure((1.1, 1.3, 1.5), (1 / 1.2, 1.2)))
-    [verdict] = loader_verdicts((straddling,))
-    assert "undecided: its interval 1.10x–1.50x straddles the 1.20x boundary" in verdict.finding
-    assert verdict.recommendation is None
-    cache = _topics(cache_verdicts((_ab("cache", 4.0, source_b="wav", kind_b="tf_native"),)))["cache"]
-    assert "4.0x faster" in cache.finding and cache.evidence["cache_over_wav"] == 4.0
-
-
-def test_input_bound_share_is_classified_and_the_fed_fast_pipeline_recommended():
-    figures = (_bound("numpy_function", "wav", [0.3, 0.31, 0.29]), _bound("tf_native", "wav", [0.10, 0.11, 0.09]),
-               _bound("tf_native", "cache", [0.01, 0.02, 0.0]), _bound("numpy_function", "cache", [-0.02, -0.01, 0.0]))
-    pipelines = (_loaders("tf_native", "cache", samples_per_s=2000), _loaders("numpy_function", "cache",
-                                                                              samples_per_s=900))
-    found = _topics(input_bound_verdicts(figures, pipelines))
-    assert "highly input-bound" in found["input-numpy_function-wav"].finding
-    assert "moderately input-bound" in found["input-tf_native-wav"].finding
-    assert "tf_native-cache" in found["input-numpy_function-wav"].recommendation
-    assert found["input-tf_native-cache"].recommendation is None
-    assert "not input-bound" in found["input-numpy_function-cache"].finding
-    assert found["input-tf_native-wav"].interval.rounds == 3
+def _said(bound):
+    return input_bound_finding("input-bound", "the pipeline", bound, "advice")
 
 
 def test_a_share_the_step_does_not_wait_for_is_named_contention():
-    contended = replace(_bound("numpy_function", "wav", [0.10, 0.11, 0.12]),
-                        wait=_figure([0.001, 0.002, 0.001], INPUT_BOUND_BOUNDARIES))
+    contended = replace(_bound([0.10, 0.11, 0.12]), wait=_figure([0.001, 0.002, 0.001], INPUT_BOUND_BOUNDARIES))
     waiting = replace(contended, wait=_figure([0.08, 0.09, 0.10], INPUT_BOUND_BOUNDARIES))
-    found = {name: input_bound_verdicts((bound,))[0].finding for name, bound in
-             (("contended", contended), ("waiting", waiting), ("older file", _bound("numpy_function", "wav",
-                                                                                   [0.10, 0.11, 0.12])))}
+    found = {name: _said(bound).finding for name, bound in
+             (("contended", contended), ("waiting", waiting), ("older file", _bound([0.10, 0.11, 0.12])))}
     assert "the step waits for its batch 0.1% of its time: the rest of the loss is CPU the pipeline takes" in (
         found["contended"])
     assert "the step waits for its batch 9.0% of its time" in found["waiting"] and "the rest" not in found["waiting"]
     assert "waits for its batch" not in found["older file"]  # a file before schema 8 has no wait share
     assert "11% of step time lost to input" in found["waiting"] and "waits for input" in found["older file"]
+    assert _said(waiting).recommendation == "advice" and _said(_bound([0.0, 0.01, 0.02])).recommendation is None
 
 
 def test_an_input_bound_share_straddling_5_or_20_percent_is_undecided():
-    found = _topics(input_bound_verdicts((_bound("tf_native", "wav", [0.03, 0.12, 0.25]),
-                                          _bound("tf_native", "cache", [0.01, 0.02]))))
-    wav, cache = found["input-tf_native-wav"], found["input-tf_native-cache"]
+    wav, short = _said(_bound([0.03, 0.12, 0.25])), _said(_bound([0.01, 0.02]))
     assert "straddles the 5% and 20% boundary" in wav.finding and wav.recommendation is None
     assert "moderately input-bound at the median" in wav.finding
-    assert cache.finding.startswith("tf_native-cache: not enough time to decide (2 round(s)")
+    assert short.finding.startswith("the pipeline: not enough time to decide (2 round(s)")
 
 
 def test_stage_verdicts_say_which_stage_lacked_time_and_how_much_budget_would_do():
@@ -720,37 +607,22 @@ def test_a_stage_stopped_at_its_most_rounds_with_time_left_does_not_say_its_shar
     assert spent.recommendation == "a longer --budget narrows the intervals"
 
 
-def test_step_cycle_and_gpu_rules_follow_the_figures():
-    def step(per_round):
-        """Per-round speed ratios (graph over eager, XLA over graph) as a run measures them."""
-        modes = {mode: StepMode(first_s=1.0, first_steady_s=0.3, call_s=(0.3,), step_s=_figure([0.3] * 3),
-                                traces=None if mode == "eager" else 1, retraces=None if mode == "eager" else 0)
-                 for mode in STEP_MODES}
-        ratios = {name: StepRatio(rounds=tuple(r[i] for r in per_round),
-                                  ratio=_figure([r[i] for r in per_round], (1 / 1.1, 1.1)))
-                  for i, name in enumerate(("graph_over_eager", "xla_over_graph"))}
-        return StepFigures(modes=modes, ratios=ratios, calls_per_round=1, input_bound_mode="xla")
-
-    found = _topics(step_verdicts(step([(1.0, 1.33), (1.02, 1.3), (0.99, 1.35)])))
-    assert "XLA step is 1.3x faster" in found["step-xla"].finding
-    assert "jit_compile=True" in found["step-xla"].recommendation
-    assert found["step-graph"].recommendation is None and "within 1.1x" in found["step-graph"].finding
-    undecided = _topics(step_verdicts(step([(1.0, 1.05), (1.0, 1.2), (1.0, 1.15)])))["step-xla"]
-    assert "straddles the 1.10x boundary" in undecided.finding and undecided.recommendation is None
-    none = StepFigures(modes=step([(1, 1)] * 3).modes, ratios={}, calls_per_round=1, input_bound_mode="graph")
-    assert step_verdicts(none)[0].finding.startswith("not enough time to decide")
-    cycle = _topics(variation_verdicts((_loaders("tf_native", "wav", cycle=8),)))
-    assert "every 8 batches" in cycle["cycle-tf_native-wav"].finding
-    noisy = _topics(variation_verdicts((_loaders("tf_native", "wav", variation=0.3),)))["variation-tf_native-wav"]
-    assert "vary by 30%" in noisy.finding and noisy.interval.rounds == 3
+def test_cycle_and_gpu_rules_follow_the_figures():
+    from perfsuite.measure.stats import Cycle
     from perfsuite.measure.utilisation import GpuStats
 
+    cycle = Cycle(significant=True, period=8, strength=0.5, threshold=0.3, n=40, lags_tested=9, note="planted")
+    found = variation_finding(cycle, _figure([0.02] * 3, (0.10,)), 40)
+    assert "every 8 batches" in found.finding and "raise prefetch" in found.recommendation
+    explained = variation_finding(cycle, None, 40, structure={4: "its 4 length buckets"})
+    assert "its 4 length buckets" in explained.finding and explained.recommendation is None
+    noisy = variation_finding(replace(cycle, significant=False), _figure([0.3] * 3, (0.10,)), 40)
+    assert "vary by 30%" in noisy.finding and noisy.interval.rounds == 3
     gpu = GpuFigures(available=True, stats=GpuStats(
         device_index=0, device_name="gpu", source="polling", samples=40, sample_spacing_s=0.1, util_median=12.0,
-        util_mean=15.0, idle_fraction=0.7, idle_threshold=10.0, variation_ratio=0.5,
-        oscillation=_loaders("tf_native", "wav").loader.cycle, oscillation_period_s=None, oscillation_swing=None,
-        starvation_episodes=3, longest_starvation_s=1.0, mem_used_max=None, sm_clock_median=None, complete=True,
-        error=None))
+        util_mean=15.0, idle_fraction=0.7, idle_threshold=10.0, variation_ratio=0.5, oscillation=cycle,
+        oscillation_period_s=None, oscillation_swing=None, starvation_episodes=3, longest_starvation_s=1.0,
+        mem_used_max=None, sm_clock_median=None, complete=True, error=None))
     assert "12%" in _topics(gpu_verdicts(gpu))["gpu"].finding
     assert gpu_verdicts(GpuFigures(available=False, reason="no NVML")) == []
 
@@ -961,76 +833,44 @@ def test_a_bad_step_time_is_refused_when_parsed(spec, capsys):
         DiagnoseSettings(step_time=spec)
 
 
-def test_stored_files_of_schemas_4_and_5_load_through_their_migrations():
-    stored = {version: json.loads((Path(__file__).parent / "data" / f"diagnose_schema{version}.json").read_text())
-              for version in (4, 5)}  # each written by the diagnose of its schema
-    assert stored[4]["schema_version"] == 4 and "kind" not in stored[4] and stored[5]["schema_version"] == 5
-    loaded = Diagnosis.from_dict(stored[5])
-    assert Diagnosis.from_dict(stored[4]) == loaded
-    written = migrate_5_to_6(dict(stored[5]))
-    unchanged = ("schema_version", "feed", "gpu")
-    assert {k: v for k, v in written.items() if k not in unchanged} == \
-        {k: v for k, v in stored[5].items() if k not in unchanged}
-    assert written["gpu"] == stored[5]["gpu"]  # no GPU where it was written: nothing to migrate there
-    timeline = {"start": 1.0, "end": 2.0, "interval_s": 0.1, "devices": [], "complete": True, "error": None}
-    migrated = migrate_5_to_6({"gpu": {"available": True, "timeline": {**timeline, "source": "nvml"}}, "feed": []})
-    assert migrated["gpu"]["timeline"] == timeline  # schema 5's derived 'source' dropped
-    for old, new in zip(stored[5]["feed"], loaded.feed, strict=True):  # schema 6: the feed rate as its record
-        flat = old["feed"]
-        assert (new.feed.step_s, new.feed.step_low_s, new.feed.step_high_s) == \
-            (flat["feed_step_s"], flat["feed_step_low_s"], flat["feed_step_high_s"])
-        assert new.feed.steps_per_s == flat["feed_steps_per_s"] and list(new.feed.answers) == flat["feed_answers_s"]
-        assert [t.as_dict() for t in new.feed.trials] == flat["feed_trials"] and new.feed.note == flat["feed_note"]
-    assert Diagnosis.from_dict(loaded.as_dict()) == loaded
+def _stored(name):
+    return json.loads((Path(__file__).parent / "data" / f"{name}.json").read_text())
 
 
-def test_a_stored_schema_6_file_loads_through_its_migration_with_typed_results():
-    from perfsuite.measure.emulated import RunFigures, emulated_figures
-    from perfsuite.measure.machine import MachineFingerprint
-    from perfsuite.measure.stats import PairedGain
-    from perfsuite.measure.timing import Measurement
-    from perfsuite.measure.utilisation import GpuStats
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_a_dataset_file_of_an_older_schema_loads_as_the_one_record(version):
+    stored = _stored(f"diagnose_schema{version}")  # each written by the diagnose of its schema
+    loaded = Diagnosis.from_dict(stored)
+    assert loaded.target.dataset == stored["dataset"] and loaded.graph is None and loaded.data is not None
+    base = next(p for p in stored["pipelines"] if p["pipeline"] == {"kind": "tf_native", "source": "wav"})
+    assert loaded.throughput.rate.median == base["samples_per_s"]["median"]
+    assert loaded.throughput.batch_s == pytest.approx(base["loader"]["batch_s"])
+    gains = {fix.name: fix.gain for fix in loaded.fixes}
+    wav = next(c for c in stored["comparisons"] if c["b"] == {"kind": "numpy_function", "source": "wav"})
+    assert gains["loader numpy_function-wav"].median == pytest.approx(
+        estimate([1 / r for r in wav["ratios"]]).median)  # the alternative's speed over the base's, per round
+    modes = {"step xla": "xla_over_graph", "step eager": "graph_over_eager"}
+    assert {name for name, ratio in modes.items() if ratio in stored["step"]["ratios"]} <= set(gains)
+    assert loaded.verdicts  # the findings as they were written
+    assert Diagnosis.from_dict({"schema_version": SCHEMA_VERSION, **loaded.as_dict()}) == loaded
 
-    stored = {version: json.loads((Path(__file__).parent / "data" / f"diagnose_schema{version}.json").read_text())
-              for version in (5, 6)}  # schema 6: the schema-5 file as the schema-6 code wrote it
-    assert stored[6]["schema_version"] == 6
+
+def test_older_dataset_files_migrate_as_their_schemas_did():
+    stored = {version: _stored(f"diagnose_schema{version}") for version in (4, 5, 6)}
+    assert "kind" not in stored[4] and Diagnosis.from_dict(stored[4]) == Diagnosis.from_dict(stored[5])
     loaded = Diagnosis.from_dict(stored[6])
-    assert Diagnosis.from_dict(stored[5]) == loaded
-    written = loaded.as_dict()
-    assert written["schema_version"] == SCHEMA_VERSION == 8 and written["kind"] == "dataset"
-    assert Diagnosis.from_dict(json.loads(json.dumps(written, allow_nan=False))) == loaded
-    assert isinstance(loaded.fingerprint, MachineFingerprint) and written["fingerprint"] == stored[6]["fingerprint"]
-    for old, new in zip(stored[6]["pipelines"], loaded.pipelines, strict=True):  # rebuilt from the batch times
-        flat = old["loader"]
-        assert isinstance(new.loader, Measurement) and new.loader.batch_s == pytest.approx(flat["batch_s"])
-        assert new.loader.samples == flat["samples"] and new.loader.batches == flat["batches"]
-        assert new.loader.samples_per_s == pytest.approx(flat["samples_per_s"])
-        assert new.loader.summary.median == pytest.approx(flat["batch_median_s"])
-        assert (new.loader.cycle.significant, new.loader.cycle.period) == (flat["cycle_significant"],
-                                                                           flat["cycle_period"])
-    points = [(o, n) for axis, new_axis in zip(stored[6]["sweep"], loaded.sweep, strict=True)
-              for o, n in zip(axis["points"], new_axis.points, strict=True)]
-    assert any(o["vs_current"] is not None for o, _ in points)
-    for old, new in points:
-        if old["vs_current"] is None:
-            assert new.vs_current is None
-            continue
-        flat, gain = old["vs_current"], new.vs_current
-        assert isinstance(gain, PairedGain) and list(gain.ratios) == flat["ratios"]
-        assert (gain.summary.median, gain.rounds, gain.wins, gain.significant, gain.p_value) == \
-            (flat["ratio_median"], flat["rounds"], flat["wins"], flat["significant"], flat["p_value"])
-    assert any(f["stats"] is not None for f in stored[6]["feed"])
-    for old, new in zip(stored[6]["feed"], loaded.feed, strict=True):  # the statistics of the stored timeline
-        if old["stats"] is None:
-            assert new.stats is None and new.round is None
-            continue
-        assert isinstance(new.stats, GpuStats) and isinstance(new.round, RunFigures)
-        assert new.round.as_dict() == old["round"]
-        assert emulated_figures(new.stats) == pytest.approx(old["stats"])
-    # the same findings from the records; a feed verdict at a stand-in step (a preset) now says so first
-    found, written = [v.as_dict() for v in verdicts(loaded)], stored[6]["verdicts"]
-    stand_in = [i for i, v in enumerate(written) if v["topic"].startswith("feed-") and "(fastpitch-" in v["finding"]]
-    assert stand_in and all(found[i]["finding"].startswith("assuming a stand-in step, the published fastpitch-")
-                            for i in stand_in)
-    assert [{**v, "finding": None} if i in stand_in else v for i, v in enumerate(found)] == \
-        [{**v, "finding": None} if i in stand_in else v for i, v in enumerate(written)]
+    assert loaded == Diagnosis.from_dict(stored[5])  # the schema-6 file: the schema-5 one as 6's code wrote it
+    old = next(f for f in stored[6]["feed"] if f["pipeline"] == "tf_native-wav")
+    assert loaded.feed.feed.step_s == old["feed"]["step_s"] and loaded.feed.round.as_dict() == old["round"]
+    assert [axis.axis for axis in loaded.sweep] == [axis["axis"] for axis in stored[6]["sweep"]]
+
+
+def test_a_pipeline_file_loads_as_the_one_record():
+    stored = _stored("pipeline_schema6")
+    loaded = Diagnosis.from_dict(stored)
+    assert loaded.target.pipeline == stored["target"]["pipeline"] and loaded.target.dataset is None
+    assert loaded.throughput.rate.as_dict() == stored["throughput"]["rate"]
+    assert loaded.capacity is None and loaded.data is None and loaded.sweep == ()
+    assert Diagnosis.from_dict({"schema_version": SCHEMA_VERSION, **loaded.as_dict()}) == loaded
+    with pytest.raises(RecordError, match="schema_version: expected one of"):
+        Diagnosis.from_dict({**stored, "schema_version": 1})

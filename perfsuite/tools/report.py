@@ -233,7 +233,7 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
             f"{bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} timed steps per side"))
     lines += _capacity_lines(diagnosis.capacity)
     lines += _feed_lines(diagnosis.feed)
-    lines += [line for sweep in diagnosis.sweep for line in _sweep_lines(sweep)]
+    lines += [*_sweep_drift_note(diagnosis), *(line for sweep in diagnosis.sweep for line in _sweep_lines(sweep))]
     if diagnosis.gpu is not None:
         lines += _section("GPU", "sampled" if diagnosis.gpu.available else f"not available: {diagnosis.gpu.reason}")
     return "\n".join([*lines, "", *_plot_lines(plot_names)])
@@ -348,6 +348,23 @@ def _feed_row(figures: FeedFigures) -> tuple:
             f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
             f"every {stats.oscillation_period_s:.3g} s" if stats.oscillation.significant else "none",
             {**_yes_no, None: "undecided"}[figures.keeps_busy])
+
+
+def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
+    """The preset's loader at the current setting is measured three times, a minute or so apart: by the throughput
+    stage and in both sweeps. When the figures differ, say so: it shows how far absolute figures drift on this
+    machine, and why the verdicts use same-round ratios."""
+    rate = None if diagnosis.throughput is None else diagnosis.throughput.rate
+    figures = {"the throughput stage": rate.median} if rate is not None and diagnosis.sweep else {}
+    figures.update({f"the {sweep.axis.replace('_', '-')} sweep": next(
+        point.samples_per_s for point in sweep.points if point.current) for sweep in diagnosis.sweep})
+    values = list(figures.values())
+    if len(values) < 2 or min(values) <= 0 or max(values) / min(values) < 1.2:
+        return []
+    measured = ", ".join(f"{value:.0f} samples/s in {where}" for where, value in figures.items())
+    return ["", (f"The current setting's loader was measured {len(values)} times in this run: {measured}. Absolute "
+                 "figures moved that much within one run on this machine (other load, what ran just before); the "
+                 "verdicts use ratios measured within the same rounds.")]
 
 
 def _sweep_lines(sweep: SweepAxis) -> list[str]:
