@@ -7,6 +7,7 @@ verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 from perfsuite.measure.rounds import InterleavedRounds
@@ -75,7 +76,8 @@ class RewriteComparison:
 
 class FixRounds:
     """The fixes stage, resumable. make(stage) -> (the comparisons to measure, the fixes considered and not
-    applied) is called once, on the first pass; each pass splits its share across the fixes still undecided.
+    applied) is called once, on the first pass; each pass splits its share across the fixes still undecided, in
+    their order, as many as it holds.
     A comparison (RewriteComparison, padding.PaddingComparison) has name, words, unit, warmup_rounds (rounds run
     first and discarded: a step tracing new shapes), prepare() (both sides readied; NotApplicable when the fix
     cannot apply), rate(side, read_s) (one side's rate, read for about read_s) and close()."""
@@ -114,12 +116,15 @@ class FixRounds:
         if not todo:
             stage.planned("every fix decided" if self.comparisons else "no fix perfsuite can apply")
             return self.figures()
-        share_s = stage.left_s() / len(todo)
-        if share_s < 4 * MIN_READ_S * MIN_ROUNDS:
+        fit = min(len(todo), math.floor(stage.left_s() / (4 * MIN_READ_S * MIN_ROUNDS)))
+        if not fit:
             stage.planned(f"{len(todo)} fix(es): no time left to measure them", TOO_SHORT)
             return self.figures()
-        stage.planned(f"{len(todo)} fix(es) ({', '.join(c.name for c in todo)}), before and after in alternating rounds")
-        statuses = []
+        later = [c.name for c in todo[fit:]]
+        todo, share_s = todo[:fit], stage.left_s() / fit
+        stage.planned(f"{len(todo)} fix(es) ({', '.join(c.name for c in todo)}), before and after in alternating rounds"
+                      + (f"; no time left for {', '.join(later)} in this pass" if later else ""))
+        statuses = [TOO_SHORT] if later else []
         for index, comparison in enumerate(todo):
             statuses.append(self._measure(stage, comparison, share_s))
             share_s = max(share_s, stage.left_s() / max(1, len(todo) - index - 1))

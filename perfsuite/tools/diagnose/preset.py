@@ -27,6 +27,7 @@ LOADERS = {("numpy_function", "wav"): "read the WAVs through tf.numpy_function (
            ("numpy_function", "cache"): "train from the .npy cache through tf.numpy_function instead of WAVs"}
 MODES = {"xla": "compile the step with XLA (tf.function(jit_compile=True)) and static input shapes",
          "eager": "run the step eagerly (no tf.function)"}
+PRESET_FIXES_NEED = 6.0  # the fixes stage's need (run.STAGE_NEEDS) grows by this for the alternatives
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ def dataset_source(dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Pat
     with measured_data(dataset_dir, cache_dir, ids, copies, mel_config, tell) as (measured, cache_dir, cache):
         loader = _loader_factory(measured, cache_dir, settings, mel_config, shapes)
         steps = _StepModes(settings, shapes)
+        steps.first_calls(next(iter(loader("tf_native", "wav"))), tell)
         yield Source(dataset=loader("tf_native", "wav"), step=steps.step(BASE_MODE),
                      parts={"data": data, "cache": cache, "static_shapes": shapes},
                      alternatives=lambda pipeline, batch: [
@@ -113,6 +115,14 @@ class _StepModes:
     def __init__(self, settings: DiagnoseSettings, shapes: StaticShapes):
         self.settings, self.shapes, self.made = settings, shapes, {}
 
+    def first_calls(self, batch, tell: Callable[[str], None]) -> None:
+        """The alternative modes' first calls (trace, compile: XLA's takes seconds), kept apart with the start-up,
+        as the base mode's are."""
+        for mode in MODES:
+            first = StepModel(self.step(mode), name=f"step-{mode}").first_calls(batch)
+            tell(f"the step in {mode} mode: first call {first.first_s:.2f} s (trace, compile), then "
+                 f"{first.steady_s:.3g} s: kept apart")
+
     def step(self, mode: str):
         from perfsuite.workload.model import MODEL_PRESETS, make_train_step
 
@@ -125,7 +135,7 @@ class _StepModes:
 
 class StepModeComparison:
     """A step mode against the base mode, each called on one fixed batch (a fixes-stage comparison: see
-    fixes.FixRounds). Both first calls (trace, compile) are made when it is prepared, apart from its rounds."""
+    fixes.FixRounds). Both modes made their first calls (trace, compile) in the start-up."""
 
     warmup_rounds = 0
     unit = "steps/s of the step on one fixed batch"
@@ -137,8 +147,6 @@ class StepModeComparison:
     def prepare(self) -> None:
         self.sides = {side: StepModel(self.steps.step(mode), name=f"step-{mode}")
                       for side, mode in (("before", BASE_MODE), ("after", self.mode))}
-        for model in self.sides.values():
-            model.first_calls(self.batch)
 
     def rate(self, side: str, read_s: float) -> float:
         return self.sides[side].calls(itertools.repeat(self.batch), count=MIN_READS, at_least_s=read_s).per_s

@@ -37,6 +37,7 @@ def user_output_to(path: Path) -> Iterator[TextIO]:
     except (AttributeError, OSError, ValueError):
         on_fd_2 = False
     terminal = os.fdopen(os.dup(saved[2]), "w", buffering=1) if on_fd_2 else old_err
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab", buffering=0) as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)

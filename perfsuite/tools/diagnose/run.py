@@ -37,7 +37,7 @@ from perfsuite.tools.diagnose.plan import (
     StageLog,
     no_progress,
 )
-from perfsuite.tools.diagnose.preset import Source, dataset_source
+from perfsuite.tools.diagnose.preset import PRESET_FIXES_NEED, Source, dataset_source
 from perfsuite.tools.diagnose.stages import feed_stage, gpu_sampled, sweep_stage, trace_stage
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, timed_next
 from perfsuite.tools.diagnose.targets import inspect_graph, load_callable, load_step, make_dataset
@@ -73,8 +73,10 @@ def diagnose(*, target: Target, settings: DiagnoseSettings, cache_dir: Path | No
     from perfsuite.measure.machine import machine_fingerprint
 
     stages = {"input_bound": target.step, "sweep": target.dataset, "trace": target.step and trace_dir}
-    budget = Budget(settings.budget_s, {name: need for name, need in STAGE_NEEDS.items()
-                                        if stages.get(name, True)}, clock)
+    needs = {name: need for name, need in STAGE_NEEDS.items() if stages.get(name, True)}
+    if target.dataset is not None:  # the preset's alternatives are measured in the fixes stage too
+        needs["fixes"] += PRESET_FIXES_NEED
+    budget = Budget(settings.budget_s, needs, clock)
 
     def tell(message: str) -> None:
         progress(Event("startup", "note", message, None, budget.elapsed_s(), budget.left_s()))
