@@ -308,7 +308,7 @@ def test_the_preset_measures_its_loader_and_ranks_the_other_loaders_and_step_mod
         unit = fixes[name].unit
         assert unit is None or unit.startswith("steps/s" if name.startswith("step") else "samples/s")
     changes = [v for v in diagnosis.verdicts if v.topic.startswith("fix-") and v.interval is not None]
-    assert changes == diagnosis.verdicts[:len(changes)]  # what to change first opens the findings ...
+    assert tuple(changes) == diagnosis.verdicts[:len(changes)]  # what to change first opens the findings ...
     assert run.out.splitlines()[1].startswith("what to change first: ")  # ... and the output, after check-data
 
 
@@ -406,9 +406,9 @@ def test_json_round_trips_through_diagnosis_from_dict(run):
 @pytest.mark.parametrize("damage, message", [
     (lambda d: d.update(schema_version=3), "schema_version: expected one of [4, 5, 6, 7, 8, 9], found 3"),
     (lambda d: d.pop("schema_version"), "schema_version: expected an integer (current: 9), found None"),
-    (lambda d: d.update(kind="dataset"), "kind: expected one of the keys target, settings, fingerprint, complete, "
+    (lambda d: d.update(kind="dataset"), ("kind: expected one of the keys target, settings, fingerprint, complete, "
      "elapsed_s, stages, verdicts, graph, layout, startup_s, throughput, step, input_bound, bottleneck, capacity, "
-     "fixes, feed, work, data, cache, static_shapes, sweep, gpu, trace, found an unknown key"),
+     "fixes, feed, work, data, cache, static_shapes, sweep, gpu, trace, found an unknown key")),
     (lambda d: d.pop("complete"), "complete: expected a value (required key), found no such key"),
     (lambda d: d["throughput"].pop("rate"), "throughput.rate: expected a value (required key), found no such key"),
     (lambda d: d["input_bound"]["share"].pop("rounds"),

@@ -8,6 +8,7 @@ Every diagnosis here is built from records: no TensorFlow run, no timing.
 import functools
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ from perfsuite.measure.stats import Cycle
 from perfsuite.measure.utilisation import GpuStats
 from perfsuite.tools import cli
 from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES
-from perfsuite.tools.report import pipeline_summary
+from perfsuite.tools.report import markdown_summary
 from perfsuite.verdict import diagnosis as words
 from perfsuite.verdict.diagnosis import (
     CHANGE_FIRST,
@@ -36,25 +37,25 @@ from perfsuite.verdict.diagnosis_figures import (
     INPUT_BOUND_BOUNDARIES,
     MATERIAL_GAIN,
     TOO_SHORT,
+    DiagnoseSettings,
     DiagnosisFinding,
     FeedFigures,
     InputBoundFigures,
     StageRecord,
     estimate,
 )
+from perfsuite.verdict.diagnosis_record import Diagnosis
 from perfsuite.verdict.pipeline_figures import (
     Bottleneck,
     DynamicShape,
     FixGain,
     GraphFindings,
-    PipelineDiagnosis,
-    PipelineSettings,
     StageShare,
     StepRun,
     Target,
     Throughput,
 )
-from perfsuite.verdict.pipeline_findings import fix_verdicts, pipeline_verdicts
+from perfsuite.verdict.pipeline_findings import fix_verdicts, verdicts
 from perfsuite.workload.pipeline_model import PythonOp
 from perfsuite.workload.pipeline_model import Stage as GraphStage
 
@@ -154,14 +155,14 @@ def _fingerprint() -> MachineFingerprint:
 
 
 def diagnosis(*, step: str | None = "m:step", fixes=None, layout=None, feed_step_time: str = "0.02",
-              retraces: int = 3) -> PipelineDiagnosis:
+              retraces: int = 3) -> Diagnosis:
     """A --pipeline diagnosis under which every recommendation diagnose's pipeline path words fires at once:
     a stage short of time, retraces, fixed padding waste, a Python op, no prefetch, a sequential map,
     prefetch_to_device not last, periodic stalls, an inconsistent bottleneck, a step that waits, a starved
     feed, and the fixes measured."""
     stages = (StageRecord("feed", 10.0, 1.0, 1, TOO_SHORT, "plan", 30.0),)
-    return PipelineDiagnosis(
-        target=Target(pipeline="m:make", step=step, args={}), settings=PipelineSettings(), fingerprint=_fingerprint(),
+    return Diagnosis(
+        target=Target(pipeline="m:make", step=step, args={}), settings=DiagnoseSettings(), fingerprint=_fingerprint(),
         complete=True, elapsed_s=100.0, stages=stages, graph=_graph(), throughput=_throughput(),
         step=None if step is None else StepRun(first_s=2.0, first_steady_s=0.1, calls=40, traces=1 + retraces,
                                                retraces=retraces),
@@ -182,20 +183,20 @@ EVERY_RECOMMENDATION = {"stage-feed", "input-bound", "bottleneck", "fix-prefetch
 
 
 def test_every_recommendation_the_pipeline_path_words_fires_at_once_and_no_two_contradict():
-    found = pipeline_verdicts(diagnosis())
+    found = verdicts(diagnosis())
     assert set(_recommending(found)) >= EVERY_RECOMMENDATION  # the conditions really trigger each of them
     assert contradictions(found) == []
 
 
 def test_with_no_audio_named_the_batch_finding_recommends_too_and_still_agrees():
-    found = pipeline_verdicts(diagnosis(layout=_layout(audio=False)))
+    found = verdicts(diagnosis(layout=_layout(audio=False)))
     assert "batch" in _recommending(found) and contradictions(found) == []
 
 
 def test_changes_measured_not_worth_making_silence_the_graph_findings_that_push_the_same_way():
     flat = _fixes(prefetch=(1.01, 0.98, 1.03), parallel=(0.9, 0.85, 0.95), cache=(1.0, 0.99, 1.02),
                   padding=(1.02, 1.01, 1.03))
-    found = pipeline_verdicts(diagnosis(fixes=flat))
+    found = verdicts(diagnosis(fixes=flat))
     by_topic = {f.topic: f for f in found}
     for topic in ("prefetch", "parallelism", "fixed-padding", "cycle", "feed-m:make"):
         assert by_topic[topic].recommendation is None, topic
@@ -205,7 +206,7 @@ def test_changes_measured_not_worth_making_silence_the_graph_findings_that_push_
 
 def test_a_change_measured_too_briefly_to_decide_leaves_the_graph_advice_standing_and_says_so():
     short = _fixes(prefetch=(1.01,), parallel=(0.9, 0.95), cache=(1.0,), padding=(1.3,))
-    found = pipeline_verdicts(diagnosis(fixes=short))
+    found = verdicts(diagnosis(fixes=short))
     by_topic = {f.topic: f for f in found}
     assert by_topic["fixed-padding"].recommendation.endswith("(measured here, not yet decided: [fix-padding] 1.30x "
                                                              "[1.30, 1.30])")
@@ -214,7 +215,7 @@ def test_a_change_measured_too_briefly_to_decide_leaves_the_graph_advice_standin
 
 
 def test_a_graph_recommendation_a_material_change_backs_names_the_measurement():
-    by_topic = {f.topic: f for f in pipeline_verdicts(diagnosis())}
+    by_topic = {f.topic: f for f in verdicts(diagnosis())}
     assert "measured here: [fix-prefetch] 1.80x [1.70, 1.90]" in by_topic["prefetch"].recommendation
     assert "[fix-padding] 3.45x" in by_topic["fixed-padding"].recommendation
 
@@ -247,7 +248,7 @@ def test_the_retracing_advice_keeps_one_trace_for_every_length_rather_than_paddi
     assert "input_signature" in RETRACE_RECOMMENDATION and "reduce_retracing=True" in RETRACE_RECOMMENDATION
     assert "pad_to_bucket_boundary=True" in RETRACE_RECOMMENDATION
     assert "fixed shape" not in RETRACE_RECOMMENDATION and "padded_shapes" not in RETRACE_RECOMMENDATION
-    [retracing] = [f for f in pipeline_verdicts(diagnosis()) if f.topic == "retracing"]
+    [retracing] = [f for f in verdicts(diagnosis()) if f.topic == "retracing"]
     assert retracing.recommendation == RETRACE_RECOMMENDATION
 
 
@@ -255,7 +256,7 @@ def test_the_retracing_advice_keeps_one_trace_for_every_length_rather_than_paddi
 
 
 def test_the_measured_changes_come_first_ranked_by_gain_with_their_intervals():
-    found = pipeline_verdicts(diagnosis())
+    found = verdicts(diagnosis())
     changes, rest = ranked_changes(found)
     assert found[:len(changes)] == changes and not any(measured_change(f) for f in rest)
     assert [c.topic for c in changes] == ["fix-padding", "fix-prefetch", "fix-map-parallelism", "fix-cache"]
@@ -294,8 +295,8 @@ def test_a_fix_not_applied_or_not_measured_stays_among_the_rest():
 
 def test_the_terminal_opens_with_what_to_change_first_then_the_rest(capsys):
     measured = diagnosis()
-    measured = measured.__class__(**{**measured.__dict__, "verdicts": tuple(pipeline_verdicts(measured))})
-    cli._print_pipeline_outcome(measured, "pipeline m:make: RangeDataset -> MapDataset", "log: /tmp/x.log")
+    measured = measured.__class__(**{**measured.__dict__, "verdicts": tuple(verdicts(measured))})
+    cli._print_outcome(measured, Path("/tmp/x.log"))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (f"{CHANGE_FIRST}: 4 change(s) measured on this pipeline, ranked by gain; 4 to apply (a gain "
                         f"whose interval lies above {MATERIAL_GAIN:.2f}x)")
@@ -304,23 +305,23 @@ def test_the_terminal_opens_with_what_to_change_first_then_the_rest(capsys):
     assert [line.split(" ")[1] for line in numbered] == ["[fix-padding]", "[fix-prefetch]", "[fix-map-parallelism]",
                                                          "[fix-cache]"]
     rest = lines.index("the other findings:")
-    assert lines.index("pipeline m:make: RangeDataset -> MapDataset") < rest
+    assert lines.index(f"pipeline m:make: {' -> '.join(measured.graph.transformations)}") < rest
     assert not any(line.startswith("[fix-") for line in lines[rest:])  # shown once, ranked
     assert lines[-1].startswith("stages: ")
 
 
 def test_the_terminal_says_so_when_no_change_was_measured(capsys):
     measured = diagnosis(fixes=())
-    measured = measured.__class__(**{**measured.__dict__, "verdicts": tuple(pipeline_verdicts(measured))})
-    cli._print_pipeline_outcome(measured)
+    measured = measured.__class__(**{**measured.__dict__, "verdicts": tuple(verdicts(measured))})
+    cli._print_outcome(measured, Path("/tmp/x.log"))
     out = capsys.readouterr().out
     assert out.startswith(f"{CHANGE_FIRST}: no change was measured on this pipeline")
 
 
 def test_the_report_opens_with_what_to_change_first():
     measured = diagnosis()
-    measured = measured.__class__(**{**measured.__dict__, "verdicts": tuple(pipeline_verdicts(measured))})
-    summary = pipeline_summary(measured, [])
+    measured = measured.__class__(**{**measured.__dict__, "verdicts": tuple(verdicts(measured))})
+    summary = markdown_summary(measured, [])
     first, rest = summary.index("## What to change first"), summary.index("## The other findings")
     assert first < summary.index("| stage ") < rest
     assert "1. **fix-padding**: bucketing by length" in summary and "   - recommendation: apply it" in summary
@@ -331,12 +332,12 @@ def test_the_report_opens_with_what_to_change_first():
 
 
 def test_with_a_step_the_feed_verdict_at_a_stand_in_step_is_left_out():
-    found = {f.topic for f in pipeline_verdicts(diagnosis(feed_step_time=DEFAULT_STEP_PRESET))}
+    found = {f.topic for f in verdicts(diagnosis(feed_step_time=DEFAULT_STEP_PRESET))}
     assert "feed-m:make" not in found
 
 
 def test_without_a_step_the_feed_verdict_at_a_stand_in_step_says_so_first():
-    [feed] = [f for f in pipeline_verdicts(diagnosis(step=None, feed_step_time=DEFAULT_STEP_PRESET))
+    [feed] = [f for f in verdicts(diagnosis(step=None, feed_step_time=DEFAULT_STEP_PRESET))
               if f.topic.startswith("feed-")]
     assert feed.finding.startswith(f"assuming 0.01161 s of audio per frame (default: perfsuite's mel definition, "
                                    f"hop 256 at 22050 Hz; --frame-hop-s gives yours), and a stand-in step, the "
@@ -346,14 +347,14 @@ def test_without_a_step_the_feed_verdict_at_a_stand_in_step_says_so_first():
 
 def test_a_step_time_the_user_gave_in_seconds_is_kept_and_not_called_a_stand_in():
     layout = _layout(frame_source="given")
-    [feed] = [f for f in pipeline_verdicts(diagnosis(feed_step_time="0.02", layout=layout))
+    [feed] = [f for f in verdicts(diagnosis(feed_step_time="0.02", layout=layout))
               if f.topic.startswith("feed-")]
     assert feed.finding.startswith("m:make would starve a 20 ms step (0.02)") and "stand-in" not in feed.finding
 
 
 def test_audio_seconds_resting_on_the_default_frame_say_so_first_and_not_when_given():
     def speech(layout):
-        [found] = [f for f in pipeline_verdicts(diagnosis(layout=layout)) if f.topic == "speech"]
+        [found] = [f for f in verdicts(diagnosis(layout=layout)) if f.topic == "speech"]
         return found.finding
 
     assert speech(_layout()).startswith("assuming 0.01161 s of audio per frame (default: perfsuite's mel definition")
@@ -365,7 +366,7 @@ def test_audio_seconds_resting_on_the_default_frame_say_so_first_and_not_when_gi
 
 
 def test_findings_that_rest_on_no_frame_figure_are_left_as_they_are():
-    found = pipeline_verdicts(diagnosis())
+    found = verdicts(diagnosis())
     assumed = {f.topic for f in found if f.finding.startswith("assuming ")}
     assert assumed == {"speech", "feed-m:make"}  # the feed round's audio-s/s rests on the frame too
 

@@ -6,29 +6,30 @@ one line with exit 2.
 import json
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from perfsuite.tools import cli
-from perfsuite.tools.diagnose.pipeline import diagnose_pipeline
 from perfsuite.tools.diagnose.plan import Event
+from perfsuite.tools.diagnose.run import diagnose
 from perfsuite.tools.diagnose.targets import (
     TargetError,
     inspect_graph,
     load_callable,
     load_step,
 )
-from perfsuite.verdict.diagnosis_figures import INPUT_BOUND_BOUNDARIES, TOO_SHORT, InputBoundFigures, estimate
-from perfsuite.verdict.pipeline_figures import (
-    PIPELINE_SCHEMA_VERSION,
-    GraphFindings,
-    PipelineDiagnosis,
-    PipelineSettings,
-    Target,
-    migrate_3_to_4,
+from perfsuite.verdict.diagnosis_figures import (
+    INPUT_BOUND_BOUNDARIES,
+    TOO_SHORT,
+    DiagnoseSettings,
+    InputBoundFigures,
+    estimate,
 )
-from perfsuite.verdict.pipeline_findings import pipeline_verdicts
+from perfsuite.verdict.diagnosis_record import SCHEMA_VERSION, Diagnosis
+from perfsuite.verdict.pipeline_figures import GraphFindings, Target
+from perfsuite.verdict.pipeline_findings import verdicts
 
 PIPELINE = """
 import numpy as np
@@ -163,7 +164,7 @@ def test_the_numpy_function_op_is_named_with_the_map_it_sits_in(measured, module
 
 def test_throughput_and_the_input_bound_share_are_measured_with_intervals(measured):
     _, _, err, result, _ = measured
-    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION and result["kind"] == "pipeline"
+    assert result["schema_version"] == SCHEMA_VERSION and "kind" not in result
     assert result["complete"] is True
     assert [s["name"] for s in result["stages"]] == ["throughput", "input_bound", "bottleneck", "capacity", "fixes",
                                                      "feed"]
@@ -204,18 +205,24 @@ def test_a_schema_2_file_with_flat_feed_figures_loads_through_its_migration(meas
     from perfsuite.measure.emulated import FeedRate
 
     result = measured[3]
-    assert result["schema_version"] == PIPELINE_SCHEMA_VERSION == 7
+    assert result["schema_version"] == SCHEMA_VERSION == 9
     flat = FeedRate.from_dict(result["feed"]["feed"]).extra_info()  # what schema 2 wrote: FeedRate's flat figures
     old = {**_schema_3(result), "schema_version": 2, "feed": {**_schema_3(result)["feed"], "feed": flat}}
-    assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)
+    assert Diagnosis.from_dict(old) == replace(Diagnosis.from_dict(result), gpu=None)  # no GPU figures then
 
 
 def test_a_schema_5_file_loads_with_nothing_for_the_start_up_bottleneck_and_fixes(measured):
     result = measured[3]  # whether its short budget reached the bottleneck and fixes, schema 5 has neither
     assert result["startup_s"] > 0 and {"startup_s", "bottleneck", "fixes"} <= set(result)
-    old = {key: value for key, value in result.items() if key not in ("startup_s", "bottleneck", "fixes")}
-    loaded = PipelineDiagnosis.from_dict({**old, "schema_version": 5})
+    old = {key: value for key, value in _pipeline_file(result).items() if key not in ("startup_s", "bottleneck", "fixes")}
+    loaded = Diagnosis.from_dict({**old, "schema_version": 5})
     assert loaded.startup_s is None and loaded.bottleneck is None and loaded.fixes == ()
+
+
+def _pipeline_file(result: dict) -> dict:
+    """This run as a --pipeline run's file (before the one record): its kind named, without the preset's parts."""
+    preset = ("data", "cache", "static_shapes", "sweep", "gpu", "trace")
+    return {**{key: value for key, value in result.items() if key not in preset}, "kind": "pipeline"}
 
 
 def _schema_3(result: dict) -> dict:
@@ -225,14 +232,13 @@ def _schema_3(result: dict) -> dict:
 
     stats = result["feed"]["stats"]
     flat = None if stats is None else emulated_figures(GpuStats.from_dict(stats))
-    return {**result, "schema_version": 3, "feed": {**result["feed"], "stats": flat}}
+    return {**_pipeline_file(result), "schema_version": 3, "feed": {**result["feed"], "stats": flat}}
 
 
 def test_a_schema_3_file_with_flat_utilisation_statistics_loads_through_its_migration(measured):
     result = measured[3]
     old = json.loads(json.dumps(_schema_3(result), allow_nan=False))
-    assert PipelineDiagnosis.from_dict(old) == PipelineDiagnosis.from_dict(result)
-    assert migrate_3_to_4({"feed": None}) == {"feed": None}  # no feed measured: nothing to migrate
+    assert Diagnosis.from_dict(old) == replace(Diagnosis.from_dict(result), gpu=None)  # no GPU figures then
 
 
 def test_the_feed_rate_is_measured_on_the_batches_as_their_layout_reads_them(measured):
@@ -249,19 +255,18 @@ def test_the_feed_rate_is_measured_on_the_batches_as_their_layout_reads_them(mea
 
 
 def test_the_pipeline_json_loads_back_and_makes_a_report(measured):
-    from perfsuite.tools.report import load_diagnosis
 
     _, _, _, result, report = measured
-    loaded = load_diagnosis(result)
-    assert isinstance(loaded, PipelineDiagnosis) and loaded.as_dict() == result
-    assert pipeline_verdicts(loaded) == list(loaded.verdicts)
+    loaded = Diagnosis.from_dict(result)
+    assert loaded.as_dict() == {key: value for key, value in result.items() if key != "schema_version"}
+    assert verdicts(loaded) == list(loaded.verdicts)
     summary = (report / "summary.md").read_text()
     assert "## Dataset graph" in summary and "slow_features" in summary and "![batch_timeline.png]" in summary
 
 
 def test_dynamic_shapes_are_named_and_the_steps_retraces_measured(module_file):
-    diagnosis = diagnose_pipeline(target=Target(pipeline=f"{module_file}:ragged", step=f"{module_file}:ragged_step",
-                                                args={}), settings=PipelineSettings(budget_s=8))
+    diagnosis = diagnose(target=Target(pipeline=f"{module_file}:ragged", step=f"{module_file}:ragged_step",
+                                                args={}), settings=DiagnoseSettings(budget_s=8))
     [shape] = diagnosis.graph.dynamic_shapes
     assert shape.dims == (0, 1) and shape.shape == "(None, None, 4)"
     assert diagnosis.step.retraces > 0  # one trace per new padded length
@@ -313,10 +318,10 @@ def test_an_interrupted_pipeline_run_keeps_a_partial_json(module_file, tmp_path)
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        diagnose_pipeline(target=Target(pipeline=f"{module_file}:make", step=f"{module_file}:step", args={}),
-                          settings=PipelineSettings(budget_s=10), progress=progress,
-                          checkpoint=lambda d: cli._write_json(path, d.as_dict()))
-    partial = PipelineDiagnosis.from_dict(json.loads(path.read_text()))
+        diagnose(target=Target(pipeline=f"{module_file}:make", step=f"{module_file}:step", args={}),
+                          settings=DiagnoseSettings(budget_s=10), progress=progress,
+                          checkpoint=lambda d: cli._write_json(path, {"schema_version": SCHEMA_VERSION, **d.as_dict()}))
+    partial = Diagnosis.from_dict(json.loads(path.read_text()))
     assert partial.complete is False and [s.name for s in partial.stages] == ["throughput"]
     assert partial.throughput is not None and partial.input_bound is None
     assert partial.step is not None and partial.step.first_s > 0  # the first calls happen at start-up
@@ -339,22 +344,22 @@ def _bound(shares):
 def _diagnosis(graph, bound, *, step="m:step"):
     from perfsuite.measure.machine import machine_fingerprint
 
-    return PipelineDiagnosis(target=Target(pipeline="m:make", step=step, args={}), settings=PipelineSettings(),
+    return Diagnosis(target=Target(pipeline="m:make", step=step, args={}), settings=DiagnoseSettings(),
                              fingerprint=machine_fingerprint(), complete=True, elapsed_s=1.0, stages=(), graph=graph,
                              throughput=None, step=None, input_bound=bound, feed=None, verdicts=())
 
 
 def test_a_missing_prefetch_is_recommended_only_when_the_step_is_measured_to_wait():
-    waits = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.4, 0.5, 0.45])))}
+    waits = {v.topic: v for v in verdicts(_diagnosis(_graph(), _bound([0.4, 0.5, 0.45])))}
     assert "no prefetch at the end" in waits["prefetch"].finding and ".prefetch(tf.data.AUTOTUNE)" in \
         waits["prefetch"].recommendation
-    fed = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.0, 0.01, -0.01])))}
+    fed = {v.topic: v for v in verdicts(_diagnosis(_graph(), _bound([0.0, 0.01, -0.01])))}
     assert fed["prefetch"].recommendation is None and "no change needed" in fed["prefetch"].finding
-    undecided = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.01, 0.1, 0.3])))}
+    undecided = {v.topic: v for v in verdicts(_diagnosis(_graph(), _bound([0.01, 0.1, 0.3])))}
     assert undecided["prefetch"].recommendation is None and "undecided" in undecided["prefetch"].finding
-    short = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(), _bound([0.4, 0.5])))}
+    short = {v.topic: v for v in verdicts(_diagnosis(_graph(), _bound([0.4, 0.5])))}
     assert TOO_SHORT in short["input-bound"].finding and short["prefetch"].recommendation is None
-    injected = {v.topic: v for v in pipeline_verdicts(_diagnosis(_graph(inject_prefetch=True),
+    injected = {v.topic: v for v in verdicts(_diagnosis(_graph(inject_prefetch=True),
                                                                  _bound([0.4, 0.5, 0.45])))}
     assert injected["prefetch"].recommendation is None and "include it" in injected["prefetch"].finding
 

@@ -308,15 +308,16 @@ def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
 def test_a_feed_share_spent_draining_the_buffers_searches_nothing():
     """Draining a slow pipeline's buffers (here 1.2 s) can take the feed stage's whole share (1 s): no search
     is started with a negative budget, and the stage says why."""
-    from perfsuite.tools.diagnose import pipeline
+    from perfsuite.tools.diagnose import run as pipeline
     from perfsuite.tools.diagnose.plan import Stage
-    from perfsuite.verdict.pipeline_figures import PipelineSettings, Target
+    from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
+    from perfsuite.verdict.pipeline_figures import Target
 
     slow = tf.data.Dataset.range(10**6).map(
         lambda x: tf.numpy_function(_sleeps(0.01), [x], tf.int64, stateful=True)).batch(1)
     stage = Stage("feed", 1.0, Budget(30, {"feed": 1.0}, time.monotonic), no_progress)
     target = Target(pipeline="planted", step=None, args={})
-    assert pipeline._feed_stage(stage, read_pipeline(slow), target, PipelineSettings(), None, None,
+    assert pipeline._feed_stage(stage, read_pipeline(slow), target, DiagnoseSettings(), None, None,
                                 drain=120) is None
     assert stage.status == TOO_SHORT and "no time left for a feed-rate search once its iterator started" in stage.plan
 
@@ -330,15 +331,16 @@ def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
     stages leave (the feed stage keeps none of it) brings it back for a second pass with a fair part of it at
     least. On a quiet box that pass decides it; beside other work (CI's parallel tests) it may not, and then it
     says what it would need."""
-    from perfsuite.tools.diagnose import pipeline
-    from perfsuite.verdict.pipeline_figures import PipelineSettings, Target
+    from perfsuite.tools.diagnose import run as pipeline
+    from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
+    from perfsuite.verdict.pipeline_figures import Target
 
-    monkeypatch.setattr(pipeline, "PIPELINE_STAGE_NEEDS",
-                        {**pipeline.PIPELINE_STAGE_NEEDS, "throughput": 0.001, "fixes": 0.2})
+    monkeypatch.setattr(pipeline, "STAGE_NEEDS",
+                        {**pipeline.STAGE_NEEDS, "throughput": 0.001, "fixes": 0.2})
     module = Path(__file__).parent / "pipelines" / "tts_recipe.py"
     target = Target(pipeline=f"{module}:make_dataset", step=None, args={"python": "0", "text_ms": "0"})
     events = []
-    found = pipeline.diagnose_pipeline(target=target, settings=PipelineSettings(budget_s=40),
+    found = pipeline.diagnose(target=target, settings=DiagnoseSettings(budget_s=40),
                                        progress=events.append)
     [throughput] = [s for s in found.stages if s.name == "throughput"]
     [first, again] = [e for e in events if e.stage == "throughput" and e.kind == "start"]

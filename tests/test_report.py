@@ -74,9 +74,10 @@ DIAGNOSIS = Path(__file__).parent / "data" / "diagnose_schema6.json"
 
 
 def test_the_diagnosis_summary_s_tables_go_through_perfsuite_tables_and_escape_pipes():
-    from perfsuite.tools.report import load_diagnosis, markdown_summary
+    from perfsuite.tools.report import markdown_summary
+    from perfsuite.verdict.diagnosis_record import Diagnosis
 
-    diagnosis = load_diagnosis(json.loads(DIAGNOSIS.read_text()))
+    diagnosis = Diagnosis.from_dict(json.loads(DIAGNOSIS.read_text()))
     first = dataclasses.replace(diagnosis.stages[0], plan="a | b")  # a cell with a pipe
     summary = markdown_summary(dataclasses.replace(diagnosis, stages=(first, *diagnosis.stages[1:])), [])
     squeezed = re.sub(r" +", " ", summary)

@@ -221,14 +221,17 @@ def _key_value(text: str) -> tuple[str, str]:
 def _diagnose(args, parser) -> int:
     """`diagnose PATH` (the dataset preset) or `diagnose --pipeline` (the user's own factory and step): one run,
     one record, one printer."""
-    if (args.path is None) == (args.pipeline is None):
-        parser.error("PATH: expected either a dataset directory or --pipeline MODULE:FUNCTION, found "
-                     + ("neither" if args.path is None else f"both ({args.path} and {args.pipeline})"))
-    if args.path is not None:
+    if args.pipeline is None:
         for name in ("step", "arg", "batch_spec", "frame_hop_s"):
             if getattr(args, name):
-                parser.error(f"--{name.replace('_', '-')}: expected with --pipeline MODULE:FUNCTION, found a "
-                             "dataset PATH (the preset sets its own)")
+                parser.error(f"--{name.replace('_', '-')}: expected with --pipeline MODULE:FUNCTION, found no "
+                             "--pipeline (a dataset PATH's loaders set their own)")
+    if args.path is None and args.pipeline is None:
+        parser.error("PATH: expected a dataset directory (or --pipeline MODULE:FUNCTION), found neither")
+    if args.path is not None and args.pipeline is not None:
+        parser.error(f"PATH: expected either a dataset directory or --pipeline, found both ({args.path} and "
+                     f"{args.pipeline})")
+    if args.path is not None:
         if not args.path.is_dir():
             parser.error(f"PATH: expected a dataset directory, found {_describe(args.path)}")
     else:
