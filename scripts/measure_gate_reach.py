@@ -88,7 +88,7 @@ def _read(path: Path) -> dict:
                   "role": v["role"], "measured": v["measured"], "decision": v["decision"],
                   "interval": [v["interval"]["low"], v["interval"]["high"]] if v.get("interval") else None}
              for b in benchmarks for v in b["extra_info"].get("perfsuite_verdicts", {}).get("verdicts", [])]
-    compared = [(b["name"], HistoryComparison(**b["extra_info"]["vs_history"]))
+    compared = [(b["name"], HistoryComparison.from_dict(b["extra_info"]["vs_history"]))
                 for b in benchmarks if "vs_history" in b["extra_info"]]
     decisions = decide_history([c for _, c in compared], alpha=compared[0][1].alpha) if compared else ()
     history = [{"name": name, "change": c.change, "runs": c.runs, "verdict": d.verdict, "slower": d.significant_slowdown}

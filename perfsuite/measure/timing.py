@@ -467,7 +467,7 @@ def join_rounds(first: ABResult, more: ABResult) -> ABResult:
 
 
 @dataclass(frozen=True)
-class Rounds:
+class Rounds(Record):
     """Interleaved rounds of several runs (interleave_rounds).
 
     labels: the runs, in the order given. values: per label, one value per measured round (seconds
@@ -478,10 +478,6 @@ class Rounds:
     values: dict
     unit: str
     order: tuple[tuple[Any, ...], ...]
-
-    def as_dict(self) -> dict:
-        return {"labels": list(self.labels), "values": {str(k): list(v) for k, v in self.values.items()},
-                "unit": self.unit, "order": [list(o) for o in self.order]}
 
 
 def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1, start: int = 0) -> Rounds:
