@@ -94,6 +94,7 @@ class Verdict(Record):
     @classmethod
     def of(cls, benchmark_id: str, bound: Threshold, measured: float | None, source: str, decision: str,
            interval: MedianInterval | None = None, note: str = "") -> Verdict:
+        """The verdict on ``bound``, its fields copied."""
         return cls(benchmark_id=benchmark_id, metric=bound.metric, kind=bound.kind, threshold=bound.value,
                    claim=bound.claim, role=bound.role, measured=measured, source=source, decision=decision,
                    interval=interval, note=note)
@@ -134,11 +135,11 @@ class Verdict(Record):
 
     @property
     def message(self) -> str:
-        bound = f"threshold {self.bound.symbol} {format_number(self.threshold)} ({self.source})"
+        threshold = f"threshold {self.bound.symbol} {format_number(self.threshold)} ({self.source})"
         claim = f" — {self.claim}" if self.claim else ""
         measured = self.note if self.measured is None else f"measured {self.evidence}"
         decision = f"{self.role} {self.decision}" if self.is_context else self.decision
-        return f"{self.metric}: {decision}: {measured}, {bound}{claim}"
+        return f"{self.metric}: {decision}: {measured}, {threshold}{claim}"
 
 
 @dataclass(frozen=True)
