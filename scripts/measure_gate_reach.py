@@ -82,13 +82,16 @@ def _run(clone: Path, selection: str, out: Path, *, save: bool, data_dir: Path |
 
 def _read(path: Path) -> dict:
     from perfsuite.verdict.comparison import HistoryComparison, decide_history
+    from perfsuite.verdict.gates import CheckResult
 
     benchmarks = json.loads(path.read_text())["benchmarks"]
-    gates = [{"name": b["name"], "metric": v["metric"], "threshold": v["threshold"], "kind": v["kind"],
-                  "role": v["role"], "measured": v["measured"], "decision": v["decision"],
-                  "interval": [v["interval"]["low"], v["interval"]["high"]] if v.get("interval") else None}
-             for b in benchmarks for v in b["extra_info"].get("perfsuite_verdicts", {}).get("verdicts", [])]
-    compared = [(b["name"], HistoryComparison(**b["extra_info"]["vs_history"]))
+    checks = [(b["name"], CheckResult.from_dict(b["extra_info"]["perfsuite_verdicts"]))
+              for b in benchmarks if "perfsuite_verdicts" in b["extra_info"]]
+    gates = [{"name": name, "metric": v.metric, "threshold": v.threshold, "kind": v.kind, "role": v.role,
+              "measured": v.measured, "decision": v.decision,
+              "interval": None if v.interval is None else [v.interval.low, v.interval.high]}
+             for name, check in checks for v in check.verdicts]
+    compared = [(b["name"], HistoryComparison.from_dict(b["extra_info"]["vs_history"]))
                 for b in benchmarks if "vs_history" in b["extra_info"]]
     decisions = decide_history([c for _, c in compared], alpha=compared[0][1].alpha) if compared else ()
     history = [{"name": name, "change": c.change, "runs": c.runs, "verdict": d.verdict, "slower": d.significant_slowdown}

@@ -84,7 +84,7 @@ def run_case(torch, a, b, case: Case) -> dict:
     # window's busy share; the idle fraction (the gate's figure) counts samples, not time.
     return {"case": case.name, "planted_period_s": case.period_s, "true_busy_share": true_busy,
             "measured_busy_share": stats.util_mean / 100, "gates_passed": verdicts.passed,
-            "gates": {v.threshold.metric: v.decision for v in verdicts.verdicts}, **stats.extra_info(),
+            "gates": {v.metric: v.decision for v in verdicts.verdicts}, **stats.extra_info(),
             "util": list(series.util), "util_at_s": [round(t - epoch_start, 3) for t in series.util_timestamps]}
 
 

@@ -79,14 +79,13 @@ def test_ratio_gate_straddled_by_the_interval_is_inconclusive_and_passes(pyteste
     _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
     pytester.makeconftest("""
         import perfsuite.measure.timing as timing
-        from perfsuite.measure import stats
         real = timing.interleave
 
         def straddling(**kwargs):  # per-round ratios 10, 60, 100 around the gate at 50
             result = real(**kwargs)
             ratios = (10.0, 60.0, 100.0)
             return timing.ABResult(a_values=result.a_values, b_values=result.b_values, unit=result.unit,
-                                   ratios=ratios, summary=stats.ratio_summary(ratios), order=result.order)
+                                   ratios=ratios, order=result.order)
 
         timing.interleave = straddling
     """)
@@ -294,7 +293,6 @@ def test_a_ratio_gate_whose_rounds_run_out_undecided_leaves_the_budget_note_in_t
     _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
     pytester.makeconftest("""
         import perfsuite.measure.timing as timing
-        from perfsuite.measure import stats
         real, measured = timing.interleave, []
 
         def straddling(**kwargs):  # per-round ratios 100, 10, 100, ... around the gate at 50
@@ -302,7 +300,7 @@ def test_a_ratio_gate_whose_rounds_run_out_undecided_leaves_the_budget_note_in_t
             measured.extend(result.ratios)
             ratios = tuple(10.0 if i % 2 else 100.0 for i in range(len(measured) - len(result.ratios), len(measured)))
             return timing.ABResult(a_values=result.a_values, b_values=result.b_values, unit=result.unit,
-                                   ratios=ratios, summary=stats.ratio_summary(ratios), order=result.order)
+                                   ratios=ratios, order=result.order)
 
         timing.interleave = straddling
     """)

@@ -23,7 +23,7 @@ def _outcome(benchmark_id, metrics, rounds, verdicts=()):
 
 def _ratio_verdict():
     ratios = [5.1, 5.6, 5.9, 6.2, 6.4]
-    return Verdict(RATIO, Threshold("tf_native_over_numpy_function_cache_ratio", "min", 2.0), 5.9, "ratios.yaml",
+    return Verdict.of(RATIO, Threshold("tf_native_over_numpy_function_cache_ratio", "min", 2.0), 5.9, "ratios.yaml",
                    PASS, median_interval(ratios))
 
 

@@ -26,7 +26,7 @@ import math
 import os
 import re
 import tokenize
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from numpy.lib import format as npy_format
 from perfsuite._tensorflow import tensorflow
 from perfsuite.data.layout import decode_in_order, readable
 from perfsuite.errors import DataError
+from perfsuite.records import Record
 
 tf = tensorflow()
 
@@ -183,7 +184,7 @@ def _size_matches(dims, itemsize, data_bytes):
 
 
 @dataclass(frozen=True)
-class NpyHeader:
+class NpyHeader(Record):
     """What a `.npy` header says. ``descr`` is as written ('<f4', '>i2', '|u1', or a structured list)."""
 
     path: str
@@ -201,9 +202,6 @@ class NpyHeader:
     @property
     def data_bytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 # CPython 3.11's AST constructor keeps one recursion count per interpreter, not per thread: np.load's header

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
+from perfsuite.records import Record
 
 
 class PageCacheUnavailable(PerfsuiteError, RuntimeError):
@@ -24,15 +25,12 @@ class PageCacheUnavailable(PerfsuiteError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class Eviction:
+class Eviction(Record):
     """What ``evict`` did: files asked, and those still cached afterwards (dirty pages, a filesystem
     that ignores the advice)."""
 
     files: int
     still_cached: tuple[str, ...]
-
-    def as_dict(self) -> dict:
-        return {"files": self.files, "still_cached": list(self.still_cached)}
 
 
 def cached_fraction(path: Path | str) -> float:

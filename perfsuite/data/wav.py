@@ -27,7 +27,6 @@ them silently). ``read_wav`` applies exactly the same validation, so both loader
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import struct
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ import numpy as np
 
 from perfsuite.errors import DataError
 from perfsuite.files import write_atomic
+from perfsuite.records import Record
 
 WAVE_FORMAT_PCM = 0x0001
 WAVE_FORMAT_IEEE_FLOAT = 0x0003
@@ -60,7 +60,7 @@ _STREAMED_SIZE = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
-class WavInfo:
+class WavInfo(Record):
     """What a WAV header says. ``num_frames`` counts whole sample frames (one sample per channel)."""
 
     path: str
@@ -79,9 +79,6 @@ class WavInfo:
     @property
     def duration_s(self) -> float:
         return self.num_frames / self.sample_rate if self.sample_rate else 0.0
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

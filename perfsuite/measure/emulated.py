@@ -414,7 +414,7 @@ def emulated_figures(stats: GpuStats) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class FeedRateConfig:
+class FeedRateConfig(Record):
     """The search. A round at a step passes when its busy fraction is ≥ `target`. From the pipeline's
     free-running batch time, single rounds double or halve the step until the outcome flips (at most
     `max_doublings` times); then `searches` independent bisections of that bracket on a log scale,
@@ -440,11 +440,6 @@ class FeedRateConfig:
         for name, ok, expected in checks:
             if not ok:
                 raise ValueError(f"FeedRateConfig.{name}: expected {expected}, found {getattr(self, name)!r}")
-
-    def as_dict(self) -> dict:
-        return {"target": self.target, "searches": self.searches, "iterations": self.iterations,
-                "max_doublings": self.max_doublings, "min_step_s": self.min_step_s,
-                "probe_batches": self.probe_batches, "budget_s": self.budget_s, "run": self.run.as_dict()}
 
 
 @dataclass(frozen=True)

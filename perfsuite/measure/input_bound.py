@@ -31,17 +31,18 @@ import math
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import stats
 from perfsuite.measure.rounds import InterleavedRounds, planned
 from perfsuite.measure.step_model import Calls, StepModel
 from perfsuite.measure.teardown import iterate
+from perfsuite.records import Record
 
 
 @dataclass(frozen=True)
-class InputBound:
+class InputBound(Record):
     """The step fed by the real pipeline and by the synthetic twin in the same rounds.
 
     real_round_s, synthetic_round_s: each round's mean seconds per step of each side; t_real,
@@ -49,8 +50,11 @@ class InputBound:
     (stats.classify_input_bound); shares: each round's own share (what a gate's interval is decided
     from). wait_round_s: each round's mean seconds per real step spent fetching its batch; wait_shares:
     each round's wait_round_s / real_round_s, wait_share their median. batches: timed steps per side
-    and round, after warmup untimed ones in the first round and settle in each later one.
+    and round, after warmup untimed ones in the first round and settle in each later one. Its dict form
+    adds shares as round_shares, wait_shares as round_wait_shares, and wait_share.
     """
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("round_shares", "wait_share", "round_wait_shares")
 
     t_real: float
     t_synthetic: float
@@ -92,13 +96,7 @@ class InputBound:
     def wait_share(self) -> float:
         return statistics.median(self.wait_shares)
 
-    def as_dict(self) -> dict:
-        return {"t_real": self.t_real, "t_synthetic": self.t_synthetic, "share": self.share,
-                "classification": self.classification, "rounds": self.rounds,
-                "real_round_s": list(self.real_round_s), "synthetic_round_s": list(self.synthetic_round_s),
-                "round_shares": list(self.shares), "wait_share": self.wait_share,
-                "wait_round_s": list(self.wait_round_s), "round_wait_shares": list(self.wait_shares),
-                "batches": self.batches, "warmup": self.warmup, "settle": self.settle}
+    round_shares, round_wait_shares = shares, wait_shares  # the names its dict form gives them
 
 
 class _Endless:

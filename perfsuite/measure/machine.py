@@ -209,9 +209,6 @@ class MatchResult:
     def reasons(self) -> tuple[str, ...]:
         return tuple(str(d) for d in self.differences)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"matched": self.matched, "reasons": list(self.reasons)}
-
 
 def match(recorded: MachineFingerprint, current: MachineFingerprint) -> MatchResult:
     """Compare the HARDWARE_KEYS of two fingerprints; versions compare at the stated precision

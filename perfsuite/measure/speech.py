@@ -172,17 +172,13 @@ class FrameCounter:
 
 
 @dataclass(frozen=True)
-class SpeechFigures:
+class SpeechFigures(Record):
     """audio_s_per_s: seconds of audio (real frames x frame duration) per second of steady wall time.
     padding_efficiency: real frames / padded frames of the steady batches (1.0: no padding)."""
 
     audio_s_per_s: float
     padding_efficiency: float
     audio_s: float
-
-    def as_dict(self) -> dict:
-        return {"audio_s_per_s": self.audio_s_per_s, "padding_efficiency": self.padding_efficiency,
-                "audio_s": self.audio_s}
 
 
 def speech_figures(*, real_frames: int, padded_frames: int, frame_s: float, seconds: float) -> SpeechFigures:

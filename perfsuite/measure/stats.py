@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special as spspecial
@@ -416,7 +416,7 @@ def classify_input_bound(share: float) -> str:
 
 
 @dataclass(frozen=True)
-class MedianInterval:
+class MedianInterval(Record):
     """A distribution-free confidence interval for the median of per-round values: the order statistics
     whose binomial coverage reaches ``confidence`` (or the whole range, with its lower coverage, when
     there are too few rounds). Rounds are the unit: each is one independent, interleaved measurement."""
@@ -426,9 +426,6 @@ class MedianInterval:
     high: float
     coverage: float  # the interval's exact coverage under the binomial model
     n: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def median_interval(values, *, confidence: float = 0.95) -> MedianInterval:

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -400,34 +400,32 @@ def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls
 
 
 @dataclass(frozen=True)
-class ABResult:
+class ABResult(Record):
     """Interleaved A/B rounds.
 
     a_values, b_values: per round, seconds (unit 's', callables returning a time for a fixed amount
     of work) or samples/s (unit 'samples/s', callables returning a Measurement).
     ratios: per pair, A's speed over B's speed (b_s / a_s, or a_samples_per_s / b_samples_per_s),
     so a ratio > 1 means A is faster. order: 'AB' or 'BA' per measured round.
+    summary: the ratios' summary, written as ratio_median, ratio_low, ratio_high and ratio_spread.
     """
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("ratio_median", "ratio_low", "ratio_high", "ratio_spread")
 
     a_values: tuple[float, ...]
     b_values: tuple[float, ...]
     unit: str
     ratios: tuple[float, ...]
-    summary: stats.RatioSummary
     order: tuple[str, ...]
 
-    def as_dict(self) -> dict:
-        return {
-            "a_values": list(self.a_values),
-            "b_values": list(self.b_values),
-            "unit": self.unit,
-            "ratios": list(self.ratios),
-            "ratio_median": self.summary.median,
-            "ratio_low": self.summary.low,
-            "ratio_high": self.summary.high,
-            "ratio_spread": self.summary.spread,
-            "order": list(self.order),
-        }
+    @property
+    def summary(self) -> stats.RatioSummary:
+        return stats.ratio_summary(self.ratios)
+
+    ratio_median = property(lambda self: self.summary.median)
+    ratio_low = property(lambda self: self.summary.low)
+    ratio_high = property(lambda self: self.summary.high)
+    ratio_spread = property(lambda self: self.summary.spread)
 
 
 def round_value(result: Any, side: str) -> tuple[float, str]:
@@ -453,21 +451,19 @@ def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmu
     a_values, b_values = joint.values["a"], joint.values["b"]
     ratios = stats.ratio_of(b_values, a_values) if joint.unit == "s" else stats.ratio_of(a_values, b_values)
     return ABResult(a_values=a_values, b_values=b_values, unit=joint.unit, ratios=ratios,
-                    summary=stats.ratio_summary(ratios), order=tuple("".join(o).upper() for o in joint.order))
+                    order=tuple("".join(o).upper() for o in joint.order))
 
 
 def join_rounds(first: ABResult, more: ABResult) -> ABResult:
     """One ABResult of the rounds of ``first`` followed by those of ``more`` (rounds added to decide)."""
     if first.unit != more.unit:
         raise TypeError(f"more: expected rounds in {first.unit}, found {more.unit}")
-    ratios = first.ratios + more.ratios
     return ABResult(a_values=first.a_values + more.a_values, b_values=first.b_values + more.b_values,
-                    unit=first.unit, ratios=ratios, summary=stats.ratio_summary(ratios),
-                    order=first.order + more.order)
+                    unit=first.unit, ratios=first.ratios + more.ratios, order=first.order + more.order)
 
 
 @dataclass(frozen=True)
-class Rounds:
+class Rounds(Record):
     """Interleaved rounds of several runs (interleave_rounds).
 
     labels: the runs, in the order given. values: per label, one value per measured round (seconds
@@ -478,10 +474,6 @@ class Rounds:
     values: dict
     unit: str
     order: tuple[tuple[Any, ...], ...]
-
-    def as_dict(self) -> dict:
-        return {"labels": list(self.labels), "values": {str(k): list(v) for k, v in self.values.items()},
-                "unit": self.unit, "order": [list(o) for o in self.order]}
 
 
 def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1, start: int = 0) -> Rounds:

@@ -132,8 +132,7 @@ class RoundDriver:
         n = min(len(a_values), len(b_values))
         a_values, b_values = a_values[:n], b_values[:n]
         ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
-        return timing.ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios,
-                               summary=stats.ratio_summary(ratios), order=("AB",) * n)
+        return timing.ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios, order=("AB",) * n)
 
     def _side(self, run, side: str) -> tuple[tuple[float, ...], str, dict | None]:
         """One named side's rounds (its values, its unit, None) after one warm-up call, or those measured

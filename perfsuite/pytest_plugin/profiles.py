@@ -14,11 +14,13 @@ full:  the nightly sweep (more batch sizes and workers, larger budgets).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from perfsuite.records import Record
 
 
 @dataclass(frozen=True)
-class RunProfile:
+class RunProfile(Record):
     name: str
     corpus: str  # a perfsuite.data.corpus.PRESETS key
     model: str  # a perfsuite.workload.model.MODEL_PRESETS key
@@ -57,9 +59,6 @@ class RunProfile:
         """Untimed calls of a step before the one that sizes its rounds: its first (trace and compile) and
         ``warmup_batches`` - 2 more. The sizing call is in no round, so it is the last warm-up call."""
         return max(self.warmup_batches - 1, 1)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 PROFILES = {

@@ -485,7 +485,7 @@ class Recorder:
         """What --perfsuite-report shows of this benchmark: a report.BenchmarkRecord, as its as_dict()
         (JSON-ready: it may travel from an xdist worker); ``check``: its verdicts, whose thresholds the
         ratio plot draws."""
-        gates = tuple(GateMark(metric=v.metric, kind=v.threshold.kind, threshold=v.threshold.value,
+        gates = tuple(GateMark(metric=v.metric, kind=v.kind, threshold=v.threshold,
                                decision=v.decision) for v in (check.verdicts if check is not None else ()))
         lengths = self.primary_round_lengths
         return BenchmarkRecord(

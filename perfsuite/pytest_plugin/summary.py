@@ -117,7 +117,7 @@ INTERVAL_NOTE = ("[interval]: the order-statistic interval of the median over th
 def verdict_rows(outcome) -> list[tuple[str, ...]]:
     """One row per checked threshold of one benchmark (none when it has no thresholds)."""
     return [(_gate_name(outcome.benchmark_id, v.metric), v.evidence,
-             f"{v.threshold.symbol} {format_number(v.threshold.value)}", v.label)
+             f"{v.bound.symbol} {format_number(v.threshold)}", v.label)
             for v in outcome.check.verdicts]
 
 

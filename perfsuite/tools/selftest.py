@@ -18,13 +18,14 @@ import dataclasses
 import math
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import special
 
+from perfsuite.records import Record
 from perfsuite.verdict.baselines import threshold_from_measurement
 from perfsuite.verdict.comparison import NOT_JUDGED, compare_history, decide_history
 from perfsuite.verdict.gates import FAIL, INCONCLUSIVE, PASS, REGRESSION, check_benchmark, judge
@@ -147,12 +148,14 @@ class UserPath:
 # ------------------------------------------------------------------ planted regressions, judged as shipped
 
 @dataclass(frozen=True)
-class PlantedJudgement:
+class PlantedJudgement(Record):
     """One planted regression judged by a check a user's run makes: the shipped gate on ``check`` (a
     metric of benchmarks/baselines/ratios.yaml, or a threshold recorded from the genuine run) or the
     stored-run comparison. ``genuine`` and ``planted``: the verdicts on each configuration (pass, fail or
     inconclusive). As expected only when the genuine one passes (inconclusive is no pass) and the planted
     one fails."""
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("as_expected",)
 
     mutant: str
     check: str
@@ -168,9 +171,6 @@ class PlantedJudgement:
     def message(self) -> str:
         return (f"{self.mutant} judged by {self.check}: expected the genuine configuration to pass and the planted "
                 f"one to fail, found {self.genuine} and {self.planted} ({self.evidence})")
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "as_expected": self.as_expected}
 
 
 def judge_by_gate(ratios, *, mutant: str, metric: str, genuine: Sequence[float], planted: Sequence[float],

@@ -105,20 +105,6 @@ class Profile:
     recorded: str | None
     benchmarks: Mapping[str, tuple[Threshold, ...]]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The YAML document form (what the file holds)."""
-        return {
-            "format": PROFILE_FORMAT,
-            "profile": self.name,
-            "fingerprint": self.fingerprint.as_dict(),
-            "margin": self.margin,
-            "recorded": self.recorded,
-            "benchmarks": {
-                benchmark_id: {t.key: t.value for t in thresholds}
-                for benchmark_id, thresholds in self.benchmarks.items()
-            },
-        }
-
 
 @dataclass(frozen=True)
 class OutdatedProfile:
@@ -548,20 +534,20 @@ def record_measurements(
     new_thresholds = _thresholds_from_metrics(path, benchmark_id, metrics, margin)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(path):
+        benchmarks = {}
         if path.exists():
             existing = load_profile(path)
             _check_same_recording(existing, fingerprint=fingerprint, margin=margin)
-            document = existing.as_dict()
-        else:
-            document = {"format": PROFILE_FORMAT, "profile": profile_name,
-                        "fingerprint": fingerprint.as_dict(), "benchmarks": {}}
-        benchmarks = document["benchmarks"]
+            fingerprint = existing.fingerprint
+            benchmarks = {bid: {t.key: t.value for t in ts} for bid, ts in existing.benchmarks.items()}
         benchmarks[benchmark_id] = {**benchmarks.get(benchmark_id, {}), **new_thresholds}
-        document["margin"] = margin
-        document["recorded"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        document["benchmarks"] = dict(sorted(benchmarks.items()))  # stable order, readable diffs
+        document = ProfileFile(
+            format=PROFILE_FORMAT, profile=profile_name, fingerprint=fingerprint.as_dict(), margin=margin,
+            recorded=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            benchmarks=dict(sorted(benchmarks.items())),  # stable order, readable diffs
+        ).as_dict()
         profile = _parse_profile(path, document)  # never write what could not be read back
-        _write_atomic(path, profile.as_dict())
+        _write_atomic(path, document)
     return profile
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
 
 from perfsuite.measure.stats import MAD_TO_STD, clopper_pearson
+from perfsuite.records import Record
 
 SLOWER = "slower"
 FASTER = "faster"
@@ -44,7 +45,7 @@ _ZERO_SPREAD = 1e-12
 
 
 @dataclass(frozen=True)
-class HistoryComparison:
+class HistoryComparison(Record):
     """One benchmark's current run against its earlier runs (see compare_history).
 
     runs: earlier runs used (k). centre: their median figure (the median of the logs, so an even k
@@ -78,9 +79,6 @@ class HistoryComparison:
     @property
     def judged(self) -> bool:
         return self.verdict != NOT_JUDGED
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _positive_figures(values, *, name: str) -> np.ndarray:
@@ -237,7 +235,7 @@ def holm(p_values: Sequence[float]) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Decision(Record):
     """One benchmark's verdict within a run of several (see decide_history).
 
     adjusted_p_worse / adjusted_p_better: Holm-adjusted over the judged benchmarks of the run (None
@@ -249,9 +247,6 @@ class Decision:
     adjusted_p_worse: float | None
     adjusted_p_better: float | None
     comparison: HistoryComparison
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def decide_history(comparisons: Sequence[HistoryComparison], *, alpha: float = 0.05) -> tuple[Decision, ...]:
@@ -290,7 +285,7 @@ def decide_history(comparisons: Sequence[HistoryComparison], *, alpha: float = 0
 
 
 @dataclass(frozen=True)
-class RateEstimate:
+class RateEstimate(Record):
     """flagged of trials, the rate and its 95 % Clopper-Pearson interval."""
 
     flagged: int
@@ -299,9 +294,6 @@ class RateEstimate:
     ci_low: float
     ci_high: float
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def _rate(flagged: int, trials: int) -> RateEstimate:
     low, high = clopper_pearson(successes=int(flagged), trials=int(trials))
@@ -309,7 +301,7 @@ def _rate(flagged: int, trials: int) -> RateEstimate:
 
 
 @dataclass(frozen=True)
-class SimulatedRates:
+class SimulatedRates(Record):
     """Result of simulate_rates.
 
     false_alarm: share of benchmark verdicts flagged as slowdowns in A/A runs. run_false_alarm: share
@@ -327,11 +319,6 @@ class SimulatedRates:
     false_alarm: RateEstimate
     run_false_alarm: RateEstimate
     detection: tuple[tuple[float, RateEstimate], ...]
-
-    def as_dict(self) -> dict:
-        result = asdict(self)
-        result["detection"] = {str(s): asdict(r) for s, r in self.detection}
-        return result
 
 
 def _compare_all(history: np.ndarray, current: np.ndarray, *, alpha: float,

@@ -23,9 +23,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfsuite.measure.stats import MedianInterval, median_interval
+from perfsuite.records import Record
 from perfsuite.verdict.metrics import format_number
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -72,24 +73,39 @@ class Threshold:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One threshold checked against one measurement (and its per-round interval, when it has rounds)."""
+class Verdict(Record):
+    """One threshold checked against one measurement (and its per-round interval, when it has rounds).
+    The threshold's fields are the verdict's own, its value named ``threshold``; ``bound`` is the Threshold."""
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("message",)
 
     benchmark_id: str
-    threshold: Threshold
+    metric: str
+    kind: str
+    threshold: float
+    claim: str
+    role: str
     measured: float | None  # None: not measured, or not a number (see note)
     source: str  # the file the threshold came from
     decision: str  # PASS, FAIL or INCONCLUSIVE
     interval: MedianInterval | None = None
     note: str = ""
 
+    @classmethod
+    def of(cls, benchmark_id: str, bound: Threshold, measured: float | None, source: str, decision: str,
+           interval: MedianInterval | None = None, note: str = "") -> Verdict:
+        """The verdict on ``bound``, its fields copied."""
+        return cls(benchmark_id=benchmark_id, metric=bound.metric, kind=bound.kind, threshold=bound.value,
+                   claim=bound.claim, role=bound.role, measured=measured, source=source, decision=decision,
+                   interval=interval, note=note)
+
     @property
-    def metric(self) -> str:
-        return self.threshold.metric
+    def bound(self) -> Threshold:
+        return Threshold(metric=self.metric, kind=self.kind, value=self.threshold, claim=self.claim, role=self.role)
 
     @property
     def is_context(self) -> bool:
-        return self.threshold.role == CONTEXT
+        return self.role == CONTEXT
 
     @property
     def passed(self) -> bool:
@@ -119,25 +135,18 @@ class Verdict:
 
     @property
     def message(self) -> str:
-        t = self.threshold
-        bound = f"threshold {t.symbol} {format_number(t.value)} ({self.source})"
-        claim = f" — {t.claim}" if t.claim else ""
+        threshold = f"threshold {self.bound.symbol} {format_number(self.threshold)} ({self.source})"
+        claim = f" — {self.claim}" if self.claim else ""
         measured = self.note if self.measured is None else f"measured {self.evidence}"
-        decision = f"{t.role} {self.decision}" if self.is_context else self.decision
-        return f"{self.metric}: {decision}: {measured}, {bound}{claim}"
-
-    def as_dict(self) -> dict[str, Any]:
-        t = self.threshold
-        return {"benchmark_id": self.benchmark_id, "metric": t.metric, "kind": t.kind, "threshold": t.value,
-                "claim": t.claim, "role": t.role, "measured": self.measured, "source": self.source,
-                "decision": self.decision,
-                "interval": None if self.interval is None else self.interval.as_dict(), "note": self.note,
-                "message": self.message}
+        decision = f"{self.role} {self.decision}" if self.is_context else self.decision
+        return f"{self.metric}: {decision}: {measured}, {threshold}{claim}"
 
 
 @dataclass(frozen=True)
-class CheckResult:
+class CheckResult(Record):
     """All verdicts for one benchmark, and notes on what was not checked and why."""
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("passed",)
 
     benchmark_id: str
     verdicts: tuple[Verdict, ...]
@@ -156,18 +165,13 @@ class CheckResult:
         """Inconclusive verdicts that count: the ones more rounds should decide (context ones excluded)."""
         return tuple(v for v in self.verdicts if v.decision == INCONCLUSIVE and not v.is_context)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"benchmark_id": self.benchmark_id, "passed": self.passed,
-                "verdicts": [v.as_dict() for v in self.verdicts], "notes": list(self.notes)}
-
 
 def judge(benchmark_id: str, threshold: Threshold, metrics: Mapping[str, Any], source: Path | str,
           rounds: Sequence[float] | None = None) -> Verdict:
     """The verdict on one threshold: from the per-round interval when ``rounds`` has at least 2 values,
     else from the single measured value. A missing or non-finite value fails ("not measured")."""
     def verdict(measured, decision, interval=None, note=""):
-        return Verdict(benchmark_id=benchmark_id, threshold=threshold, measured=measured, source=str(source),
-                       decision=decision, interval=interval, note=note)
+        return Verdict.of(benchmark_id, threshold, measured, str(source), decision, interval, note)
 
     value = metrics.get(threshold.metric)
     if threshold.metric not in metrics:

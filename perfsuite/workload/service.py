@@ -31,6 +31,7 @@ from typing import Self
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import ServiceError
 from perfsuite.files import write_atomic
+from perfsuite.records import Record
 from perfsuite.workload.pipeline_model import read_pipeline
 
 PROCESSING_MODES = ("parallel_epochs", "distributed_epoch")
@@ -50,7 +51,7 @@ LOG_TAIL_LINES = 30
 
 
 @dataclass(frozen=True)
-class ServerProcess:
+class ServerProcess(Record):
     role: str  # "dispatcher", "worker-0", ...
     pid: int
     port: int
@@ -64,10 +65,6 @@ class ServerProcess:
     def describe(self) -> str:
         state = "running" if self.exit_code is None else f"exited with code {self.exit_code}"
         return f"{self.role} (pid {self.pid}, port {self.port}) {state}"
-
-    def as_dict(self) -> dict:
-        return {"role": self.role, "pid": self.pid, "port": self.port, "log_path": str(self.log_path),
-                "exit_code": self.exit_code}
 
 
 def free_port() -> int:
