@@ -67,7 +67,6 @@ from perfsuite.measure.python_work import (
     PythonCounts,
     count_generator,
     count_python,
-    python_body,
 )
 from perfsuite.records import Record
 from perfsuite.workload.function_library import (
@@ -89,6 +88,7 @@ from perfsuite.workload.op_table import (
     READ_FILE_OP,
 )
 from perfsuite.workload.pipeline_model import Pipeline, PipelineModel, function_names, read_pipeline
+from perfsuite.workload.python_functions import registered
 from perfsuite.workload.tfrecord_files import reader_functions, record_reads, tfrecord_stages
 
 # 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version. 3: loops count their trip
@@ -495,7 +495,7 @@ def _run_python_body(op, values: list, counts: _Counts) -> None:
     """Runs the Python callable of a PyFunc / EagerPyFunc op on the values the graph gave it, under the
     deterministic counter (perfsuite.measure.python_work); one whose callable cannot be found is unresolved."""
     tf = tensorflow()
-    function, takes_tensors = python_body(op.get_attr("token").decode())
+    function, takes_tensors = registered(op.get_attr("token").decode())
     if function is None:
         counts.unresolved[f"{op.type} (its Python callable is gone)"] += 1
         return

@@ -3,7 +3,8 @@ function with the functions it calls, and the Python callables its Python-functi
 
 Every reader of a user's pipeline asks this model (the fingerprint, diagnose's graph findings, buffer
 draining, prefix cutting, fixes and rewrites, the tf.data service's Python-op check); none walks the graph
-itself. The one table of dataset op kinds is perfsuite.workload.op_table.
+itself. The one table of dataset op kinds is perfsuite.workload.op_table; a Python-function op's callable is
+named through perfsuite.workload.python_functions, the one reader of TensorFlow's registry of them.
 
 The model is read from the dataset's serialized GraphDef. A dataset TensorFlow will not serialize
 (``prefetch_to_device`` copies through a generator) is read from its Python dataset objects down to the
@@ -19,8 +20,6 @@ chain of dataset objects).
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
 import re
 from collections import Counter
@@ -42,6 +41,7 @@ from perfsuite.workload.op_table import (
     kind_of,
     one_to_one,
 )
+from perfsuite.workload.python_functions import python_callable
 
 PIPELINE_MODEL_VERSION = 1
 AUTOTUNE = -1
@@ -630,58 +630,6 @@ def _python_op(inner, function: str, words: str, op: str, node_name: str) -> Pyt
     python, defined_at = python_callable(inner)
     return PythonOp(op=inner.op, node=inner.name, function=function, transformation=words, transformation_op=op,
                     transformation_node=node_name, python=python, defined_at=defined_at)
-
-
-def python_callable(node) -> tuple[str | None, str | None]:
-    """('module.qualname', 'file:line') of the Python callable a PyFunc op calls, from TensorFlow's
-    registry of them (internal: (None, None) when it cannot be read)."""
-    with contextlib.suppress(Exception):
-        from tensorflow.python.ops import script_ops
-
-        return callable_words(script_ops._py_funcs.get(node.attr["token"].s.decode()))
-    return None, None
-
-
-def callable_words(function: Any) -> tuple[str | None, str | None]:
-    """('module.qualname', 'file:line') of a callable, through TensorFlow's wrappers (EagerFunc, autograph's
-    do_not_convert), functools.partial and bound methods; a callable object by its class's __call__."""
-    function = getattr(function, "_func", function)  # py_function's EagerFunc
-    function = inspect.unwrap(function) if callable(function) else function
-    if getattr(function, "__qualname__", "").endswith("do_not_convert.<locals>.wrapper"):  # around an object
-        function = next((cell.cell_contents for cell in function.__closure__ or ()
-                         if callable(cell.cell_contents)), function)
-    while isinstance(function, functools.partial):
-        function = inspect.unwrap(function.func)
-    if function is None:
-        return None, None
-    called = _called_by_lambda(function)
-    if called is not None:  # a lambda around the user's function, as numpy_function(lambda x: f(x, ...)) is
-        name, where = callable_words(called)
-        return (None if name is None else f"{name} (called by a lambda)"), where
-    target = function if hasattr(function, "__qualname__") else type(function)
-    name = getattr(target, "__qualname__", None)
-    code = getattr(getattr(target, "__func__", target), "__code__", None)
-    if code is None and not hasattr(function, "__qualname__"):
-        code = getattr(type(function).__call__, "__code__", None)
-    where = None if code is None else f"{code.co_filename}:{code.co_firstlineno}"
-    return (None if name is None else f"{getattr(target, '__module__', '?')}.{name}"), where
-
-
-def _library_module(module: str | None) -> bool:
-    """Whether a module is TensorFlow's or perfsuite's own (a user's module perfsuite imported is named
-    perfsuite_target_*: it is the user's)."""
-    return any(module == name or (module or "").startswith(f"{name}.") for name in ("tensorflow", "perfsuite"))
-
-
-def _called_by_lambda(function: Any) -> Any:
-    """The one Python function a lambda calls (by a global or closure name; autograph's own helpers left
-    out), or None when the callable is not a lambda or calls no single function of its own."""
-    if getattr(function, "__name__", None) != "<lambda>" or not hasattr(function, "__code__"):
-        return None
-    names = [function.__globals__.get(name) for name in function.__code__.co_names]
-    cells = [cell.cell_contents for cell in function.__closure__ or ()]
-    called = {id(c): c for c in names + cells if inspect.isfunction(c) and not _library_module(c.__module__)}
-    return next(iter(called.values())) if len(called) == 1 else None
 
 
 # ------------------------------------------------------------------------------ the Python objects
