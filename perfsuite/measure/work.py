@@ -533,12 +533,13 @@ def _bytes_of(values) -> int:
 
 def _batch_kept(pipeline: Pipeline) -> float:
     """The share of a batch's samples the pipeline delivers: 1, unless a map or filter follows the last
-    batch stage (it may cut the batch, so work done for samples then dropped is work per delivered sample);
-    then one output element is drawn and its leading dimension read against the batch size."""
+    stage that batches (Stage.batches; it may cut the batch, so work done for samples then dropped is work
+    per delivered sample); then one output element is drawn and its leading dimension read against the batch
+    size."""
     model = pipeline.model
     chain = model.chain()
     batch = model.samples_per_batch()
-    last = max((i for i, s in enumerate(chain) if s.family == "batch"), default=None)
+    last = max((i for i, s in enumerate(chain) if s.batches()), default=None)
     if batch is None or last is None or not any(s.family in ("map", "filter") for s in chain[last + 1:]):
         return 1.0
     from perfsuite.measure.timing import leading_dim

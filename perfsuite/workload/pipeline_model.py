@@ -125,6 +125,21 @@ class Stage(Record):
             detail.append("endless")
         return f"{method} ({'; '.join(detail)})" if detail else method
 
+    def batches(self) -> bool:
+        """Whether the stage makes batches of its input elements: batch, padded_batch, rebatch, window,
+        dense_to_sparse_batch, a map fused with its batch, and group_by_window (bucket_by_sequence_length is
+        one), whose reduce function makes each window a batch, as every bucketing recipe's does; its batches
+        vary in size, so their samples are not known. The other group stages do not batch: group_by_reducer
+        gives one value per key, scan one element per element. Unbatch undoes a batch."""
+        return (self.family == "batch" and self.method != "unbatch") or \
+            self.method in (FUSED_MAP_AND_BATCH, "group_by_window")
+
+    def sequential_map(self) -> bool:
+        """Whether the stage is a map without parallel calls (tf.data's MapDataset: map() without
+        num_parallel_calls), what the map-parallelism rewrite makes a parallel map. A map given
+        num_parallel_calls=1 is a parallel map its user set to one call: not one."""
+        return self.op == SEQUENTIAL_MAP_OP
+
     def parameters(self) -> dict:
         """The stage's op and set parameters as plain values (AUTOTUNE as 'autotune'), for fingerprints."""
         out = {"op": self.op}
@@ -215,8 +230,8 @@ class PipelineModel(Record):
         return not any(word in op for op in ops for word in RANDOM_WORDS) and not ops & PYTHON_FUNCTION_OPS
 
     def sequential_maps(self) -> tuple[Stage, ...]:
-        """Maps without parallel calls (what the map-parallelism rewrite makes parallel)."""
-        return tuple(stage for stage in self.stages if stage.op == SEQUENTIAL_MAP_OP)
+        """Maps without parallel calls (Stage.sequential_map: what the map-parallelism rewrite makes parallel)."""
+        return tuple(stage for stage in self.stages if stage.sequential_map())
 
     def sequential_reads(self) -> tuple[tuple[Stage, tuple[str, ...]], ...]:
         """(stage, the file reads it runs) for every interleave or flat_map without parallel calls whose
@@ -265,16 +280,19 @@ class PipelineModel(Record):
 
     def samples_per_batch(self) -> int | None:
         """The samples one output element holds, the batch sizes along the chain multiplied; None when a
-        batch size is not constant, a group stage batches, or nothing batches."""
-        samples = 1
-        for stage in self.chain():
-            if stage.family == "batch" and not stage.op.startswith("Unbatch"):
-                if not isinstance(stage.batch_size, int):
-                    return None
-                samples *= stage.batch_size
-            elif stage.family == "group":
-                return None
+        batch size is not constant, a group stage comes before, nothing batches or an unbatch undoes it."""
+        samples = self.output_samples().get(self.stages[-1].node, 0) if self.stages else 0
         return samples if samples > 1 else None
+
+    def batched(self) -> dict[str, bool]:
+        """Per stage, whether the elements it produces are batches: a stage that batches (Stage.batches, the
+        rule for group stages there) is on its first input's line, and no unbatch after it. Every reader that
+        asks whether a stage's elements are batches asks here."""
+        out = {}
+        for stage in self.stages:  # inputs come first
+            before = out.get(stage.inputs[0], False) if stage.inputs else False
+            out[stage.node] = stage.batches() or (before and stage.method != "unbatch")
+        return out
 
     def samples_per_element(self) -> dict[str, int]:
         """Per stage, the samples one of its input elements holds: the batch sizes before it on its first
@@ -290,9 +308,9 @@ class PipelineModel(Record):
         for stage in self.stages:  # inputs come first
             samples = after.get(stage.inputs[0], 1) if stage.inputs else 1
             out[stage.node] = samples
-            if stage.op.startswith("Unbatch"):
+            if stage.method == "unbatch":
                 samples = 1 if samples else 0
-            elif stage.family == "batch":
+            elif stage.batches():
                 samples = samples * stage.batch_size if isinstance(stage.batch_size, int) and samples else 0
             elif stage.family == "group":
                 samples = 0
@@ -425,6 +443,15 @@ def chain_stages(pipeline: Pipeline) -> tuple[Stage | None, ...]:
         found = next((i for i in range(position, len(chain)) if _base_op(chain[i].op) == op), None)
         out.append(None if found is None else chain[found])
         position = position if found is None else found + 1
+    return tuple(out)
+
+
+def chain_batched(pipeline: Pipeline) -> tuple[bool, ...]:
+    """Per Python dataset of pipeline.python_chain, whether its elements are batches (PipelineModel.batched;
+    a dataset with no stage in the model keeps the answer of the one before it)."""
+    batched, out = pipeline.model.batched(), []
+    for stage in chain_stages(pipeline):
+        out.append(batched[stage.node] if stage is not None else bool(out) and out[-1])
     return tuple(out)
 
 
