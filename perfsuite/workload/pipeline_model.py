@@ -373,15 +373,6 @@ def shape_words(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join("longest" if d == -1 else str(d) for d in shape) + "]"
 
 
-def object_functions(dataset) -> tuple[str, ...]:
-    """The names of the traced functions a Python dataset object holds."""
-    from tensorflow.python.data.ops import structured_function
-
-    names = [value.function.name for value in vars(dataset).values()
-             if isinstance(value, structured_function.StructuredFunctionWrapper)]
-    return tuple(n.decode() if isinstance(n, bytes) else n for n in names)
-
-
 def class_words(dataset) -> str:
     """A Python dataset object's class in tf.data's words: _ParallelMapDataset -> 'parallel_map'."""
     name = type(dataset).__name__.strip("_").removesuffix("Dataset").removesuffix("V2")
