@@ -106,6 +106,26 @@ def test_bucketing_reads_as_a_group_stage_with_its_functions():
     assert model.samples_per_element()[model.stages[-1].node] == 0  # batches of varying size after it
 
 
+def test_whether_elements_are_batches_is_one_answer_of_the_model_that_rewrite_and_work_ask():
+    dataset = tf.data.Dataset.range(32).map(lambda i: tf.fill([i % 3 + 1], tf.cast(i, tf.float32)))
+    dataset = dataset.group_by_window(lambda x: tf.cast(tf.shape(x)[0], tf.int64), lambda _, w: w.padded_batch(4), 4)
+    dataset = dataset.unbatch().padded_batch(4).map(lambda x: x * 2.0).batch(2)
+    pipeline = read_pipeline(dataset)
+    batched = pipeline.model.batched()
+    assert [(s.method, batched[s.node]) for s in pipeline.model.chain()] == [
+        ("range", False), ("map", False), ("group_by_window", True), ("map", True), ("unbatch", False),
+        ("padded_batch", True), ("map", True), ("batch", True)]
+    assert [(c.stage, c.batched) for c in rewrite.prefixes(pipeline)] == [
+        ("range", False), ("map", False), ("group_by_window", True), ("map(normalize)", True),
+        ("restructured", True), ("unbatch", False), ("padded_batch", True), ("map", True), ("batch", True)]
+    assert pipeline.model.samples_per_batch() is None  # a group's batches vary in size
+    assert "float_ops_per_batch" not in dataset_work(pipeline, reference_elements=2).work
+    scaled = tf.data.Dataset.range(16).map(lambda i: tf.fill([4], tf.cast(i, tf.float32)) * 3.0)
+    assert "float_ops_per_batch" not in dataset_work(scaled.batch(4).unbatch(), reference_elements=2).work
+    work = dataset_work(scaled.batch(4), reference_elements=2).work
+    assert work["float_ops_per_batch"] == 4 * work["float_ops_per_sample"]
+
+
 def test_python_ops_are_named_with_where_they_are_defined_for_every_python_op_kind():
     def stateless(x):
         return x

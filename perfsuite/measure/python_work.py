@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.workload.op_table import PYTHON_FUNCTION_OPS
+from perfsuite.workload.python_functions import registered
 
 PYTHON_WORK_METHOD = ("numpy ufuncs, operators, array functions and computing ndarray methods in the Python "
                       "bodies, recorded through numpy's __array_ufunc__ / __array_function__ protocols on an "
@@ -584,20 +585,6 @@ def count_python(function, arguments: list, counts: PythonCounts, *, warm: bool 
         counts.runs += 1
 
 
-def python_body(token: str):
-    """The Python callable a PyFunc / EagerPyFunc op with this ``token`` attr runs, from TensorFlow's
-    registry of them (internal: None when it cannot be read), and whether it takes tensors (py_function)."""
-    with contextlib.suppress(Exception):
-        from tensorflow.python.ops import script_ops
-
-        function = script_ops._py_funcs.get(token)
-        if function is None:
-            return None, False
-        eager = getattr(function, "_func", None)
-        return (eager, True) if eager is not None else (function, False)
-    return None, False
-
-
 # ------------------------------------------------------------------------------------ from_generator
 
 def count_generator(op, library: dict, reference: int, counts: PythonCounts) -> str | None:
@@ -650,7 +637,7 @@ def _generator_state(op, library: dict):
               if node.op in PYTHON_FUNCTION_OPS]
     if len(tokens) != 1:
         return "from_generator: its next function holds no single Python function"
-    functions, depth = [python_body(tokens[0])[0]], 0
+    functions, depth = [registered(tokens[0])[0]], 0
     while functions and depth < 4:  # the registered function, and the functions its closure wraps
         cells = [cell for function in functions for cell in getattr(function, "__closure__", None) or ()]
         values = []

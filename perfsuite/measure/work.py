@@ -67,7 +67,6 @@ from perfsuite.measure.python_work import (
     PythonCounts,
     count_generator,
     count_python,
-    python_body,
 )
 from perfsuite.records import Record
 from perfsuite.workload.function_library import (
@@ -89,6 +88,7 @@ from perfsuite.workload.op_table import (
     READ_FILE_OP,
 )
 from perfsuite.workload.pipeline_model import Pipeline, PipelineModel, function_names, read_pipeline
+from perfsuite.workload.python_functions import registered
 from perfsuite.workload.tfrecord_files import reader_functions, record_reads, tfrecord_stages
 
 # 2: op histogram and float ops keyed by op and dtype; Python bodies; numpy version. 3: loops count their trip
@@ -495,7 +495,7 @@ def _run_python_body(op, values: list, counts: _Counts) -> None:
     """Runs the Python callable of a PyFunc / EagerPyFunc op on the values the graph gave it, under the
     deterministic counter (perfsuite.measure.python_work); one whose callable cannot be found is unresolved."""
     tf = tensorflow()
-    function, takes_tensors = python_body(op.get_attr("token").decode())
+    function, takes_tensors = registered(op.get_attr("token").decode())
     if function is None:
         counts.unresolved[f"{op.type} (its Python callable is gone)"] += 1
         return
@@ -533,12 +533,13 @@ def _bytes_of(values) -> int:
 
 def _batch_kept(pipeline: Pipeline) -> float:
     """The share of a batch's samples the pipeline delivers: 1, unless a map or filter follows the last
-    batch stage (it may cut the batch, so work done for samples then dropped is work per delivered sample);
-    then one output element is drawn and its leading dimension read against the batch size."""
+    stage that batches (Stage.batches; it may cut the batch, so work done for samples then dropped is work
+    per delivered sample); then one output element is drawn and its leading dimension read against the batch
+    size."""
     model = pipeline.model
     chain = model.chain()
     batch = model.samples_per_batch()
-    last = max((i for i, s in enumerate(chain) if s.family == "batch"), default=None)
+    last = max((i for i, s in enumerate(chain) if s.batches()), default=None)
     if batch is None or last is None or not any(s.family in ("map", "filter") for s in chain[last + 1:]):
         return 1.0
     from perfsuite.measure.timing import leading_dim

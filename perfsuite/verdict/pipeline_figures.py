@@ -79,7 +79,8 @@ class GraphFindings(Record):
         return " -> ".join(real) + (f" (wrappers skipped: {', '.join(wrappers)})" if wrappers else "")
 
     def sequential_maps(self) -> tuple[GraphStage, ...]:
-        return tuple(s for s in self.stages if s.family == "map" and s.parallelism == 1)
+        """The model's sequential maps (Stage.sequential_map), on the main line as the record holds it."""
+        return tuple(s for s in self.stages if s.sequential_map())
 
     def fixed_padding(self) -> tuple[GraphStage, ...]:
         """padded_batch stages that pad a component of rank >= 2 to a fixed length on its first axis."""

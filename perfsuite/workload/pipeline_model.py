@@ -3,7 +3,8 @@ function with the functions it calls, and the Python callables its Python-functi
 
 Every reader of a user's pipeline asks this model (the fingerprint, diagnose's graph findings, buffer
 draining, prefix cutting, fixes and rewrites, the tf.data service's Python-op check); none walks the graph
-itself. The one table of dataset op kinds is perfsuite.workload.op_table.
+itself. The one table of dataset op kinds is perfsuite.workload.op_table; a Python-function op's callable is
+named through perfsuite.workload.python_functions, the one reader of TensorFlow's registry of them.
 
 The model is read from the dataset's serialized GraphDef. A dataset TensorFlow will not serialize
 (``prefetch_to_device`` copies through a generator) is read from its Python dataset objects down to the
@@ -19,8 +20,6 @@ chain of dataset objects).
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
 import re
 from collections import Counter
@@ -42,6 +41,7 @@ from perfsuite.workload.op_table import (
     kind_of,
     one_to_one,
 )
+from perfsuite.workload.python_functions import python_callable
 
 PIPELINE_MODEL_VERSION = 1
 AUTOTUNE = -1
@@ -124,6 +124,21 @@ class Stage(Record):
         if self.family == "repeat" and self.count == -1:
             detail.append("endless")
         return f"{method} ({'; '.join(detail)})" if detail else method
+
+    def batches(self) -> bool:
+        """Whether the stage makes batches of its input elements: batch, padded_batch, rebatch, window,
+        dense_to_sparse_batch, a map fused with its batch, and group_by_window (bucket_by_sequence_length is
+        one), whose reduce function makes each window a batch, as every bucketing recipe's does; its batches
+        vary in size, so their samples are not known. The other group stages do not batch: group_by_reducer
+        gives one value per key, scan one element per element. Unbatch undoes a batch."""
+        return (self.family == "batch" and self.method != "unbatch") or \
+            self.method in (FUSED_MAP_AND_BATCH, "group_by_window")
+
+    def sequential_map(self) -> bool:
+        """Whether the stage is a map without parallel calls (tf.data's MapDataset: map() without
+        num_parallel_calls), what the map-parallelism rewrite makes a parallel map. A map given
+        num_parallel_calls=1 is a parallel map its user set to one call: not one."""
+        return self.op == SEQUENTIAL_MAP_OP
 
     def parameters(self) -> dict:
         """The stage's op and set parameters as plain values (AUTOTUNE as 'autotune'), for fingerprints."""
@@ -215,8 +230,8 @@ class PipelineModel(Record):
         return not any(word in op for op in ops for word in RANDOM_WORDS) and not ops & PYTHON_FUNCTION_OPS
 
     def sequential_maps(self) -> tuple[Stage, ...]:
-        """Maps without parallel calls (what the map-parallelism rewrite makes parallel)."""
-        return tuple(stage for stage in self.stages if stage.op == SEQUENTIAL_MAP_OP)
+        """Maps without parallel calls (Stage.sequential_map: what the map-parallelism rewrite makes parallel)."""
+        return tuple(stage for stage in self.stages if stage.sequential_map())
 
     def sequential_reads(self) -> tuple[tuple[Stage, tuple[str, ...]], ...]:
         """(stage, the file reads it runs) for every interleave or flat_map without parallel calls whose
@@ -265,16 +280,19 @@ class PipelineModel(Record):
 
     def samples_per_batch(self) -> int | None:
         """The samples one output element holds, the batch sizes along the chain multiplied; None when a
-        batch size is not constant, a group stage batches, or nothing batches."""
-        samples = 1
-        for stage in self.chain():
-            if stage.family == "batch" and not stage.op.startswith("Unbatch"):
-                if not isinstance(stage.batch_size, int):
-                    return None
-                samples *= stage.batch_size
-            elif stage.family == "group":
-                return None
+        batch size is not constant, a group stage comes before, nothing batches or an unbatch undoes it."""
+        samples = self.output_samples().get(self.stages[-1].node, 0) if self.stages else 0
         return samples if samples > 1 else None
+
+    def batched(self) -> dict[str, bool]:
+        """Per stage, whether the elements it produces are batches: a stage that batches (Stage.batches, the
+        rule for group stages there) is on its first input's line, and no unbatch after it. Every reader that
+        asks whether a stage's elements are batches asks here."""
+        out = {}
+        for stage in self.stages:  # inputs come first
+            before = out.get(stage.inputs[0], False) if stage.inputs else False
+            out[stage.node] = stage.batches() or (before and stage.method != "unbatch")
+        return out
 
     def samples_per_element(self) -> dict[str, int]:
         """Per stage, the samples one of its input elements holds: the batch sizes before it on its first
@@ -290,9 +308,9 @@ class PipelineModel(Record):
         for stage in self.stages:  # inputs come first
             samples = after.get(stage.inputs[0], 1) if stage.inputs else 1
             out[stage.node] = samples
-            if stage.op.startswith("Unbatch"):
+            if stage.method == "unbatch":
                 samples = 1 if samples else 0
-            elif stage.family == "batch":
+            elif stage.batches():
                 samples = samples * stage.batch_size if isinstance(stage.batch_size, int) and samples else 0
             elif stage.family == "group":
                 samples = 0
@@ -353,15 +371,6 @@ def _count(value: int) -> str:
 
 def shape_words(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join("longest" if d == -1 else str(d) for d in shape) + "]"
-
-
-def object_functions(dataset) -> tuple[str, ...]:
-    """The names of the traced functions a Python dataset object holds."""
-    from tensorflow.python.data.ops import structured_function
-
-    names = [value.function.name for value in vars(dataset).values()
-             if isinstance(value, structured_function.StructuredFunctionWrapper)]
-    return tuple(n.decode() if isinstance(n, bytes) else n for n in names)
 
 
 def class_words(dataset) -> str:
@@ -425,6 +434,15 @@ def chain_stages(pipeline: Pipeline) -> tuple[Stage | None, ...]:
         found = next((i for i in range(position, len(chain)) if _base_op(chain[i].op) == op), None)
         out.append(None if found is None else chain[found])
         position = position if found is None else found + 1
+    return tuple(out)
+
+
+def chain_batched(pipeline: Pipeline) -> tuple[bool, ...]:
+    """Per Python dataset of pipeline.python_chain, whether its elements are batches (PipelineModel.batched;
+    a dataset with no stage in the model keeps the answer of the one before it)."""
+    batched, out = pipeline.model.batched(), []
+    for stage in chain_stages(pipeline):
+        out.append(batched[stage.node] if stage is not None else bool(out) and out[-1])
     return tuple(out)
 
 
@@ -630,58 +648,6 @@ def _python_op(inner, function: str, words: str, op: str, node_name: str) -> Pyt
     python, defined_at = python_callable(inner)
     return PythonOp(op=inner.op, node=inner.name, function=function, transformation=words, transformation_op=op,
                     transformation_node=node_name, python=python, defined_at=defined_at)
-
-
-def python_callable(node) -> tuple[str | None, str | None]:
-    """('module.qualname', 'file:line') of the Python callable a PyFunc op calls, from TensorFlow's
-    registry of them (internal: (None, None) when it cannot be read)."""
-    with contextlib.suppress(Exception):
-        from tensorflow.python.ops import script_ops
-
-        return callable_words(script_ops._py_funcs.get(node.attr["token"].s.decode()))
-    return None, None
-
-
-def callable_words(function: Any) -> tuple[str | None, str | None]:
-    """('module.qualname', 'file:line') of a callable, through TensorFlow's wrappers (EagerFunc, autograph's
-    do_not_convert), functools.partial and bound methods; a callable object by its class's __call__."""
-    function = getattr(function, "_func", function)  # py_function's EagerFunc
-    function = inspect.unwrap(function) if callable(function) else function
-    if getattr(function, "__qualname__", "").endswith("do_not_convert.<locals>.wrapper"):  # around an object
-        function = next((cell.cell_contents for cell in function.__closure__ or ()
-                         if callable(cell.cell_contents)), function)
-    while isinstance(function, functools.partial):
-        function = inspect.unwrap(function.func)
-    if function is None:
-        return None, None
-    called = _called_by_lambda(function)
-    if called is not None:  # a lambda around the user's function, as numpy_function(lambda x: f(x, ...)) is
-        name, where = callable_words(called)
-        return (None if name is None else f"{name} (called by a lambda)"), where
-    target = function if hasattr(function, "__qualname__") else type(function)
-    name = getattr(target, "__qualname__", None)
-    code = getattr(getattr(target, "__func__", target), "__code__", None)
-    if code is None and not hasattr(function, "__qualname__"):
-        code = getattr(type(function).__call__, "__code__", None)
-    where = None if code is None else f"{code.co_filename}:{code.co_firstlineno}"
-    return (None if name is None else f"{getattr(target, '__module__', '?')}.{name}"), where
-
-
-def _library_module(module: str | None) -> bool:
-    """Whether a module is TensorFlow's or perfsuite's own (a user's module perfsuite imported is named
-    perfsuite_target_*: it is the user's)."""
-    return any(module == name or (module or "").startswith(f"{name}.") for name in ("tensorflow", "perfsuite"))
-
-
-def _called_by_lambda(function: Any) -> Any:
-    """The one Python function a lambda calls (by a global or closure name; autograph's own helpers left
-    out), or None when the callable is not a lambda or calls no single function of its own."""
-    if getattr(function, "__name__", None) != "<lambda>" or not hasattr(function, "__code__"):
-        return None
-    names = [function.__globals__.get(name) for name in function.__code__.co_names]
-    cells = [cell.cell_contents for cell in function.__closure__ or ()]
-    called = {id(c): c for c in names + cells if inspect.isfunction(c) and not _library_module(c.__module__)}
-    return next(iter(called.values())) if len(called) == 1 else None
 
 
 # ------------------------------------------------------------------------------ the Python objects

@@ -16,18 +16,12 @@ import numpy as np
 from perfsuite._tensorflow import tensorflow
 from perfsuite.tools.diagnose.streams import samples_in
 from perfsuite.tools.diagnose.targets import one_line_error
-from perfsuite.workload.op_table import (
-    FLAT_MAP_OP,
-    PARALLEL_INTERLEAVE_OP,
-    PARALLEL_MAP_OP,
-    PYTHON_FUNCTION_OPS,
-    RANDOM_WORDS,
-    kind_of,
-)
+from perfsuite.workload.op_table import FLAT_MAP_OP, PARALLEL_INTERLEAVE_OP, PARALLEL_MAP_OP, kind_of
 from perfsuite.workload.pipeline_model import (
     Pipeline,
+    chain_batched,
+    chain_stages,
     class_words,
-    object_functions,
     op_of_class,
     python_chain,
     read_pipeline,
@@ -59,27 +53,16 @@ def stage_words(dataset) -> str:
 
 
 def prefixes(dataset) -> list[Prefix]:
-    """dataset (or a Pipeline already read) cut after each stage that does work, from the source on."""
-    chain = dataset.python_chain if isinstance(dataset, Pipeline) else python_chain(dataset)
+    """dataset (or a Pipeline already read) cut after each stage that does work, from the source on; whether
+    its elements are batches asked of the pipeline model (PipelineModel.batched)."""
+    pipeline = read_pipeline(dataset)
     return [Prefix(stage=stage_words(node), dataset=node, batched=batched)
-            for node, batched in zip(chain, _batched(chain)) if _works(node)]
+            for node, batched in zip(pipeline.python_chain, chain_batched(pipeline)) if _works(node)]
 
 
 def _works(node) -> bool:
     """Whether a Python dataset object's stage does work of its own (the op table's family)."""
     return kind_of(op_of_class(node)).family not in NO_WORK_FAMILIES
-
-
-def _batched(chain) -> list[bool]:
-    """Per Python dataset of a chain, whether its elements are batches (a batching stage at or before it and
-    no unbatch after that)."""
-    out, batched = [], False
-    for node in chain:
-        op = op_of_class(node)
-        batched = not op.startswith("Unbatch") and (batched or kind_of(op).family in ("batch", "group")
-                                                     or "Batch" in op)
-        out.append(batched)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ the fixes
@@ -228,15 +211,14 @@ def cache_after(pipeline: Pipeline, prefix):
 
 
 def deterministic_prefix(pipeline: Pipeline) -> tuple[Any | None, str]:
-    """(the longest prefix of the pipeline's chain with no shuffle, random op or stateful Python op, ending
-    before its first repeat; or None) and why it ends where it does."""
+    """(the longest prefix of the pipeline's chain whose stages are deterministic (PipelineModel.deterministic),
+    ending before its first repeat; or None) and why it ends where it does. A Python dataset with no stage of
+    its own in the model (a TFRecordDataset around its readers, a restructured dataset) has none to judge."""
     last = None
-    for node in pipeline.python_chain:
-        op = op_of_class(node)
-        if kind_of(op).family == "repeat":
+    for node, stage in zip(pipeline.python_chain, chain_stages(pipeline)):
+        if stage is not None and stage.family == "repeat":
             return last, "a repeat follows"
-        ops = {op, *pipeline.model.op_counts(object_functions(node))}  # a shuffle's op names one of RANDOM_WORDS
-        if any(word in name for name in ops for word in RANDOM_WORDS) or ops & PYTHON_FUNCTION_OPS:
+        if stage is not None and not pipeline.model.deterministic(stage):
             return last, f"{stage_words(node)} is not deterministic"
         last = node
     return last, "the pipeline ends"
@@ -306,7 +288,8 @@ def _cache_fix(pipeline: Pipeline, samples_per_s: float | None, fill_limit_s: fl
     if size > MEMORY_SHARE * free:
         return NotApplied("cache", f"one pass of {stage_words(prefix)} ({size / 2**30:.1f} GiB) exceeds "
                           f"{MEMORY_SHARE:.0%} of the free memory ({free / 2**30:.1f} GiB)")
-    samples = _cardinality(prefix) * (samples_in(sample)[0] if _batched(python_chain(prefix))[-1] else 1)
+    batched = next(b for node, b in zip(pipeline.python_chain, chain_batched(pipeline)) if node is prefix)
+    samples = _cardinality(prefix) * (samples_in(sample)[0] if batched else 1)
     if samples_per_s and fill_limit_s is not None and samples / samples_per_s > fill_limit_s:
         return NotApplied("cache", f"filling the cache reads a whole pass ({samples} samples, about "
                           f"{samples / samples_per_s:.0f} s at the measured throughput), more than the "
