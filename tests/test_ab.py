@@ -915,7 +915,8 @@ def test_marked(perfsuite):
     _commit(repo, "base", extra="\n\nimport pytest\n" + marked)
     _commit(repo, "head", work=0.0011, extra="\n\nimport pytest\n" + marked)
     result = _ab(repo, "HEAD~1", "HEAD", "-k", "marked or same", "--budget", "10")
-    assert result.returncode == 0, result.stdout + result.stderr
+    # no change, or undecided where a loaded machine's 10 s do not decide it: what was left out is the point
+    assert result.returncode in (0, results.EXIT_UNDECIDED), result.stdout + result.stderr
     data = json.loads((repo.parent / "ab.json").read_text())
     reasons = {n["name"]: n["reason"] for n in data["not_compared"]}
     assert reasons == {"test_tiny.py::test_marked": "not_in_ab: a same-run figure"}
