@@ -21,6 +21,7 @@ from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.errors import DataError
 from perfsuite.measure import timing
 from perfsuite.measure.input_bound import measure_input_bound
+from perfsuite.measure.rounds import interleaved
 from perfsuite.tools import selftest
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
@@ -94,8 +95,8 @@ def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, user_path, perfsui
     # Enough rounds for both intervals to clear the gate on a loaded box (the gate decides by interval).
     good = perfsuite.compare("selftest_genuine_tf_native_over_numpy_function_ratio", a=rate_round(base),
                              b=reference, rounds=profile.max_rounds)
-    bad = timing.interleave(a=rate_round(selftest.mutant_loader_config(base, "numpy_function")), b=reference,
-                            rounds=profile.max_rounds)
+    bad = timing.ab_result(*interleaved(timing.ab_runs(rate_round(selftest.mutant_loader_config(base, "numpy_function")),
+                                                       reference), rounds=profile.max_rounds, warmup_rounds=1))
     judgement = selftest.judge_by_gate(user_path.ratios, mutant="numpy_function swap",
                                        metric=gate_name, genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)
@@ -169,7 +170,8 @@ def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite, user_path):
     rounds = perfsuite.profile.max_rounds
     good = perfsuite.compare("selftest_genuine_compiled_over_eager_ratio", a=calls(steps["genuine"]),
                              b=calls(steps["eager"]), rounds=rounds)
-    bad = timing.interleave(a=calls(steps["mutant"]), b=calls(steps["eager"]), rounds=rounds)
+    bad = timing.ab_result(*interleaved(timing.ab_runs(calls(steps["mutant"]), calls(steps["eager"])), rounds=rounds,
+                                        warmup_rounds=1))
     judgement = selftest.judge_by_gate(user_path.ratios, mutant="eager step",
                                        metric="graph_over_eager_ratio", genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)

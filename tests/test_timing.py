@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import timing
+from perfsuite.measure.rounds import interleaved
 
 tf = tensorflow()
 
@@ -252,7 +253,11 @@ def test_harness_overhead_is_small_next_to_a_slow_pipeline():
 # ------------------------------------------------------------------------------------------- A/B
 
 
-def test_interleave_alternates_order_and_reports_speed_ratio():
+def _ab(*, a, b, rounds, warmup_rounds=1) -> timing.ABResult:
+    return timing.ab_result(*interleaved(timing.ab_runs(a, b), rounds=rounds, warmup_rounds=warmup_rounds))
+
+
+def test_ab_rounds_alternate_order_and_report_the_speed_ratio():
     log = []
 
     def side(label, seconds):
@@ -263,7 +268,7 @@ def test_interleave_alternates_order_and_reports_speed_ratio():
 
         return run
 
-    result = timing.interleave(a=side("A", 0.002), b=side("B", 0.004), rounds=4, warmup_rounds=1)
+    result = _ab(a=side("A", 0.002), b=side("B", 0.004), rounds=4, warmup_rounds=1)
     assert "".join(log) == "AB" + "BA" + "AB" + "BA" + "AB"
     assert result.order == ("BA", "AB", "BA", "AB")
     assert result.unit == "s" and result.a_values == (0.002,) * 4
@@ -272,7 +277,7 @@ def test_interleave_alternates_order_and_reports_speed_ratio():
     assert result.as_dict()["ratio_median"] == pytest.approx(2.0)
 
 
-def test_interleave_measured_rounds_of_two_pipelines():
+def test_ab_rounds_of_two_pipelines():
     slow = _sequential(tf.data.Dataset.range(10**6).map(lambda i: _sleep_where(i, 0.002, every=1)).batch(1))
     fast = tf.data.Dataset.range(10**6).batch(1)
     slow_it, fast_it = iter(slow), iter(fast)
@@ -280,37 +285,18 @@ def test_interleave_measured_rounds_of_two_pipelines():
     def measure(iterator):
         return lambda: timing.measure_dataset(dataset=iterator, warmup_batches=1, measure_batches=5)
 
-    result = timing.interleave(a=measure(fast_it), b=measure(slow_it), rounds=3)
+    result = _ab(a=measure(fast_it), b=measure(slow_it), rounds=3)
     assert result.unit == "samples/s"
     assert all(r > 1 for r in result.ratios)  # A (no sleep) delivers more samples per second
     assert result.summary.low <= result.summary.median <= result.summary.high
 
 
-def test_interleave_rounds_runs_forwards_then_backwards():
-    log = []
-
-    def run(label, value):
-        def go():
-            log.append(label)
-            return value
-        return go
-
-    result = timing.interleave_rounds({"A": run("A", 1.0), "B": run("B", 2.0), "C": run("C", 3.0)}, rounds=3)
-    assert "".join(log) == "ABC" + "CBA" + "ABC" + "CBA"  # the first (warm-up) round is discarded
-    assert result.order == (("C", "B", "A"), ("A", "B", "C"), ("C", "B", "A"))
-    assert result.values == {"A": (1.0,) * 3, "B": (2.0,) * 3, "C": (3.0,) * 3} and result.unit == "s"
-    assert result.as_dict()["order"][1] == ["A", "B", "C"]
+def test_ab_rounds_reject_mixed_values():
     with pytest.raises(TypeError, match="same kind of value"):
-        timing.interleave_rounds({"A": lambda: 1.0, "B": lambda: timing.measure_dataset(
-            dataset=[np.zeros((1, 1))] * 3, warmup_batches=1, measure_batches=2)}, rounds=1, warmup_rounds=0)
-
-
-def test_interleave_rejects_mixed_values():
-    with pytest.raises(TypeError, match="same kind of value"):
-        timing.interleave(a=lambda: 1.0, b=lambda: timing.measure_dataset(
+        _ab(a=lambda: 1.0, b=lambda: timing.measure_dataset(
             dataset=[np.zeros((1, 1))] * 3, warmup_batches=1, measure_batches=2), rounds=1, warmup_rounds=0)
     with pytest.raises(TypeError, match="seconds \\(float\\) or a Measurement"):
-        timing.interleave(a=lambda: "fast", b=lambda: 1.0, rounds=1)
+        _ab(a=lambda: "fast", b=lambda: 1.0, rounds=1)
 
 
 def test_min_seconds_extends_a_short_measurement_in_whole_chunks():

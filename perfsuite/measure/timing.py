@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,6 @@ import numpy as np
 
 from perfsuite._tensorflow import imported, tensorflow
 from perfsuite.measure import stats
-from perfsuite.measure.rounds import interleaved
 from perfsuite.measure.teardown import iterate
 from perfsuite.records import Record
 
@@ -440,67 +439,26 @@ def round_value(result: Any, side: str) -> tuple[float, str]:
                     f"found {type(result).__name__}")
 
 
-def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmup_rounds: int = 1,
-               start: int = 0) -> ABResult:
-    """Run a and b alternately and compare them pair by pair.
-
-    Rounds go A B, B A, A B, ... (rounds.alternating; warm-up rounds included, results discarded): each
-    side runs first equally often, so a drift of the machine's speed during a pair favours A and B
-    equally often, and the per-pair ratio cancels what both sides of a pair share. ``start``: the first
-    round's index in that order (rounds that continue earlier ones, see join_rounds).
-    """
-    joint = interleave_rounds({"a": a, "b": b}, rounds=rounds, warmup_rounds=warmup_rounds, start=start)
-    a_values, b_values = joint.values["a"], joint.values["b"]
-    ratios = stats.ratio_of(b_values, a_values) if joint.unit == "s" else stats.ratio_of(a_values, b_values)
-    return ABResult(a_values=a_values, b_values=b_values, unit=joint.unit, ratios=ratios,
-                    summary=stats.ratio_summary(ratios), order=tuple("".join(o).upper() for o in joint.order))
+def ab_runs(a: Callable[[], Any], b: Callable[[], Any]) -> dict[str, Callable[[], tuple[float, str]]]:
+    """A compare's two sides as runs of the round engine (measure.rounds: interleaved, InterleavedRounds),
+    labelled A and B: each call's figure and its unit (round_value). ab_result reads their rounds."""
+    return {"A": lambda: round_value(a(), "a"), "B": lambda: round_value(b(), "b")}
 
 
-def join_rounds(first: ABResult, more: ABResult) -> ABResult:
-    """One ABResult of the rounds of ``first`` followed by those of ``more`` (rounds added to decide)."""
-    if first.unit != more.unit:
-        raise TypeError(f"more: expected rounds in {first.unit}, found {more.unit}")
-    ratios = first.ratios + more.ratios
-    return ABResult(a_values=first.a_values + more.a_values, b_values=first.b_values + more.b_values,
-                    unit=first.unit, ratios=ratios, summary=stats.ratio_summary(ratios),
-                    order=first.order + more.order)
-
-
-@dataclass(frozen=True)
-class Rounds:
-    """Interleaved rounds of several runs (interleave_rounds).
-
-    labels: the runs, in the order given. values: per label, one value per measured round (seconds
-    or samples/s, see ABResult). order: per measured round, the labels in the order they ran.
-    """
-
-    labels: tuple[Any, ...]
-    values: dict
-    unit: str
-    order: tuple[tuple[Any, ...], ...]
-
-    def as_dict(self) -> dict:
-        return {"labels": list(self.labels), "values": {str(k): list(v) for k, v in self.values.items()},
-                "unit": self.unit, "order": [list(o) for o in self.order]}
-
-
-def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1, start: int = 0) -> Rounds:
-    """interleave() for any number of runs: every round runs each of them once (rounds.interleaved),
-    forwards on even rounds and backwards on odd ones (A B C, C B A, A B C, ...; warm-up rounds included in the
-    alternation, results discarded). Over a pair of rounds every run sits at the same mean position,
-    so a steady drift of the machine's speed cancels, and a ratio of two runs within one round
-    cancels what the round shares. ``start``: the first round's index in that order.
-    """
-    _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
-    if len(runs) < 1:
-        raise ValueError("runs: expected at least one callable, found none")
-    timed = {label: (lambda run=run, label=label: round_value(run(), str(label))) for label, run in runs.items()}
-    results, order = interleaved(timed, rounds=rounds, warmup_rounds=warmup_rounds, start=start)
-    units = {unit for per_round in results.values() for _, unit in per_round}
+def ab_result(values: dict, orders: Sequence[Sequence[str]]) -> ABResult:
+    """The ABResult of the measured rounds of ab_runs: their values ({"A": [(figure, unit)], "B": ...})
+    and orders, as measure.rounds.interleaved returns them or an InterleavedRounds keeps them. Rounds
+    go A B, B A, ... (rounds.alternating): each side runs first equally often, so a drift of the
+    machine's speed during a pair favours A and B equally often, and the per-pair ratio cancels what
+    both sides of a pair share."""
+    units = {unit for figures in (values["A"], values["B"]) for _, unit in figures}
     if len(units) != 1:
-        raise TypeError(f"runs: expected every run to return the same kind of value, found {sorted(units)}")
-    return Rounds(labels=tuple(runs), values={label: tuple(v for v, _ in r) for label, r in results.items()},
-                  unit=units.pop(), order=tuple(order))
+        raise TypeError(f"a, b: expected both to return the same kind of value, found {sorted(units)}")
+    unit = units.pop()
+    a_values, b_values = tuple(v for v, _ in values["A"]), tuple(v for v, _ in values["B"])
+    ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
+    return ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios,
+                    summary=stats.ratio_summary(ratios), order=tuple("".join(order) for order in orders))
 
 
 def combine(rounds: list[Measurement], *, name: str, first: Measurement) -> Measurement:
