@@ -210,6 +210,25 @@ def test_a_limit_that_bounds_when_rounds_start_lets_the_last_one_end_past_it():
     assert fitting.stopped == started.stopped == BUDGET_SPENT
 
 
+def test_a_callers_estimate_of_the_next_step_decides_whether_it_fits():
+    # Rounds of 10 s, then 2 s (the self-test's trials: fewer shares later). The longest round so far would
+    # stop after the first; the caller's estimate lets the short rounds fill the limit, never past it.
+    clock, lengths = FakeClock(), [10.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+
+    def outcome(*, estimate: bool):
+        clock.now, ran = 0.0, []
+
+        def one_round(index):
+            ran.append(index)
+            clock.now += lengths[index]
+
+        return until_decided(one_round, decided=lambda: False, limit_s=17.0, max_rounds=6, clock=clock,
+                             next_step_s=(lambda: lengths[len(ran)]) if estimate else None)
+
+    assert (outcome(estimate=False).rounds, clock.now) == (1, 10.0)
+    assert (outcome(estimate=True).rounds, clock.now) == (4, 16.0)
+
+
 # ------------------------------------------------------------------------------------------- the engine
 
 

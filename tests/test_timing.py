@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import timing
 from perfsuite.measure.rounds import interleaved
+from perfsuite.measure.step_model import measure_step
 
 tf = tensorflow()
 
@@ -101,7 +102,7 @@ def test_retraces_of_a_tf_function_fed_two_shapes():
     def step(x):
         return tf.reduce_sum(x * 2.0)
 
-    result = timing.measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
+    result = measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
     assert result.traces == 2
     assert result.retraces == 1  # the second shape first arrives in the measured window
     assert result.batch_samples == (4,) * 7
@@ -113,7 +114,7 @@ def test_static_signature_traces_once():
     def step(x):
         return tf.reduce_sum(x * 2.0)
 
-    result = timing.measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
+    result = measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
     assert result.traces == 1 and result.retraces == 0
 
 
@@ -124,7 +125,7 @@ def test_measure_step_with_fixed_batch_and_plain_function():
         calls.append(batch["x"].shape)
         return tf.reduce_sum(batch["x"])
 
-    result = timing.measure_step(step=step, batch={"x": tf.ones([6, 2])}, warmup_calls=2, measure_calls=3)
+    result = measure_step(step=step, batch={"x": tf.ones([6, 2])}, warmup_calls=2, measure_calls=3)
     assert len(calls) == 5 and len(result.warmup_ns) == 2 and len(result.batch_ns) == 3
     assert result.traces is None and result.retraces is None
     assert result.batch_samples == (6,) * 3
@@ -132,23 +133,23 @@ def test_measure_step_with_fixed_batch_and_plain_function():
 
 def test_a_round_of_a_warm_step_has_no_warm_up_and_no_first_call():
     calls = []
-    result = timing.measure_step(step=lambda batch: calls.append(1) or tf.reduce_sum(batch), batch=tf.ones([3, 2]),
-                                 warmup_calls=0, measure_calls=2)
+    result = measure_step(step=lambda batch: calls.append(1) or tf.reduce_sum(batch), batch=tf.ones([3, 2]),
+                          warmup_calls=0, measure_calls=2)
     assert len(calls) == 2 and result.warmup_ns == () and result.first_ns is None and result.first_s is None
     with pytest.raises(ValueError, match="warmup_calls: expected an integer >= 0"):
-        timing.measure_step(step=tf.reduce_sum, batch=tf.ones([2]), warmup_calls=-1, measure_calls=1)
+        measure_step(step=tf.reduce_sum, batch=tf.ones([2]), warmup_calls=-1, measure_calls=1)
 
 
 def test_measure_step_argument_errors():
     with pytest.raises(ValueError, match="exactly one of batches="):
-        timing.measure_step(step=tf.reduce_sum, warmup_calls=1, measure_calls=1)
+        measure_step(step=tf.reduce_sum, warmup_calls=1, measure_calls=1)
     with pytest.raises(ValueError, match="exactly one of batches="):
-        timing.measure_step(step=tf.reduce_sum, batch=tf.ones([2]), batches=[tf.ones([2])],
-                            warmup_calls=1, measure_calls=1)
+        measure_step(step=tf.reduce_sum, batch=tf.ones([2]), batches=[tf.ones([2])],
+                     warmup_calls=1, measure_calls=1)
     with pytest.raises(ValueError, match="return a tensor"):
-        timing.measure_step(step=lambda batch: None, batch=tf.ones([2]), warmup_calls=1, measure_calls=1)
+        measure_step(step=lambda batch: None, batch=tf.ones([2]), warmup_calls=1, measure_calls=1)
     with pytest.raises(ValueError, match="ended after 2 batches"):
-        timing.measure_step(step=tf.reduce_sum, batches=[tf.ones([2])] * 2, warmup_calls=1, measure_calls=2)
+        measure_step(step=tf.reduce_sum, batches=[tf.ones([2])] * 2, warmup_calls=1, measure_calls=2)
 
 
 def test_tracing_count():
@@ -205,8 +206,8 @@ def test_host_readback_forces_host_tensors_when_asked_or_asynchronous(monkeypatc
 
 def test_step_readback_forces_the_steps_output(monkeypatch):
     forced = _spy_force(monkeypatch)
-    timing.measure_step(step=tf.function(lambda x: tf.reduce_sum(x)), batch=tf.ones([4, 2]),
-                        warmup_calls=1, measure_calls=2)
+    measure_step(step=tf.function(lambda x: tf.reduce_sum(x)), batch=tf.ones([4, 2]),
+                 warmup_calls=1, measure_calls=2)
     assert forced == [tf.float32] * 3
 
 

@@ -12,7 +12,6 @@ TensorFlow is imported lazily, only by the functions that need it.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -70,16 +69,6 @@ def host_readback(structure: Any, *, force_host: bool = False) -> int:
         elif isinstance(item, np.ndarray | np.generic):
             read += 1
     return read
-
-
-def step_readback(output: Any) -> None:
-    """Force a training step's output to the host (the default readback of every step timing); raises
-    ValueError when the step returns no tensor to read."""
-    if host_readback(output, force_host=True) == 0:
-        raise ValueError(
-            "step: the default readback needs the step to return a tensor (e.g. the loss) to force its "
-            f"completion; found {type(output).__name__}. Return a tensor or pass readback="
-        )
 
 
 def _flatten_plain(structure: Any) -> list:
@@ -235,14 +224,15 @@ def measurement_from_times(*, name, warmup_ns, batch_ns, batch_samples, traces=N
     )
 
 
-def _check_counts(**counts: int) -> None:
+def check_counts(**counts: int) -> None:
+    """Each count an integer >= 1 (warmup_calls >= 0: a round of a step already warm), else ValueError."""
     for key, value in counts.items():
-        minimum = 0 if key in ("warmup_rounds", "warmup_calls") else 1  # rounds of what is already warm
+        minimum = 0 if key == "warmup_calls" else 1
         if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{key}: expected an integer >= {minimum}, found {value!r}")
 
 
-class _Source:
+class Source:
     """An iterator that says, when it runs dry, how many items were needed and how many it had."""
 
     def __init__(self, iterable: Iterable, *, name: str, needed: int, what: str):
@@ -267,7 +257,7 @@ class _Source:
 # -------------------------------------------------------------------------------------- datasets
 
 
-def _time_fetches(source: _Source, count: int, readback: Callable, samples_in: Callable):
+def _time_fetches(source: Source, count: int, readback: Callable, samples_in: Callable):
     times, samples = [], []
     for _ in range(count):
         start = time.perf_counter_ns()
@@ -296,10 +286,10 @@ def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: 
     The dataset is not repeated implicitly: one that ends early raises ValueError naming the counts.
     samples_in defaults to leading_dim, readback to host_readback.
     """
-    _check_counts(warmup_batches=warmup_batches, measure_batches=measure_batches)
+    check_counts(warmup_batches=warmup_batches, measure_batches=measure_batches)
     samples_in = samples_in or leading_dim
     readback = readback or host_readback
-    source = _Source(dataset, name=name, needed=warmup_batches + measure_batches,
+    source = Source(dataset, name=name, needed=warmup_batches + measure_batches,
                      what=f"{warmup_batches} warm-up + {measure_batches} measured")
     warmup_ns, _ = _time_fetches(source, warmup_batches, readback, samples_in)
     batch_ns, batch_samples = _time_fetches(source, measure_batches, readback, samples_in)
@@ -340,59 +330,6 @@ def harness_overhead(batch_structure: Any, *, warmup_batches: int = 8, measure_b
                                   measure_batches=measure_batches, samples_in=samples_in,
                                   readback=readback, name="harness_overhead")
     return measurement.summary.median
-
-
-def timed_call_ns(step: Callable, batch: Any, readback: Callable) -> int:
-    """The one step timer: nanoseconds of step(batch) with its output read back (its work finished).
-    StepModel and measure_step time every call with it."""
-    start = time.perf_counter_ns()
-    readback(step(batch))
-    return time.perf_counter_ns() - start
-
-
-def _time_calls(step: Callable, source: _Source, count: int, readback: Callable, samples_in: Callable):
-    """Per-call times of step(batch) + readback; fetching the batch is outside the timed window."""
-    times, samples = [], []
-    for _ in range(count):
-        batch = source.next()
-        times.append(timed_call_ns(step, batch, readback))
-        samples.append(samples_in(batch))
-    return times, samples
-
-
-def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls: int,
-                 batches: Iterable | None = None, batch: Any = None,
-                 readback: Callable[[Any], Any] | None = None,
-                 samples_in: Callable[[Any], int] | None = None, name: str = "step") -> Measurement:
-    """Time step(batch) calls, fed either by batches (an iterable, drawn once per call; fetching is not
-    timed) or by one fixed batch (exactly one of the two). A dict or tuple batch is itself iterable,
-    hence the two separate arguments.
-
-    The first call (trace + compile for a tf.function) is first_ns; warmup_calls includes it. A round of
-    a step already warm in this process (its first call measured before) may take warmup_calls=0.
-    The default readback copies one element of the step's output tensors to the host, so the step must
-    return a tensor (e.g. its loss). For a tf.function, traces counts all traces during the
-    measurement and retraces those in the steady window.
-    """
-    _check_counts(warmup_calls=warmup_calls, measure_calls=measure_calls)
-    if (batches is None) == (batch is None):
-        raise ValueError("measure_step: expected exactly one of batches= (an iterable) or batch= (a fixed batch)")
-    samples_in = samples_in or leading_dim
-    readback = readback or step_readback
-    feed = itertools.repeat(batch) if batch is not None else batches
-    source = _Source(feed, name=name, needed=warmup_calls + measure_calls,
-                     what=f"{warmup_calls} warm-up + {measure_calls} measured calls")
-    traces_at_start = tracing_count(step)
-    warmup_ns, _ = _time_calls(step, source, warmup_calls, readback, samples_in)
-    traces_at_steady = tracing_count(step)
-    batch_ns, batch_samples = _time_calls(step, source, measure_calls, readback, samples_in)
-    traces_at_end = tracing_count(step)
-    traces = retraces = None
-    if traces_at_start is not None:
-        traces = traces_at_end - traces_at_start
-        retraces = traces_at_end - traces_at_steady
-    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns,
-                                  batch_samples=batch_samples, traces=traces, retraces=retraces)
 
 
 # ------------------------------------------------------------------------------------------- A/B

@@ -30,6 +30,7 @@ from perfsuite.measure.rounds import (
     until_decided,
 )
 from perfsuite.measure.speech import FrameCounter, speech_figures
+from perfsuite.measure.step_model import measure_step
 from perfsuite.measure.teardown import iterate
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
@@ -307,13 +308,13 @@ class Recorder:
         Under ``perfsuite ab`` the other side runs between two rounds, so each round warms up again."""
         source, first_batch = _peeked(iterate(batches))
         options = {"readback": readback} if readback is not None else {}
-        warm = timing.measure_step(step=step, batches=source, warmup_calls=self.profile.step_warmup_calls,
-                                   measure_calls=1, name=name, **options)
+        warm = measure_step(step=step, batches=source, warmup_calls=self.profile.step_warmup_calls,
+                            measure_calls=1, name=name, **options)
         calls = self.profile.calls_per_round(warm.steady_s)
 
         def one_round():
-            return timing.measure_step(step=step, batches=source, warmup_calls=self.driver.step_round_warmup_calls,
-                                       name=name, measure_calls=calls, **options)
+            return measure_step(step=step, batches=source, warmup_calls=self.driver.step_round_warmup_calls,
+                                name=name, measure_calls=calls, **options)
 
         rounds = self.driver.rounds(one_round, round_s=warm.steady_s * calls)
         measurement = self._record_rounds(rounds, name=name, first=warm, unit="call")
@@ -377,8 +378,8 @@ class Recorder:
         batches = int(dataset.cardinality())
         if batches < 2:
             raise ValueError(f"dataset: expected a known number of batches ≥ 2 for an epoch, found {batches}")
-        result = self._once(lambda: timing.measure_step(step=step, batches=iterate(dataset), warmup_calls=1,
-                                                        measure_calls=batches - 1, name=name))
+        result = self._once(lambda: measure_step(step=step, batches=iterate(dataset), warmup_calls=1,
+                                                 measure_calls=batches - 1, name=name))
         self.primary_unit = "call"
         benchmark_adapter.time_per_unit(self.benchmark, [1 / result.batches_per_s], unit="s/step")
         return self.record(result)
