@@ -54,8 +54,9 @@ def rotated(labels: Sequence[T], index: int) -> tuple[T, ...]:
 
 class RoundDriver(Protocol):
     """Rounds driven from outside the run profile's budget: the fixture's (pytest_plugin.recorder) measurements,
-    once warmed up, hand their rounds to it; its figures come back as the rounds' results. None where the
-    budget decides. Implemented by perfsuite ab's worker (pytest_plugin.ab_worker.RoundDriver).
+    once warmed up, hand their rounds to it; its figures come back as the rounds' results. Implemented by
+    perfsuite ab's worker (pytest_plugin.ab_worker.RoundDriver), and where the budget decides by the
+    fixture's own (pytest_plugin.recorder.AloneRounds), so the fixture asks one driver either way.
 
     rounds(one_round, side=...): the results of one_round() for each round it runs (measure_dataset,
     measure_step; ``side`` names what they measure, as Recorder.measure_dataset says). pairs(a, b, name=...,

@@ -2,9 +2,9 @@
 diagnose's stages, the machine's peak rate).
 
 - The first call (trace + compile for a tf.function) is timed apart from the steady calls (``first_calls``).
-- One timer (``calls``): each call fetches its batch (timed apart, as ``fetch_s``), runs ``step(batch)`` and
-  reads its output back, so the step's work, asynchronous device work included, is finished inside the
-  timed window. The default readback copies one element of every output tensor to the host (host tensors
+- One call (``_call``): ``step(batch)`` and its output read back, so the step's work, asynchronous device
+  work included, is finished inside the timed window. ``calls`` times a run of them (each fetching its batch,
+  timed apart as ``fetch_s``), ``call_ns`` one. The default readback copies one element of every output tensor to the host (host tensors
   included): the copy waits for the op that produced it, and costs nothing more.
 - Traces counted: a tf.function's tracing count (or that of an object that says so with ``tracing_count()``)
   read before and after; None for a plain callable, whose traces cannot be counted.

@@ -1,4 +1,5 @@
-"""Timing of input pipelines and training steps.
+"""Timing of input pipelines, and the records of every timing: Measurement (a training step's come from
+measure/step_model.py, its one step timer) and a compare's ABResult.
 
 What every function here gets right:
 - the first batch / first call (pipeline start-up, trace + compile) is timed and reported apart;
@@ -290,7 +291,7 @@ def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: 
     samples_in = samples_in or leading_dim
     readback = readback or host_readback
     source = Source(dataset, name=name, needed=warmup_batches + measure_batches,
-                     what=f"{warmup_batches} warm-up + {measure_batches} measured")
+                    what=f"{warmup_batches} warm-up + {measure_batches} measured")
     warmup_ns, _ = _time_fetches(source, warmup_batches, readback, samples_in)
     batch_ns, batch_samples = _time_fetches(source, measure_batches, readback, samples_in)
     while sum(batch_ns) < min_seconds * 1e9 and len(batch_ns) < measure_batches * MAX_EXTENSION:

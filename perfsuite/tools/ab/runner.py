@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.measure.rounds import InterleavedRounds, until_decided
+from perfsuite.measure.rounds import BUDGET_SPENT, InterleavedRounds, until_decided
 from perfsuite.tools.ab.manager import (
     SIDES,
     ABError,
@@ -314,13 +314,10 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
             except SideFailure as error:  # no worker can start: the run fails as a side failure does
                 server, failure = None, error
             notes = [*work, *notes]
-            spent = 0.0
-            for index in range(settings.max_passes if failure is None else 0):
+
+            def one_pass(index: int) -> None:
+                nonlocal failure, only
                 count = len(only) if only is not None else None
-                if count is not None and spent + count * options.pass_s > options.budget_s:
-                    notes.append(f"budget: {options.budget_s:g} s of rounds spent after {index} passes; "
-                                 f"{count} benchmark(s) still undecided")
-                    break
                 suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
                 if settings.passes > 1:
                     progress(f"pass {index + 1}: fresh workers on both sides" + (
@@ -334,12 +331,18 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
                         controllers[-1].run()
                 except SideFailure as error:
                     failure = error
-                if failure is not None:
-                    break
-                spent += controllers[-1].spent_s
+                    return
                 only = _undecided(decided(joined([c.measured for c in controllers])), settings)
-                if not only:
-                    break
+
+            # Passes while a benchmark is undecided and the next one fits the budget: its seconds are
+            # pass_s a benchmark still undecided, and the budget's clock counts the rounds' seconds only.
+            passes = until_decided(one_pass, decided=lambda: failure is not None or only == set(),
+                                   max_rounds=settings.max_passes, limit_s=options.budget_s,
+                                   clock=lambda: sum(c.spent_s for c in controllers),
+                                   next_step_s=lambda: 0.0 if only is None else len(only) * options.pass_s)
+            if passes.stopped == BUDGET_SPENT:
+                notes.append(f"budget: {options.budget_s:g} s of rounds spent after {passes.rounds} passes; "
+                             f"{len(only)} benchmark(s) still undecided")
     finally:
         if server is not None:
             server.close()
