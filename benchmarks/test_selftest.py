@@ -96,8 +96,9 @@ def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, user_path, perfsui
     # Enough rounds for both intervals to clear the gate on a loaded box (the gate decides by interval).
     good = perfsuite.compare("selftest_genuine_tf_native_over_numpy_function_ratio", a=rate_round(base),
                              b=reference, rounds=profile.max_rounds)
-    bad = timing.ab_result(*interleaved(timing.ab_runs(rate_round(selftest.mutant_loader_config(base, "numpy_function")),
-                                                       reference), rounds=profile.max_rounds, warmup_rounds=1))
+    mutant = rate_round(selftest.mutant_loader_config(base, "numpy_function"))
+    bad = timing.ab_result(*interleaved(timing.ab_runs(mutant, reference), rounds=profile.max_rounds,
+                                        warmup_rounds=1))
     judgement = selftest.judge_by_gate(user_path.ratios, mutant="numpy_function swap",
                                        metric=gate_name, genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)
@@ -171,8 +172,8 @@ def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite, user_path):
     rounds = perfsuite.profile.max_rounds
     good = perfsuite.compare("selftest_genuine_compiled_over_eager_ratio", a=calls(steps["genuine"]),
                              b=calls(steps["eager"]), rounds=rounds)
-    bad = timing.ab_result(*interleaved(timing.ab_runs(calls(steps["mutant"]), calls(steps["eager"])), rounds=rounds,
-                                        warmup_rounds=1))
+    bad = timing.ab_result(*interleaved(timing.ab_runs(calls(steps["mutant"]), calls(steps["eager"])),
+                                        rounds=rounds, warmup_rounds=1))
     judgement = selftest.judge_by_gate(user_path.ratios, mutant="eager step",
                                        metric="graph_over_eager_ratio", genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)

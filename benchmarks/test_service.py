@@ -132,7 +132,8 @@ def test_service_throughput(benchmark, loader, clusters, plan, service_workers):
         vs_one = None
         if service_workers > 1:
             one_worker = _service(loader, clusters.get(1), measure_batches)
-            vs_one = ab_result(*interleaved(ab_runs(_settled(service), _settled(one_worker)), rounds=rounds, warmup_rounds=1))
+            vs_one = ab_result(*interleaved(ab_runs(_settled(service), _settled(one_worker)), rounds=rounds,
+                                            warmup_rounds=1))
         return vs_local, vs_one
 
     # Timed once by pytest-benchmark; its figures become the service rounds' seconds per sample.

@@ -36,7 +36,8 @@ def main() -> None:
     models = {mode: StepModel(step, name=mode) for mode, step in steps.items()}
     for model in models.values():  # compile and warm up
         model.first_calls(batch)
-    runs = {mode: (lambda model=model: [model.call_s(batch) for _ in range(args.calls)]) for mode, model in models.items()}
+    runs = {mode: (lambda model=model: [model.call_s(batch) for _ in range(args.calls)])
+            for mode, model in models.items()}
     calls, _ = interleaved(runs, rounds=args.rounds)  # which mode runs first alternates
     for mode, rounds in calls.items():
         firsts = [times[0] / statistics.median(times[1:]) for times in rounds]

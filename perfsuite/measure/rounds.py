@@ -9,10 +9,10 @@ writes a round's alternation itself (tests/test_rounds.py holds that).
 alternating() is the order interleaved measurements use (the fixture's compare, through timing.ab_runs,
 input_bound, the emulated contrasts, diagnose's stages, perfsuite ab's controller): forwards on even rounds,
 backwards on odd ones (A B C, C B A, ...), so over a pair of rounds every run sits at the same mean position
-and a steady drift cancels. rotated() (the self-test's arms, levels and trials) also puts every run in every position equally
-often, over 2 x len(labels) rounds. A round's order comes from its index, counted from the first round of the
-measurement (warm-up rounds included, unless the caller counts measured rounds only), so rounds added later
-continue the alternation.
+and a steady drift cancels. rotated() (the self-test's arms, levels and trials) also puts every run in every
+position equally often, over 2 x len(labels) rounds. A round's order comes from its index, counted from the
+first round of the measurement (warm-up rounds included, unless the caller counts measured rounds only), so
+rounds added later continue the alternation.
 planned() runs a fixed number of rounds, through a timing instrument where one is given (pytest-benchmark's
 pedantic, through pytest_plugin/benchmark_adapter); interleaved() runs several runs once per round in
 an order. until_decided() adds rounds while a figure is undecided (the fixture's undecided gates, ratio
@@ -247,7 +247,9 @@ def until_decided(one_round: Callable[[int], Any], *, decided: Callable[[], bool
             stopped = MAX_ROUNDS_REACHED
             break
         elapsed = planned_s + clock() - start
-        step_s = next_step_s() if next_step_s is not None else None if estimate_s is None else next_step * estimate_s
+        step_s = next_step * estimate_s if estimate_s is not None else None
+        if next_step_s is not None:
+            step_s = next_step_s()
         if limit_s <= elapsed or (fit and step_s is not None and elapsed + step_s > limit_s):
             stopped = BUDGET_SPENT
             break

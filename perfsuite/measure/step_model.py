@@ -4,8 +4,9 @@ diagnose's stages, the machine's peak rate).
 - The first call (trace + compile for a tf.function) is timed apart from the steady calls (``first_calls``).
 - One call (``_call``): ``step(batch)`` and its output read back, so the step's work, asynchronous device
   work included, is finished inside the timed window. ``calls`` times a run of them (each fetching its batch,
-  timed apart as ``fetch_s``), ``call_ns`` one. The default readback copies one element of every output tensor to the host (host tensors
-  included): the copy waits for the op that produced it, and costs nothing more.
+  timed apart as ``fetch_s``), ``call_ns`` one. The default readback copies one element of every output
+  tensor to the host (host tensors included): the copy waits for the op that produced it, and costs nothing
+  more.
 - Traces counted: a tf.function's tracing count (or that of an object that says so with ``tracing_count()``)
   read before and after; None for a plain callable, whose traces cannot be counted.
 - A step that raises, or returns no tensor to read back, raises StepError naming the step.
@@ -172,7 +173,8 @@ def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls
     samples_in = samples_in or leading_dim
     model = StepModel(step, name=name, readback=readback)
     source = Source(itertools.repeat(batch) if batch is not None else batches, name=name,
-                    needed=warmup_calls + measure_calls, what=f"{warmup_calls} warm-up + {measure_calls} measured calls")
+                    needed=warmup_calls + measure_calls,
+                    what=f"{warmup_calls} warm-up + {measure_calls} measured calls")
     warmup_ns = [model.call_ns(source.next()) for _ in range(warmup_calls)]
     model.settled()
     batch_ns, batch_samples = [], []

@@ -131,7 +131,7 @@ class RoundDriver:
             raise TypeError(f"sides {sides}: expected both to return the same kind of value, found {unit}, {b_unit}")
         self.channel.send("ratio", nodeid=self.nodeid, name=name, sides=list(sides), measured_by=[a_row, b_row])
         n = min(len(a_values), len(b_values))
-        figures = {label: [(value, unit) for value in values[:n]] for label, values in zip("AB", (a_values, b_values))}
+        figures = {"A": [(value, unit) for value in a_values[:n]], "B": [(value, unit) for value in b_values[:n]]}
         return _ab_result(figures, [("A", "B")] * n)
 
     def _side(self, run, side: str) -> tuple[tuple[float, ...], str, dict | None]:
@@ -199,8 +199,9 @@ def _ab_result(values: dict, orders):
     from perfsuite.measure import stats, timing
 
     (a_values, a_units), (b_values, b_units) = (zip(*values[label]) for label in "AB")
-    if len(set(a_units + b_units)) != 1:
-        raise TypeError(f"a, b: expected both to return the same kind of value, found {sorted(set(a_units + b_units))}")
+    units = sorted(set(a_units + b_units))
+    if len(units) != 1:
+        raise TypeError(f"a, b: expected both to return the same kind of value, found {units}")
     unit = a_units[0]
     ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
     return timing.ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios,

@@ -470,8 +470,8 @@ class Recorder:
         summary a note when the rounds ended with a gate undecided, named by ``label()`` if given (the
         metrics still undecided) else by ``name``.
         Under ``perfsuite ab`` (DrivenRounds) none are added: such a measurement is not compared there."""
-        return self.driver.more_rounds(name, one_round, undecided=undecided, rounds=rounds, spent_s=spent_s, step=step,
-                                       label=label, limit_s=limit_s)
+        return self.driver.more_rounds(name, one_round, undecided=undecided, rounds=rounds, spent_s=spent_s,
+                                       step=step, label=label, limit_s=limit_s)
 
     # -------------------------------------------------------------------------------- recording
 
