@@ -17,6 +17,7 @@ from perfsuite.measure.rounds import (
     InterleavedRounds,
     RoundsOutcome,
     alternating,
+    fitting,
     interleaved,
     planned,
     rotated,
@@ -111,6 +112,16 @@ def test_a_steps_sizing_call_is_its_last_warm_up_call():
     # (at least the first call, which traces and compiles, and the sizing call).
     for profile in PROFILES.values():
         assert profile.step_warmup_calls + 1 == max(profile.warmup_batches, 2), profile.name
+
+
+@given(st.floats(0.0, 100.0), st.floats(-1.0, 10.0), st.integers(1, 5), st.integers(5, 50))
+def test_the_rounds_that_fit_a_budget_stay_within_least_and_most(budget_s, each_s, least, most):
+    count = fitting(budget_s, each_s, least=least, most=most)
+    assert least <= count <= most
+    if not each_s > 0:
+        assert count == most  # nothing says what a round costs
+    elif least < count < most:  # as many as fit, and no more
+        assert count * each_s <= budget_s * (1 + 1e-9) and (count + 1) * each_s > budget_s * (1 - 1e-9)
 
 
 def test_planned_rounds_fill_in_what_the_instrument_did_not_run_and_keep_counting():

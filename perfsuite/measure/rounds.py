@@ -68,6 +68,14 @@ class RoundDriver(Protocol):
               sides: tuple[str, str] | None = None) -> Any: ...
 
 
+def fitting(budget_s: float, each_s: float, *, least: int, most: int) -> int:
+    """How many rounds (or calls) of ``each_s`` seconds fit ``budget_s``, within [least, most]; most where
+    each_s is not > 0 (nothing says what one costs). The planned count of the fixture's rounds
+    (RunProfile.rounds_for); diagnose's calls per round (plan.calls_that_fit) ask the same."""
+    count = int(budget_s // each_s) if each_s > 0 else most
+    return max(least, min(most, count))
+
+
 def planned(one_round: Callable[[int], T], rounds: int, *, start: int = 0,
             instrument: Callable[[Callable[[], None], int], Any] | None = None) -> list[T]:
     """`rounds` rounds, one_round(index) for index start, start + 1, ...; their results in order.
