@@ -86,7 +86,7 @@ def schedule(datasets: dict, *, rounds: int, warmup_batches: int, batches: int):
         runs[(name, "perfsuite")] = perfsuite_run(name)
         runs[(name, "tfds")] = tfds_run(name)
     values, orders = interleaved(runs, rounds=rounds, warmup_rounds=1)
-    reported = {name: values[-rounds:] for name, values in tfds_reported.items()}  # drop the warm-up round
+    reported = {name: per_round[-rounds:] for name, per_round in tfds_reported.items()}  # drop the warm-up round
     return values, orders, reported
 
 
@@ -119,7 +119,7 @@ def main() -> int:
     datasets = pipelines(corpus, build_cache(corpus))
     overheads = {name: timing.harness_overhead(dataset) for name, dataset in datasets.items()}
     values, orders, reported = schedule(datasets, rounds=args.rounds, warmup_batches=args.warmup_batches,
-                                batches=args.batches)
+                                        batches=args.batches)
     ok = report(values, reported, overheads, tolerance=args.tolerance)
     print(f"order of the measured rounds: {' | '.join(','.join(f'{n}/{h}' for n, h in o) for o in orders[:2])} ...")
     print("agreement within" if ok else "DISAGREEMENT beyond", f"±{100 * args.tolerance:.0f} % on the median")
