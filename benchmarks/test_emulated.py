@@ -27,6 +27,7 @@ the profile's min_rounds, rounds are added within the budget (the recorder's mor
 emulated_* metrics are declared in perfsuite.verdict.metrics.
 """
 
+import functools
 import statistics
 import time
 
@@ -45,7 +46,7 @@ from perfsuite.measure.emulated import (
     fixed_step,
     run_emulated,
 )
-from perfsuite.measure.rounds import alternating
+from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.measure.stats import median_interval
 from perfsuite.measure.teardown import iterate
 
@@ -170,11 +171,10 @@ def test_emulated_starvation(perfsuite, perfsuite_corpus, perfsuite_cache):
     sources = {label: _batches(perfsuite_corpus, perfsuite_cache, kind=k, source=s, prefetch=p)
                for label, (k, s, p) in CONTRAST.items()}
     config = _run_config(perfsuite.profile, STARVATION_SAMPLES)
-    results = {label: [] for label in CONTRAST}
-
-    def one_round():
-        for label in alternating(list(CONTRAST), len(results["fed"])):  # forwards, then backwards
-            results[label].append(_round(sources[label], FAST_STEP, config))
+    # forwards, then backwards (measure.rounds.alternating)
+    engine = InterleavedRounds({label: functools.partial(_round, sources[label], FAST_STEP, config)
+                                for label in CONTRAST})
+    results, one_round = engine.values, engine.one_round
 
     started, planned = time.perf_counter(), perfsuite.profile.min_rounds
     _rounds(perfsuite, planned, one_round)

@@ -21,6 +21,8 @@ from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.errors import DataError
 from perfsuite.measure import timing
 from perfsuite.measure.input_bound import measure_input_bound
+from perfsuite.measure.rounds import interleaved
+from perfsuite.measure.step_model import measure_step
 from perfsuite.tools import selftest
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
@@ -94,8 +96,9 @@ def test_numpy_function_swap_flagged_by_ratio_gate(perfsuite, user_path, perfsui
     # Enough rounds for both intervals to clear the gate on a loaded box (the gate decides by interval).
     good = perfsuite.compare("selftest_genuine_tf_native_over_numpy_function_ratio", a=rate_round(base),
                              b=reference, rounds=profile.max_rounds)
-    bad = timing.interleave(a=rate_round(selftest.mutant_loader_config(base, "numpy_function")), b=reference,
-                            rounds=profile.max_rounds)
+    mutant = rate_round(selftest.mutant_loader_config(base, "numpy_function"))
+    bad = timing.ab_result(*interleaved(timing.ab_runs(mutant, reference), rounds=profile.max_rounds,
+                                        warmup_rounds=1))
     judgement = selftest.judge_by_gate(user_path.ratios, mutant="numpy_function swap",
                                        metric=gate_name, genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)
@@ -169,7 +172,8 @@ def test_eager_step_flagged_by_compiled_over_eager_gate(perfsuite, user_path):
     rounds = perfsuite.profile.max_rounds
     good = perfsuite.compare("selftest_genuine_compiled_over_eager_ratio", a=calls(steps["genuine"]),
                              b=calls(steps["eager"]), rounds=rounds)
-    bad = timing.interleave(a=calls(steps["mutant"]), b=calls(steps["eager"]), rounds=rounds)
+    bad = timing.ab_result(*interleaved(timing.ab_runs(calls(steps["mutant"]), calls(steps["eager"])),
+                                        rounds=rounds, warmup_rounds=1))
     judgement = selftest.judge_by_gate(user_path.ratios, mutant="eager step",
                                        metric="graph_over_eager_ratio", genuine=good.ratios, planted=bad.ratios,
                                        genuine_value=good.summary.median, planted_value=bad.summary.median)
@@ -200,7 +204,7 @@ def test_step_slowdown_flagged_by_the_stored_run_comparison(perfsuite, user_path
     step = make_train_step(model_config=MODEL_PRESETS["tiny"], mode="graph", input_shapes=(8, 40, 120))
 
     def run(train):
-        return timing.measure_step(step=train, batch=batch, warmup_calls=2, measure_calls=STEP_RUN_CALLS).samples_per_s
+        return measure_step(step=train, batch=batch, warmup_calls=2, measure_calls=STEP_RUN_CALLS).samples_per_s
 
     history = [run(step) for _ in range(STEP_HISTORY_RUNS)]
     reason = selftest.history_unmeasurable_reason(history, slowdown=STEP_SLOWDOWN, alpha=user_path.alpha)
@@ -233,10 +237,10 @@ def test_dynamic_shapes_flagged_by_retrace_gate(perfsuite, user_path, selftest_c
     mutant_dataset = build_loader(dataset_dir=dataset_dir,
                                   config=selftest.mutant_loader_config(base, "dynamic_shapes")).dataset
     bad_step = make_train_step(**selftest.mutant_step_options(options, "dynamic_shapes"))
-    bad = timing.measure_step(step=bad_step, batches=iter(mutant_dataset), warmup_calls=1,
-                              measure_calls=int(mutant_dataset.cardinality()) - 1, name="dynamic")
-    again = timing.measure_step(step=make_train_step(**options), batches=iter(static_dataset), warmup_calls=1,
-                                measure_calls=int(static_dataset.cardinality()) - 1, name="static again")
+    bad = measure_step(step=bad_step, batches=iter(mutant_dataset), warmup_calls=1,
+                       measure_calls=int(mutant_dataset.cardinality()) - 1, name="dynamic")
+    again = measure_step(step=make_train_step(**options), batches=iter(static_dataset), warmup_calls=1,
+                         measure_calls=int(static_dataset.cardinality()) - 1, name="static again")
     # No gate of ratios.yaml sees retracing: the shipped checks are test_shapes' assertion and the max_retraces
     # threshold --perfsuite-save-baselines records into a machine profile, which this judges through.
     judgement = selftest.judge_by_recorded_threshold(mutant="dynamic shapes", metric="retraces",

@@ -19,7 +19,8 @@ import pytest
 
 from perfsuite.data.corpus import PRESETS, build_corpus, read_metadata
 from perfsuite.data.loaders import LoaderConfig, build_loader
-from perfsuite.measure.timing import interleave, measure_dataset
+from perfsuite.measure.rounds import interleaved
+from perfsuite.measure.timing import ab_result, ab_runs, measure_dataset
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.workload.service import ServiceCluster, distribute, with_deadline
 
@@ -126,11 +127,13 @@ def test_service_throughput(benchmark, loader, clusters, plan, service_workers):
     service = _service(loader, clusters.get(service_workers), measure_batches)
 
     def measure():
-        vs_local = interleave(a=_settled(service), b=_settled(_local(loader, measure_batches)), rounds=rounds)
+        vs_local = ab_result(*interleaved(ab_runs(_settled(service), _settled(_local(loader, measure_batches))),
+                                          rounds=rounds, warmup_rounds=1))
         vs_one = None
         if service_workers > 1:
             one_worker = _service(loader, clusters.get(1), measure_batches)
-            vs_one = interleave(a=_settled(service), b=_settled(one_worker), rounds=rounds)
+            vs_one = ab_result(*interleaved(ab_runs(_settled(service), _settled(one_worker)), rounds=rounds,
+                                            warmup_rounds=1))
         return vs_local, vs_one
 
     # Timed once by pytest-benchmark; its figures become the service rounds' seconds per sample.

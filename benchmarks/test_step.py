@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from perfsuite.measure.timing import measure_step
+from perfsuite.measure.step_model import measure_step
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
 TEXT_LEN, MEL_FRAMES = 80, 400  # a 4-5 s LJSpeech utterance

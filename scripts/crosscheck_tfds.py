@@ -6,7 +6,7 @@ Pipelines (default corpus, batch 16, 2 workers): the TF-native WAV and cache loa
 of the cache files (the ceiling of tf_native_cache_over_raw_read_ratio). Each is measured by
 perfsuite (warm-up batches apart, then the measured ones) and by tensorflow_datasets.benchmark's timing loop
 (raw_benchmark; its first batch excluded), each on a fresh iterator of the same repeated dataset. All six runs go in
-one interleaved schedule, forwards then backwards (perfsuite.measure.timing.interleave_rounds), one
+one interleaved schedule, forwards then backwards (perfsuite.measure.rounds.interleaved), one
 discarded round first, so each harness runs first as often as the other.
 
 Per pipeline it prints the median ratio perfsuite/tfds (samples/s over samples/s) with its
@@ -29,6 +29,7 @@ from perfsuite._tensorflow import tensorflow
 from perfsuite.data.corpus import PRESETS, build_cache, build_corpus, cache_paths, read_metadata
 from perfsuite.data.loaders import LoaderConfig, build_loader
 from perfsuite.measure import stats, timing
+from perfsuite.measure.rounds import interleaved
 
 BATCH, WORKERS = 16, 2
 PIPELINES = ("tf_native_wav", "tf_native_cache", "raw_read")
@@ -84,18 +85,18 @@ def schedule(datasets: dict, *, rounds: int, warmup_batches: int, batches: int):
     for name in datasets:
         runs[(name, "perfsuite")] = perfsuite_run(name)
         runs[(name, "tfds")] = tfds_run(name)
-    result = timing.interleave_rounds(runs, rounds=rounds, warmup_rounds=1)
-    reported = {name: values[-rounds:] for name, values in tfds_reported.items()}  # drop the warm-up round
-    return result, reported
+    values, orders = interleaved(runs, rounds=rounds, warmup_rounds=1)
+    reported = {name: per_round[-rounds:] for name, per_round in tfds_reported.items()}  # drop the warm-up round
+    return values, orders, reported
 
 
-def report(result, reported, overheads, *, tolerance: float) -> bool:
+def report(values, reported, overheads, *, tolerance: float) -> bool:
     ok = True
     print(f"{'pipeline':16} {'perfsuite/tfds':>14} {'95% interval':>17} {'vs tfds lasts':>13} "
           f"{'batch ms':>8} {'overhead ms':>11}  ratios")
     for name in PIPELINES:
-        ps = np.asarray(result.values[(name, "perfsuite")])
-        ratios = np.asarray(result.values[(name, "tfds")]) / ps  # speeds: perfsuite over tfds
+        ps = np.asarray(values[(name, "perfsuite")])
+        ratios = np.asarray(values[(name, "tfds")]) / ps  # speeds: perfsuite over tfds
         ratios_lasts = np.asarray(reported[name]) / ps
         interval = stats.median_interval(ratios)
         batch_ms = 1e3 * BATCH * float(np.median(ps))
@@ -117,10 +118,10 @@ def main() -> int:
     corpus = build_corpus(PRESETS["default"])
     datasets = pipelines(corpus, build_cache(corpus))
     overheads = {name: timing.harness_overhead(dataset) for name, dataset in datasets.items()}
-    result, reported = schedule(datasets, rounds=args.rounds, warmup_batches=args.warmup_batches,
-                                batches=args.batches)
-    ok = report(result, reported, overheads, tolerance=args.tolerance)
-    print(f"order of the measured rounds: {' | '.join(','.join(f'{n}/{h}' for n, h in o) for o in result.order[:2])} ...")
+    values, orders, reported = schedule(datasets, rounds=args.rounds, warmup_batches=args.warmup_batches,
+                                        batches=args.batches)
+    ok = report(values, reported, overheads, tolerance=args.tolerance)
+    print(f"order of the measured rounds: {' | '.join(','.join(f'{n}/{h}' for n, h in o) for o in orders[:2])} ...")
     print("agreement within" if ok else "DISAGREEMENT beyond", f"±{100 * args.tolerance:.0f} % on the median")
     return 0 if ok else 1
 

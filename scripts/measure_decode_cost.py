@@ -15,6 +15,7 @@ import numpy as np
 from perfsuite._tensorflow import tensorflow
 from perfsuite.data.corpus import PRESETS, build_corpus, read_metadata, wav_path
 from perfsuite.data.wav import check_tf_readable
+from perfsuite.measure.rounds import interleaved
 
 tf = tensorflow()
 
@@ -56,11 +57,9 @@ def main():
     paths = [str(wav_path(corpus, utt.id)) for utt in read_metadata(corpus)]
     infos = [check_tf_readable(path, sample_rate=22050) for path in paths]
     builders = pipelines(paths, infos, args.workers)
-    rates = {name: [] for name in builders}
-    for index in range(args.rounds):
-        order = list(builders) if index % 2 == 0 else list(builders)[::-1]
-        for name in order:
-            rates[name].append(rate(builders[name]()))
+    # forwards, then backwards (measure.rounds.alternating)
+    rates, _ = interleaved({name: (lambda build=build: rate(build())) for name, build in builders.items()},
+                           rounds=args.rounds)
     for name, values in rates.items():
         median = float(np.median(values))
         print(f"{name:16s} {median:9.0f} samples/s  {args.workers * 1e6 / median:6.0f} µs CPU/utterance")

@@ -5,11 +5,11 @@ iterators in one process, between rounds of one iterator, and what each candidat
 
 The pipeline is the self-test's plant at 0 (perfsuite.tools.detection.plant: the TF-native WAV
 loader, batch 20, 2 parallel calls, prefetch AUTOTUNE), as `perfsuite ab`'s self-test measures it.
-Each process (a fresh interpreter, the configurations alternating so the machine's drift reaches all
-alike) draws --iterators iterators in turn; each is warmed up (4 batches), then timed for --rounds
-rounds of at least the configuration's round length. Figures are log samples/s, split by a nested
-analysis of variance into SDs between processes, between iterators of one process and between rounds
-of one iterator, each with a bootstrap interval over processes.
+Each process (a fresh interpreter, the configurations in the orders measure.rounds.rotated gives, so the
+machine's drift reaches all alike) draws --iterators iterators in turn; each is warmed up (4 batches), then
+timed for --rounds rounds of at least the configuration's round length. Figures are log samples/s, split
+by a nested analysis of variance into SDs between processes, between iterators of one process and between
+rounds of one iterator, each with a bootstrap interval over processes.
 
 Configurations (one cause changed at a time against ``base``, round 0.2 s):
   base        as above
@@ -25,6 +25,7 @@ The run log goes to docs/results/ by hand; the printed table is what it holds.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -128,11 +129,12 @@ def main() -> None:
     unknown = [name for name in names if name not in CONFIGS]
     if unknown:
         parser.error(f"--configs: expected names among {', '.join(CONFIGS)}, found {', '.join(unknown)}")
-    runs = {name: [] for name in names}
+    from perfsuite.measure.rounds import InterleavedRounds, rotated
+
+    processes = InterleavedRounds({name: functools.partial(run_child, name, args) for name in names}, order=rotated)
+    runs = processes.values
     for index in range(args.processes):
-        for name in names[index % len(names):] + names[:index % len(names)]:
-            result = run_child(name, args)
-            runs[name].append(result)
+        for name, result in processes.one_round().items():
             print(f"{name:10s} process {index + 1}: median {np.median(result['rates']):8.1f} samples/s, "
                   f"CPU/wall {result['cpu_per_wall']:.2f}", file=sys.stderr, flush=True)
     if args.json:

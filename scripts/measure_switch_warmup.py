@@ -12,9 +12,9 @@ docs/results/2026-11-27-machine-F.md ("The main job under 10 minutes on machine 
 
 import argparse
 import statistics
-import time
 
-from perfsuite.measure.timing import step_readback
+from perfsuite.measure.rounds import interleaved
+from perfsuite.measure.step_model import StepModel
 from perfsuite.workload.model import MODEL_PRESETS, make_synthetic_batch, make_train_step
 
 TEXT_LEN, MEL_FRAMES = 80, 400  # as benchmarks/test_step.py
@@ -33,18 +33,12 @@ def main() -> None:
     batch = make_synthetic_batch(batch_size=args.batch, text_len=TEXT_LEN, mel_frames=MEL_FRAMES, seed=0)
     steps = {mode: make_train_step(model_config=MODEL_PRESETS["default"], mode=mode,
                                    input_shapes=(args.batch, TEXT_LEN, MEL_FRAMES)) for mode in modes}
-    for step in steps.values():  # compile and warm up
-        for _ in range(2):
-            step_readback(step(batch))
-    calls = {mode: [] for mode in modes}
-    for index in range(args.rounds):
-        for mode in modes if index % 2 == 0 else modes[::-1]:
-            times = []
-            for _ in range(args.calls):
-                start = time.perf_counter()
-                step_readback(steps[mode](batch))
-                times.append(time.perf_counter() - start)
-            calls[mode].append(times)
+    models = {mode: StepModel(step, name=mode) for mode, step in steps.items()}
+    for model in models.values():  # compile and warm up
+        model.first_calls(batch)
+    runs = {mode: (lambda model=model: [model.call_s(batch) for _ in range(args.calls)])
+            for mode, model in models.items()}
+    calls, _ = interleaved(runs, rounds=args.rounds)  # which mode runs first alternates
     for mode, rounds in calls.items():
         firsts = [times[0] / statistics.median(times[1:]) for times in rounds]
         print(f"{mode}: first call / the others' median by round: {' '.join(f'{r:.3f}' for r in firsts)}; "

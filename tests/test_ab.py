@@ -681,9 +681,9 @@ class FakeWorker:
 def _drive(budget_s, fails_in=None):
     log = []
     pool = {"A": FakeWorker(log, "A", 100.0), "B": FakeWorker(log, "B", 100.0 * (1 + 1e-9), fails_in)}
-    controller = runner.Controller(pool, SETTINGS, results.Options(budget_s=budget_s), lambda message: None)
+    controller = runner.Controller(pool, SETTINGS, results.Options(), lambda message: None, per_benchmark_s=budget_s)
     ready = {"nodeid": "benchmarks/test_x.py::t", "metric": "samples_per_s", "index": 0}
-    return controller, controller.drive(dict(ready), dict(ready), remaining=1, count=1), log
+    return controller, controller.drive(dict(ready), dict(ready), count=1), log
 
 
 def test_the_controller_alternates_the_sides_and_stops_at_min_rounds_once_its_share_is_spent():

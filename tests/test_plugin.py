@@ -79,15 +79,15 @@ def test_ratio_gate_straddled_by_the_interval_is_inconclusive_and_passes(pyteste
     _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
     pytester.makeconftest("""
         import perfsuite.measure.timing as timing
-        real = timing.interleave
+        real = timing.ab_result
 
-        def straddling(**kwargs):  # per-round ratios 10, 60, 100 around the gate at 50
-            result = real(**kwargs)
+        def straddling(*args):  # per-round ratios 10, 60, 100 around the gate at 50
+            result = real(*args)
             ratios = (10.0, 60.0, 100.0)
             return timing.ABResult(a_values=result.a_values, b_values=result.b_values, unit=result.unit,
                                    ratios=ratios, order=result.order)
 
-        timing.interleave = straddling
+        timing.ab_result = straddling
     """)
     result = _run(pytester)
     result.assert_outcomes(passed=2)
@@ -293,16 +293,15 @@ def test_a_ratio_gate_whose_rounds_run_out_undecided_leaves_the_budget_note_in_t
     _baselines(pytester, {"fast_over_slow_ratio": {"min": 50.0}})
     pytester.makeconftest("""
         import perfsuite.measure.timing as timing
-        real, measured = timing.interleave, []
+        real = timing.ab_result
 
-        def straddling(**kwargs):  # per-round ratios 100, 10, 100, ... around the gate at 50
-            result = real(**kwargs)
-            measured.extend(result.ratios)
-            ratios = tuple(10.0 if i % 2 else 100.0 for i in range(len(measured) - len(result.ratios), len(measured)))
+        def straddling(*args):  # per-round ratios 100, 10, 100, ... around the gate at 50
+            result = real(*args)
+            ratios = tuple(10.0 if i % 2 else 100.0 for i in range(len(result.ratios)))
             return timing.ABResult(a_values=result.a_values, b_values=result.b_values, unit=result.unit,
                                    ratios=ratios, order=result.order)
 
-        timing.interleave = straddling
+        timing.ab_result = straddling
     """)
     pytester.makepyfile(test_bench=RATIO_RUNS_OUT)
     result = pytester.runpytest_subprocess(*INNER, "--perfsuite-profile=smoke", "--perfsuite-baselines=baselines")

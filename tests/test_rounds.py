@@ -1,5 +1,6 @@
 """The one round driver: the orders of interleaved runs, and rounds added until decided within a limit."""
 
+import ast
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from perfsuite.measure.rounds import (
     InterleavedRounds,
     RoundsOutcome,
     alternating,
+    fitting,
     interleaved,
     planned,
     rotated,
@@ -110,6 +112,16 @@ def test_a_steps_sizing_call_is_its_last_warm_up_call():
     # (at least the first call, which traces and compiles, and the sizing call).
     for profile in PROFILES.values():
         assert profile.step_warmup_calls + 1 == max(profile.warmup_batches, 2), profile.name
+
+
+@given(st.floats(0.0, 100.0), st.floats(-1.0, 10.0), st.integers(1, 5), st.integers(5, 50))
+def test_the_rounds_that_fit_a_budget_stay_within_least_and_most(budget_s, each_s, least, most):
+    count = fitting(budget_s, each_s, least=least, most=most)
+    assert least <= count <= most
+    if not each_s > 0:
+        assert count == most  # nothing says what a round costs
+    elif least < count < most:  # as many as fit, and no more
+        assert count * each_s <= budget_s * (1 + 1e-9) and (count + 1) * each_s > budget_s * (1 - 1e-9)
 
 
 def test_planned_rounds_fill_in_what_the_instrument_did_not_run_and_keep_counting():
@@ -209,6 +221,25 @@ def test_a_limit_that_bounds_when_rounds_start_lets_the_last_one_end_past_it():
     assert fitting.stopped == started.stopped == BUDGET_SPENT
 
 
+def test_a_callers_estimate_of_the_next_step_decides_whether_it_fits():
+    # Rounds of 10 s, then 2 s (the self-test's trials: fewer shares later). The longest round so far would
+    # stop after the first; the caller's estimate lets the short rounds fill the limit, never past it.
+    clock, lengths = FakeClock(), [10.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+
+    def outcome(*, estimate: bool):
+        clock.now, ran = 0.0, []
+
+        def one_round(index):
+            ran.append(index)
+            clock.now += lengths[index]
+
+        return until_decided(one_round, decided=lambda: False, limit_s=17.0, max_rounds=6, clock=clock,
+                             next_step_s=(lambda: lengths[len(ran)]) if estimate else None)
+
+    assert (outcome(estimate=False).rounds, clock.now) == (1, 10.0)
+    assert (outcome(estimate=True).rounds, clock.now) == (4, 16.0)
+
+
 # ------------------------------------------------------------------------------------------- the engine
 
 
@@ -274,10 +305,58 @@ def test_until_decided_hands_the_round_body_to_a_callers_driver_with_the_warm_up
     assert asked == [(1, 5.0)] and calls == ["a", "b"] + ["b"] * 3 and engine.values["b"] == [4, 5]
 
 
-def test_no_caller_writes_a_rounds_alternation_itself():
-    package = Path(__file__).resolve().parent.parent / "perfsuite"
-    found = [f"{path.relative_to(package)}:{number}" for path in sorted(package.rglob("*.py"))
-             if path.name != "rounds.py" or path.parent.name != "measure"
-             for number, line in enumerate(path.read_text().splitlines(), 1)
-             if "in alternating(" in line or "in rotated(" in line or "index % 2 ==" in line]
-    assert found == []  # each hands its runs to measure.rounds.InterleavedRounds
+def _reverses(node: ast.AST) -> bool:
+    """Whether node holds a reversal: a [::-1] slice or a reversed() call."""
+    return any((isinstance(n, ast.Slice) and n.lower is None and n.upper is None and isinstance(n.step, ast.UnaryOp)
+                and ast.literal_eval(n.step) == -1)
+               or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "reversed")
+               for n in ast.walk(node))
+
+
+def _rotation_or_alternation(node: ast.AST) -> str | None:
+    """What a node writes by hand of a round's order, or None: a rotation (x[k:] + x[:k]), an order reversed on
+    every other round (a test of `% 2` choosing a reversal), or a loop over alternating()/rotated()."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = node.left, node.right
+        if all(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Slice) for n in (left, right)):
+            (head, tail) = left.slice, right.slice
+            if ast.dump(left.value) == ast.dump(right.value) and (
+                    (head.lower is not None and ast.dump(head.lower) == ast.dump(tail.upper or ast.Pass()))
+                    or (head.upper is not None and ast.dump(head.upper) == ast.dump(tail.lower or ast.Pass()))):
+                return "a rotation by slicing"
+    if isinstance(node, ast.If | ast.IfExp):
+        parity = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.right, ast.Constant)
+                     and n.right.value == 2 for n in ast.walk(node.test))
+        branches = [node.body, node.orelse] if isinstance(node, ast.IfExp) else [*node.body, *node.orelse]
+        if parity and any(_reverses(branch) for branch in branches):
+            return "an order reversed on every other round"
+    if isinstance(node, ast.For | ast.comprehension) and isinstance(node.iter, ast.Call) and \
+            getattr(node.iter.func, "id", getattr(node.iter.func, "attr", None)) in ("alternating", "rotated"):
+        return "a loop over a round's order"
+    return None
+
+
+def test_no_caller_writes_a_rounds_order_itself():
+    root = Path(__file__).resolve().parent.parent
+    found = [f"{path.relative_to(root)}:{node.lineno}: {what}" for folder in ("perfsuite", "benchmarks", "scripts", "examples")
+             for path in sorted((root / folder).rglob("*.py"))
+             if path != root / "perfsuite" / "measure" / "rounds.py"
+             for node in ast.walk(ast.parse(path.read_text()))
+             if (what := _rotation_or_alternation(node)) is not None]
+    assert found == []  # each hands its runs to measure.rounds.InterleavedRounds (or interleaved)
+
+
+def test_the_guard_catches_hand_written_rotations_and_alternations():
+    written = {
+        "labels[shift:] + labels[:shift]": "a rotation by slicing",
+        "runs[:i % n] + runs[i % n:]": "a rotation by slicing",
+        "order = labels if index % 2 == 0 else labels[::-1]": "an order reversed on every other round",
+        "if trial % 2:\n    order = list(reversed(order))": "an order reversed on every other round",
+        "for label in rotated(labels, index):\n    pass": "a loop over a round's order",
+        "results = [run() for run in rounds.alternating(runs, index)]": "a loop over a round's order",
+    }
+    for source, what in written.items():
+        assert [w for n in ast.walk(ast.parse(source)) if (w := _rotation_or_alternation(n))] == [what], source
+    for fine in ("values[-rounds:]", "a[:n] + b[:n]", "median = ordered[middle] if size % 2 else mean",
+                 "order = rotated(levels, trial)"):
+        assert not [n for n in ast.walk(ast.parse(fine)) if _rotation_or_alternation(n)], fine

@@ -5,12 +5,13 @@ import itertools
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError
 from perfsuite.measure import step_model, timing
-from perfsuite.measure.step_model import StepError, StepModel
+from perfsuite.measure.step_model import StepError, StepModel, measure_step
 
 tf = tensorflow()
 
@@ -137,3 +138,15 @@ def test_a_readback_given_replaces_the_default():
     model = StepModel(lambda batch: None, readback=seen.append)
     model.calls(iter([1, 2]), count=2)
     assert seen == [None, None]
+
+
+def test_measure_step_times_each_call_through_the_model():
+    # The fixture's measure_step is the StepModel's, call by call: its errors name the step, retraces count
+    # from the end of its warm-up.
+    with pytest.raises(StepError, match="^benchmark step: expected step\\(batch\\) to run on"):
+        measure_step(step=lambda batch: batch / 0, batch=np.ones((2, 1)), warmup_calls=1, measure_calls=1,
+                     name="benchmark step")
+    step = tf.function(lambda batch: tf.reduce_sum(batch))
+    result = measure_step(step=step, batches=[tf.ones([2]), tf.ones([2]), tf.ones([3])], warmup_calls=1,
+                          measure_calls=2)
+    assert (result.traces, result.retraces, result.batch_samples) == (2, 1, (2, 3))

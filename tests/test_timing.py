@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure import timing
+from perfsuite.measure.rounds import interleaved
+from perfsuite.measure.step_model import measure_step
 
 tf = tensorflow()
 
@@ -100,7 +102,7 @@ def test_retraces_of_a_tf_function_fed_two_shapes():
     def step(x):
         return tf.reduce_sum(x * 2.0)
 
-    result = timing.measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
+    result = measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
     assert result.traces == 2
     assert result.retraces == 1  # the second shape first arrives in the measured window
     assert result.batch_samples == (4,) * 7
@@ -112,7 +114,7 @@ def test_static_signature_traces_once():
     def step(x):
         return tf.reduce_sum(x * 2.0)
 
-    result = timing.measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
+    result = measure_step(step=step, batches=_two_shapes(), warmup_calls=1, measure_calls=7)
     assert result.traces == 1 and result.retraces == 0
 
 
@@ -123,7 +125,7 @@ def test_measure_step_with_fixed_batch_and_plain_function():
         calls.append(batch["x"].shape)
         return tf.reduce_sum(batch["x"])
 
-    result = timing.measure_step(step=step, batch={"x": tf.ones([6, 2])}, warmup_calls=2, measure_calls=3)
+    result = measure_step(step=step, batch={"x": tf.ones([6, 2])}, warmup_calls=2, measure_calls=3)
     assert len(calls) == 5 and len(result.warmup_ns) == 2 and len(result.batch_ns) == 3
     assert result.traces is None and result.retraces is None
     assert result.batch_samples == (6,) * 3
@@ -131,23 +133,23 @@ def test_measure_step_with_fixed_batch_and_plain_function():
 
 def test_a_round_of_a_warm_step_has_no_warm_up_and_no_first_call():
     calls = []
-    result = timing.measure_step(step=lambda batch: calls.append(1) or tf.reduce_sum(batch), batch=tf.ones([3, 2]),
-                                 warmup_calls=0, measure_calls=2)
+    result = measure_step(step=lambda batch: calls.append(1) or tf.reduce_sum(batch), batch=tf.ones([3, 2]),
+                          warmup_calls=0, measure_calls=2)
     assert len(calls) == 2 and result.warmup_ns == () and result.first_ns is None and result.first_s is None
     with pytest.raises(ValueError, match="warmup_calls: expected an integer >= 0"):
-        timing.measure_step(step=tf.reduce_sum, batch=tf.ones([2]), warmup_calls=-1, measure_calls=1)
+        measure_step(step=tf.reduce_sum, batch=tf.ones([2]), warmup_calls=-1, measure_calls=1)
 
 
 def test_measure_step_argument_errors():
     with pytest.raises(ValueError, match="exactly one of batches="):
-        timing.measure_step(step=tf.reduce_sum, warmup_calls=1, measure_calls=1)
+        measure_step(step=tf.reduce_sum, warmup_calls=1, measure_calls=1)
     with pytest.raises(ValueError, match="exactly one of batches="):
-        timing.measure_step(step=tf.reduce_sum, batch=tf.ones([2]), batches=[tf.ones([2])],
-                            warmup_calls=1, measure_calls=1)
+        measure_step(step=tf.reduce_sum, batch=tf.ones([2]), batches=[tf.ones([2])],
+                     warmup_calls=1, measure_calls=1)
     with pytest.raises(ValueError, match="return a tensor"):
-        timing.measure_step(step=lambda batch: None, batch=tf.ones([2]), warmup_calls=1, measure_calls=1)
+        measure_step(step=lambda batch: None, batch=tf.ones([2]), warmup_calls=1, measure_calls=1)
     with pytest.raises(ValueError, match="ended after 2 batches"):
-        timing.measure_step(step=tf.reduce_sum, batches=[tf.ones([2])] * 2, warmup_calls=1, measure_calls=2)
+        measure_step(step=tf.reduce_sum, batches=[tf.ones([2])] * 2, warmup_calls=1, measure_calls=2)
 
 
 def test_tracing_count():
@@ -204,8 +206,8 @@ def test_host_readback_forces_host_tensors_when_asked_or_asynchronous(monkeypatc
 
 def test_step_readback_forces_the_steps_output(monkeypatch):
     forced = _spy_force(monkeypatch)
-    timing.measure_step(step=tf.function(lambda x: tf.reduce_sum(x)), batch=tf.ones([4, 2]),
-                        warmup_calls=1, measure_calls=2)
+    measure_step(step=tf.function(lambda x: tf.reduce_sum(x)), batch=tf.ones([4, 2]),
+                 warmup_calls=1, measure_calls=2)
     assert forced == [tf.float32] * 3
 
 
@@ -252,7 +254,11 @@ def test_harness_overhead_is_small_next_to_a_slow_pipeline():
 # ------------------------------------------------------------------------------------------- A/B
 
 
-def test_interleave_alternates_order_and_reports_speed_ratio():
+def _ab(*, a, b, rounds, warmup_rounds=1) -> timing.ABResult:
+    return timing.ab_result(*interleaved(timing.ab_runs(a, b), rounds=rounds, warmup_rounds=warmup_rounds))
+
+
+def test_ab_rounds_alternate_order_and_report_the_speed_ratio():
     log = []
 
     def side(label, seconds):
@@ -263,7 +269,7 @@ def test_interleave_alternates_order_and_reports_speed_ratio():
 
         return run
 
-    result = timing.interleave(a=side("A", 0.002), b=side("B", 0.004), rounds=4, warmup_rounds=1)
+    result = _ab(a=side("A", 0.002), b=side("B", 0.004), rounds=4, warmup_rounds=1)
     assert "".join(log) == "AB" + "BA" + "AB" + "BA" + "AB"
     assert result.order == ("BA", "AB", "BA", "AB")
     assert result.unit == "s" and result.a_values == (0.002,) * 4
@@ -272,7 +278,7 @@ def test_interleave_alternates_order_and_reports_speed_ratio():
     assert result.as_dict()["ratio_median"] == pytest.approx(2.0)
 
 
-def test_interleave_measured_rounds_of_two_pipelines():
+def test_ab_rounds_of_two_pipelines():
     slow = _sequential(tf.data.Dataset.range(10**6).map(lambda i: _sleep_where(i, 0.002, every=1)).batch(1))
     fast = tf.data.Dataset.range(10**6).batch(1)
     slow_it, fast_it = iter(slow), iter(fast)
@@ -280,37 +286,18 @@ def test_interleave_measured_rounds_of_two_pipelines():
     def measure(iterator):
         return lambda: timing.measure_dataset(dataset=iterator, warmup_batches=1, measure_batches=5)
 
-    result = timing.interleave(a=measure(fast_it), b=measure(slow_it), rounds=3)
+    result = _ab(a=measure(fast_it), b=measure(slow_it), rounds=3)
     assert result.unit == "samples/s"
     assert all(r > 1 for r in result.ratios)  # A (no sleep) delivers more samples per second
     assert result.summary.low <= result.summary.median <= result.summary.high
 
 
-def test_interleave_rounds_runs_forwards_then_backwards():
-    log = []
-
-    def run(label, value):
-        def go():
-            log.append(label)
-            return value
-        return go
-
-    result = timing.interleave_rounds({"A": run("A", 1.0), "B": run("B", 2.0), "C": run("C", 3.0)}, rounds=3)
-    assert "".join(log) == "ABC" + "CBA" + "ABC" + "CBA"  # the first (warm-up) round is discarded
-    assert result.order == (("C", "B", "A"), ("A", "B", "C"), ("C", "B", "A"))
-    assert result.values == {"A": (1.0,) * 3, "B": (2.0,) * 3, "C": (3.0,) * 3} and result.unit == "s"
-    assert result.as_dict()["order"][1] == ["A", "B", "C"]
+def test_ab_rounds_reject_mixed_values():
     with pytest.raises(TypeError, match="same kind of value"):
-        timing.interleave_rounds({"A": lambda: 1.0, "B": lambda: timing.measure_dataset(
-            dataset=[np.zeros((1, 1))] * 3, warmup_batches=1, measure_batches=2)}, rounds=1, warmup_rounds=0)
-
-
-def test_interleave_rejects_mixed_values():
-    with pytest.raises(TypeError, match="same kind of value"):
-        timing.interleave(a=lambda: 1.0, b=lambda: timing.measure_dataset(
+        _ab(a=lambda: 1.0, b=lambda: timing.measure_dataset(
             dataset=[np.zeros((1, 1))] * 3, warmup_batches=1, measure_batches=2), rounds=1, warmup_rounds=0)
     with pytest.raises(TypeError, match="seconds \\(float\\) or a Measurement"):
-        timing.interleave(a=lambda: "fast", b=lambda: 1.0, rounds=1)
+        _ab(a=lambda: "fast", b=lambda: 1.0, rounds=1)
 
 
 def test_min_seconds_extends_a_short_measurement_in_whole_chunks():

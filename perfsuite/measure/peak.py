@@ -6,13 +6,13 @@ measure/work.py, whose float-op counts are the same on every machine."""
 
 from __future__ import annotations
 
-import time
+import itertools
 from dataclasses import dataclass
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.measure.rounds import interleaved
 from perfsuite.measure.stats import median_interval
-from perfsuite.measure.timing import step_readback
+from perfsuite.measure.step_model import StepModel
 from perfsuite.records import Record
 
 MATMUL_SIZES = (512, 1024)  # square float32 matrices: the kernel's steady rate differs by size; the best counts
@@ -50,14 +50,11 @@ def matmul_rate(*, rounds: int, calls: int, size: int) -> PeakRate:
     tf = tensorflow()
     a = tf.random.stateless_normal((size, size), seed=(1, 2))
     b = tf.random.stateless_normal((size, size), seed=(3, 4))
-    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.linalg.matmul(x, y)))
-    step_readback(matmul(a, b))
+    model = StepModel(tf.function(lambda pair: tf.reduce_sum(tf.linalg.matmul(*pair))), name="matmul")
+    model.call_s((a, b))  # its trace
 
-    def one_round() -> float:
-        start = time.perf_counter()
-        for _ in range(calls):  # calls within one timed round, not rounds
-            step_readback(matmul(a, b))
-        return calls * 2 * size ** 3 / (time.perf_counter() - start)
+    def one_round() -> float:  # calls within one timed round, not rounds
+        return 2 * size ** 3 * model.calls(itertools.repeat((a, b)), count=calls).per_s
 
     rates = interleaved({"matmul": one_round}, rounds=rounds)[0]["matmul"]
     interval = median_interval(rates)

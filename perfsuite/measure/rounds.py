@@ -6,13 +6,13 @@ one_round() runs each of them, or the subset still wanted, once in that round's 
 result under its label; until_decided() adds rounds until the caller's test of "decided" holds. No caller
 writes a round's alternation itself (tests/test_rounds.py holds that).
 
-alternating() is the order interleaved measurements use (timing.interleave, timing.interleave_rounds,
+alternating() is the order interleaved measurements use (the fixture's compare, through timing.ab_runs,
 input_bound, the emulated contrasts, diagnose's stages, perfsuite ab's controller): forwards on even rounds,
 backwards on odd ones (A B C, C B A, ...), so over a pair of rounds every run sits at the same mean position
-and a steady drift cancels. rotated() (the self-test's arms) also puts every run in every position equally
-often, over 2 x len(labels) rounds. A round's order comes from its index, counted from the first round of the
-measurement (warm-up rounds included, unless the caller counts measured rounds only), so rounds added later
-continue the alternation.
+and a steady drift cancels. rotated() (the self-test's arms, levels and trials) also puts every run in every
+position equally often, over 2 x len(labels) rounds. A round's order comes from its index, counted from the
+first round of the measurement (warm-up rounds included, unless the caller counts measured rounds only), so
+rounds added later continue the alternation.
 planned() runs a fixed number of rounds, through a timing instrument where one is given (pytest-benchmark's
 pedantic, through pytest_plugin/benchmark_adapter); interleaved() runs several runs once per round in
 an order. until_decided() adds rounds while a figure is undecided (the fixture's undecided gates, ratio
@@ -54,8 +54,9 @@ def rotated(labels: Sequence[T], index: int) -> tuple[T, ...]:
 
 class RoundDriver(Protocol):
     """Rounds driven from outside the run profile's budget: the fixture's (pytest_plugin.recorder) measurements,
-    once warmed up, hand their rounds to it; its figures come back as the rounds' results. None where the
-    budget decides. Implemented by perfsuite ab's worker (pytest_plugin.ab_worker.RoundDriver).
+    once warmed up, hand their rounds to it; its figures come back as the rounds' results. Implemented by
+    perfsuite ab's worker (pytest_plugin.ab_worker.RoundDriver), and where the budget decides by the
+    fixture's own (pytest_plugin.recorder.AloneRounds), so the fixture asks one driver either way.
 
     rounds(one_round, side=...): the results of one_round() for each round it runs (measure_dataset,
     measure_step; ``side`` names what they measure, as Recorder.measure_dataset says). pairs(a, b, name=...,
@@ -65,6 +66,14 @@ class RoundDriver(Protocol):
 
     def pairs(self, a: Callable[[], Any], b: Callable[[], Any], *, name: str,
               sides: tuple[str, str] | None = None) -> Any: ...
+
+
+def fitting(budget_s: float, each_s: float, *, least: int, most: int) -> int:
+    """How many rounds (or calls) of ``each_s`` seconds fit ``budget_s``, within [least, most]; most where
+    each_s is not > 0 (nothing says what one costs). The planned count of the fixture's rounds
+    (RunProfile.rounds_for); diagnose's calls per round (plan.calls_that_fit) ask the same."""
+    count = int(budget_s // each_s) if each_s > 0 else most
+    return max(least, min(most, count))
 
 
 def planned(one_round: Callable[[int], T], rounds: int, *, start: int = 0,
@@ -217,7 +226,7 @@ def until_decided(one_round: Callable[[int], Any], *, decided: Callable[[], bool
                   min_rounds: int = 0, planned: int = 0, planned_s: float = 0.0, warmup_rounds: int = 0,
                   step: int = 1, first_estimate_s: float | None = None, clock: Callable[[], float] = time.monotonic,
                   on_round: Callable[[int, float], None] = lambda rounds, seconds: None,
-                  fit: bool = True) -> RoundsOutcome:
+                  fit: bool = True, next_step_s: Callable[[], float] | None = None) -> RoundsOutcome:
     """Call one_round(index) for index 0, 1, ... (the first warmup_rounds are warm-up: the caller discards
     their figures), `step` measured rounds at a time, until decided() holds with at least min_rounds
     measured, or the next step would pass max_rounds, or would end after limit_s at the longest round so
@@ -225,7 +234,9 @@ def until_decided(one_round: Callable[[int], Any], *, decided: Callable[[], bool
     estimates the first step). With no estimate at all the first round runs if any time is left, since
     nothing else can tell what a round costs. on_round(measured rounds, seconds) follows every round.
     fit=False: a step starts while any time is left (limit_s bounds when the last one starts, not when it
-    ends: a search that narrows with every round, whose answer is only wider where it stops early)."""
+    ends: a search that narrows with every round, whose answer is only wider where it stops early).
+    next_step_s(): the next step's seconds as the caller expects them, where it knows better than the longest
+    round so far (rounds of different runs: the self-test's trials)."""
     if step < 1 or planned < 0 or not planned_s >= 0:
         raise ValueError(f"step, planned, planned_s: expected >= 1, >= 0 and >= 0 s, found {step}, {planned}, "
                          f"{planned_s}")
@@ -244,7 +255,10 @@ def until_decided(one_round: Callable[[int], Any], *, decided: Callable[[], bool
             stopped = MAX_ROUNDS_REACHED
             break
         elapsed = planned_s + clock() - start
-        if limit_s <= elapsed or (fit and estimate_s is not None and elapsed + next_step * estimate_s > limit_s):
+        step_s = next_step * estimate_s if estimate_s is not None else None
+        if next_step_s is not None:
+            step_s = next_step_s()
+        if limit_s <= elapsed or (fit and step_s is not None and elapsed + step_s > limit_s):
             stopped = BUDGET_SPENT
             break
         for _ in range(next_step):

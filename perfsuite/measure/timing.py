@@ -1,4 +1,5 @@
-"""Timing of input pipelines and training steps.
+"""Timing of input pipelines, and the records of every timing: Measurement (a training step's come from
+measure/step_model.py, its one step timer) and a compare's ABResult.
 
 What every function here gets right:
 - the first batch / first call (pipeline start-up, trace + compile) is timed and reported apart;
@@ -12,10 +13,9 @@ TensorFlow is imported lazily, only by the functions that need it.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,7 +23,6 @@ import numpy as np
 
 from perfsuite._tensorflow import imported, tensorflow
 from perfsuite.measure import stats
-from perfsuite.measure.rounds import interleaved
 from perfsuite.measure.teardown import iterate
 from perfsuite.records import Record
 
@@ -71,16 +70,6 @@ def host_readback(structure: Any, *, force_host: bool = False) -> int:
         elif isinstance(item, np.ndarray | np.generic):
             read += 1
     return read
-
-
-def step_readback(output: Any) -> None:
-    """Force a training step's output to the host (the default readback of every step timing); raises
-    ValueError when the step returns no tensor to read."""
-    if host_readback(output, force_host=True) == 0:
-        raise ValueError(
-            "step: the default readback needs the step to return a tensor (e.g. the loss) to force its "
-            f"completion; found {type(output).__name__}. Return a tensor or pass readback="
-        )
 
 
 def _flatten_plain(structure: Any) -> list:
@@ -236,14 +225,15 @@ def measurement_from_times(*, name, warmup_ns, batch_ns, batch_samples, traces=N
     )
 
 
-def _check_counts(**counts: int) -> None:
+def check_counts(**counts: int) -> None:
+    """Each count an integer >= 1 (warmup_calls >= 0: a round of a step already warm), else ValueError."""
     for key, value in counts.items():
-        minimum = 0 if key in ("warmup_rounds", "warmup_calls") else 1  # rounds of what is already warm
+        minimum = 0 if key == "warmup_calls" else 1
         if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{key}: expected an integer >= {minimum}, found {value!r}")
 
 
-class _Source:
+class Source:
     """An iterator that says, when it runs dry, how many items were needed and how many it had."""
 
     def __init__(self, iterable: Iterable, *, name: str, needed: int, what: str):
@@ -268,7 +258,7 @@ class _Source:
 # -------------------------------------------------------------------------------------- datasets
 
 
-def _time_fetches(source: _Source, count: int, readback: Callable, samples_in: Callable):
+def _time_fetches(source: Source, count: int, readback: Callable, samples_in: Callable):
     times, samples = [], []
     for _ in range(count):
         start = time.perf_counter_ns()
@@ -297,11 +287,11 @@ def measure_dataset(*, dataset: Iterable, warmup_batches: int, measure_batches: 
     The dataset is not repeated implicitly: one that ends early raises ValueError naming the counts.
     samples_in defaults to leading_dim, readback to host_readback.
     """
-    _check_counts(warmup_batches=warmup_batches, measure_batches=measure_batches)
+    check_counts(warmup_batches=warmup_batches, measure_batches=measure_batches)
     samples_in = samples_in or leading_dim
     readback = readback or host_readback
-    source = _Source(dataset, name=name, needed=warmup_batches + measure_batches,
-                     what=f"{warmup_batches} warm-up + {measure_batches} measured")
+    source = Source(dataset, name=name, needed=warmup_batches + measure_batches,
+                    what=f"{warmup_batches} warm-up + {measure_batches} measured")
     warmup_ns, _ = _time_fetches(source, warmup_batches, readback, samples_in)
     batch_ns, batch_samples = _time_fetches(source, measure_batches, readback, samples_in)
     while sum(batch_ns) < min_seconds * 1e9 and len(batch_ns) < measure_batches * MAX_EXTENSION:
@@ -341,59 +331,6 @@ def harness_overhead(batch_structure: Any, *, warmup_batches: int = 8, measure_b
                                   measure_batches=measure_batches, samples_in=samples_in,
                                   readback=readback, name="harness_overhead")
     return measurement.summary.median
-
-
-def timed_call_ns(step: Callable, batch: Any, readback: Callable) -> int:
-    """The one step timer: nanoseconds of step(batch) with its output read back (its work finished).
-    StepModel and measure_step time every call with it."""
-    start = time.perf_counter_ns()
-    readback(step(batch))
-    return time.perf_counter_ns() - start
-
-
-def _time_calls(step: Callable, source: _Source, count: int, readback: Callable, samples_in: Callable):
-    """Per-call times of step(batch) + readback; fetching the batch is outside the timed window."""
-    times, samples = [], []
-    for _ in range(count):
-        batch = source.next()
-        times.append(timed_call_ns(step, batch, readback))
-        samples.append(samples_in(batch))
-    return times, samples
-
-
-def measure_step(*, step: Callable[[Any], Any], warmup_calls: int, measure_calls: int,
-                 batches: Iterable | None = None, batch: Any = None,
-                 readback: Callable[[Any], Any] | None = None,
-                 samples_in: Callable[[Any], int] | None = None, name: str = "step") -> Measurement:
-    """Time step(batch) calls, fed either by batches (an iterable, drawn once per call; fetching is not
-    timed) or by one fixed batch (exactly one of the two). A dict or tuple batch is itself iterable,
-    hence the two separate arguments.
-
-    The first call (trace + compile for a tf.function) is first_ns; warmup_calls includes it. A round of
-    a step already warm in this process (its first call measured before) may take warmup_calls=0.
-    The default readback copies one element of the step's output tensors to the host, so the step must
-    return a tensor (e.g. its loss). For a tf.function, traces counts all traces during the
-    measurement and retraces those in the steady window.
-    """
-    _check_counts(warmup_calls=warmup_calls, measure_calls=measure_calls)
-    if (batches is None) == (batch is None):
-        raise ValueError("measure_step: expected exactly one of batches= (an iterable) or batch= (a fixed batch)")
-    samples_in = samples_in or leading_dim
-    readback = readback or step_readback
-    feed = itertools.repeat(batch) if batch is not None else batches
-    source = _Source(feed, name=name, needed=warmup_calls + measure_calls,
-                     what=f"{warmup_calls} warm-up + {measure_calls} measured calls")
-    traces_at_start = tracing_count(step)
-    warmup_ns, _ = _time_calls(step, source, warmup_calls, readback, samples_in)
-    traces_at_steady = tracing_count(step)
-    batch_ns, batch_samples = _time_calls(step, source, measure_calls, readback, samples_in)
-    traces_at_end = tracing_count(step)
-    traces = retraces = None
-    if traces_at_start is not None:
-        traces = traces_at_end - traces_at_start
-        retraces = traces_at_end - traces_at_steady
-    return measurement_from_times(name=name, warmup_ns=warmup_ns, batch_ns=batch_ns,
-                                  batch_samples=batch_samples, traces=traces, retraces=retraces)
 
 
 # ------------------------------------------------------------------------------------------- A/B
@@ -438,61 +375,26 @@ def round_value(result: Any, side: str) -> tuple[float, str]:
                     f"found {type(result).__name__}")
 
 
-def interleave(*, a: Callable[[], Any], b: Callable[[], Any], rounds: int, warmup_rounds: int = 1,
-               start: int = 0) -> ABResult:
-    """Run a and b alternately and compare them pair by pair.
-
-    Rounds go A B, B A, A B, ... (rounds.alternating; warm-up rounds included, results discarded): each
-    side runs first equally often, so a drift of the machine's speed during a pair favours A and B
-    equally often, and the per-pair ratio cancels what both sides of a pair share. ``start``: the first
-    round's index in that order (rounds that continue earlier ones, see join_rounds).
-    """
-    joint = interleave_rounds({"a": a, "b": b}, rounds=rounds, warmup_rounds=warmup_rounds, start=start)
-    a_values, b_values = joint.values["a"], joint.values["b"]
-    ratios = stats.ratio_of(b_values, a_values) if joint.unit == "s" else stats.ratio_of(a_values, b_values)
-    return ABResult(a_values=a_values, b_values=b_values, unit=joint.unit, ratios=ratios,
-                    order=tuple("".join(o).upper() for o in joint.order))
+def ab_runs(a: Callable[[], Any], b: Callable[[], Any]) -> dict[str, Callable[[], tuple[float, str]]]:
+    """A compare's two sides as runs of the round engine (measure.rounds: interleaved, InterleavedRounds),
+    labelled A and B: each call's figure and its unit (round_value). ab_result reads their rounds."""
+    return {"A": lambda: round_value(a(), "a"), "B": lambda: round_value(b(), "b")}
 
 
-def join_rounds(first: ABResult, more: ABResult) -> ABResult:
-    """One ABResult of the rounds of ``first`` followed by those of ``more`` (rounds added to decide)."""
-    if first.unit != more.unit:
-        raise TypeError(f"more: expected rounds in {first.unit}, found {more.unit}")
-    return ABResult(a_values=first.a_values + more.a_values, b_values=first.b_values + more.b_values,
-                    unit=first.unit, ratios=first.ratios + more.ratios, order=first.order + more.order)
-
-
-@dataclass(frozen=True)
-class Rounds(Record):
-    """Interleaved rounds of several runs (interleave_rounds).
-
-    labels: the runs, in the order given. values: per label, one value per measured round (seconds
-    or samples/s, see ABResult). order: per measured round, the labels in the order they ran.
-    """
-
-    labels: tuple[Any, ...]
-    values: dict
-    unit: str
-    order: tuple[tuple[Any, ...], ...]
-
-
-def interleave_rounds(runs: dict, *, rounds: int, warmup_rounds: int = 1, start: int = 0) -> Rounds:
-    """interleave() for any number of runs: every round runs each of them once (rounds.interleaved),
-    forwards on even rounds and backwards on odd ones (A B C, C B A, A B C, ...; warm-up rounds included in the
-    alternation, results discarded). Over a pair of rounds every run sits at the same mean position,
-    so a steady drift of the machine's speed cancels, and a ratio of two runs within one round
-    cancels what the round shares. ``start``: the first round's index in that order.
-    """
-    _check_counts(rounds=rounds, warmup_rounds=warmup_rounds)
-    if len(runs) < 1:
-        raise ValueError("runs: expected at least one callable, found none")
-    timed = {label: (lambda run=run, label=label: round_value(run(), str(label))) for label, run in runs.items()}
-    results, order = interleaved(timed, rounds=rounds, warmup_rounds=warmup_rounds, start=start)
-    units = {unit for per_round in results.values() for _, unit in per_round}
+def ab_result(values: dict, orders: Sequence[Sequence[str]]) -> ABResult:
+    """The ABResult of the measured rounds of ab_runs: their values ({"A": [(figure, unit)], "B": ...})
+    and orders, as measure.rounds.interleaved returns them or an InterleavedRounds keeps them. Rounds
+    go A B, B A, ... (rounds.alternating): each side runs first equally often, so a drift of the
+    machine's speed during a pair favours A and B equally often, and the per-pair ratio cancels what
+    both sides of a pair share."""
+    units = {unit for figures in (values["A"], values["B"]) for _, unit in figures}
     if len(units) != 1:
-        raise TypeError(f"runs: expected every run to return the same kind of value, found {sorted(units)}")
-    return Rounds(labels=tuple(runs), values={label: tuple(v for v, _ in r) for label, r in results.items()},
-                  unit=units.pop(), order=tuple(order))
+        raise TypeError(f"a, b: expected both to return the same kind of value, found {sorted(units)}")
+    unit = units.pop()
+    a_values, b_values = tuple(v for v, _ in values["A"]), tuple(v for v, _ in values["B"])
+    ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
+    return ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios,
+                    order=tuple("".join(order) for order in orders))
 
 
 def combine(rounds: list[Measurement], *, name: str, first: Measurement) -> Measurement:

@@ -20,6 +20,7 @@ controller has gone (end of file on its commands) exits at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -99,22 +100,25 @@ class RoundDriver:
 
     def pairs(self, a, b, *, name: str, sides: tuple[str, str] | None = None):
         from perfsuite.measure import timing
+        from perfsuite.measure.rounds import interleaved
 
         if sides is not None:
             return self._named_sides(a, b, name=name, sides=sides)
+        # The side's own measure.rounds.interleaved (in every revision with the hook) runs each pair; its figures
+        # are timing.round_value's (value, unit).
+        runs = {"A": lambda: timing.round_value(a(), "a"), "B": lambda: timing.round_value(b(), "b")}
         # Warm-up: one pair (A then B), discarded: each side's first call (its start-up: first batches,
         # tracing) is no round. One pair, not the Recorder's two: every pass pays it on both sides.
-        timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0)
+        interleaved(runs, rounds=1)
         self._ready("pairs", name)
-        # A first in even rounds, B first in odd ones: the round's order from its index (timing.interleave's
-        # start, through measure.rounds, in every revision with the hook)
-        pairs = self._asked(lambda index: timing.interleave(a=a, b=b, rounds=1, warmup_rounds=0, start=index),
-                            lambda pair, seconds, cpu_s: {"value": float(pair.ratios[0]), "seconds": seconds,
-                                                          "parts": _speeds(pair)})
-        result = pairs[0]
-        for pair in pairs[1:]:
-            result = timing.join_rounds(result, pair)
-        return result
+        # A first in even rounds, B first in odd ones: the round's order from its index
+        def event(pair, seconds, cpu_s):
+            result = _ab_result(*pair)
+            return {"value": float(result.ratios[0]), "seconds": seconds, "parts": _speeds(result)}
+
+        pairs = self._asked(lambda index: interleaved(runs, rounds=1, start=index), event)
+        return _ab_result({label: [figure for values, _ in pairs for figure in values[label]] for label in "AB"},
+                          [order for _, orders in pairs for order in orders])
 
     def _named_sides(self, a, b, *, name: str, sides: tuple[str, str]):
         """A compare whose sides are named: each side's own rounds, compared A against B across the
@@ -123,16 +127,13 @@ class RoundDriver:
         (by its contract, the same measurement) takes the rounds already measured in this process for
         the result its test sees, and the controller compares that side once. So does a side that a
         measure_dataset named: the ratio event says which row measured it (``measured_by``)."""
-        from perfsuite.measure import stats, timing
-
         (a_values, unit, a_row), (b_values, b_unit, b_row) = (self._side(run, side) for run, side in zip((a, b), sides))
         if unit != b_unit:
             raise TypeError(f"sides {sides}: expected both to return the same kind of value, found {unit}, {b_unit}")
         self.channel.send("ratio", nodeid=self.nodeid, name=name, sides=list(sides), measured_by=[a_row, b_row])
         n = min(len(a_values), len(b_values))
-        a_values, b_values = a_values[:n], b_values[:n]
-        ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
-        return timing.ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios, order=("AB",) * n)
+        figures = {"A": [(value, unit) for value in a_values[:n]], "B": [(value, unit) for value in b_values[:n]]}
+        return _ab_result(figures, [("A", "B")] * n)
 
     def _side(self, run, side: str) -> tuple[tuple[float, ...], str, dict | None]:
         """One named side's rounds (its values, its unit, None) after one warm-up call, or those measured
@@ -191,6 +192,23 @@ def _speeds(pair) -> list[float]:
     """The pair's two sides as speeds (samples/s, or 1 / seconds of their fixed work): the ratio's
     numerator (compare's a) and denominator (b), so the controller can compare each across revisions."""
     return [float(1 / v if pair.unit == "s" else v) for v in (pair.a_values[0], pair.b_values[0])]
+
+
+def _ab_result(values: dict, orders):
+    """The side's timing.ABResult of rounds of timing.round_value figures ({"A": [(value, unit)], "B": ...},
+    each round's order), built from the fields it has in every revision with the hook."""
+    from perfsuite.measure import stats, timing
+
+    (a_values, a_units), (b_values, b_units) = (zip(*values[label]) for label in "AB")
+    units = sorted(set(a_units + b_units))
+    if len(units) != 1:
+        raise TypeError(f"a, b: expected both to return the same kind of value, found {units}")
+    unit = a_units[0]
+    ratios = stats.ratio_of(b_values, a_values) if unit == "s" else stats.ratio_of(a_values, b_values)
+    kept = {field.name for field in dataclasses.fields(timing.ABResult)}  # a revision before one record keeps
+    summary = {"summary": stats.ratio_summary(ratios)} if "summary" in kept else {}  # the summary, later derived
+    return timing.ABResult(a_values=a_values, b_values=b_values, unit=unit, ratios=ratios,
+                           order=tuple("".join(order) for order in orders), **summary)
 
 
 HOOK = "hook"  # how a side's fixture gets the driver (install): the plugin's public hook, the only way

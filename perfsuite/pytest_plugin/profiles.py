@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfsuite.measure.rounds import fitting
 from perfsuite.records import Record
 
 
@@ -43,8 +44,7 @@ class RunProfile(Record):
 
     def rounds_for(self, round_s: float) -> int:
         """Rounds of ``round_s`` seconds each that fit the budget, within [min_rounds, max_rounds]."""
-        fitting = int(self.budget_s // round_s) if round_s > 0 else self.max_rounds
-        return max(self.min_rounds, min(self.max_rounds, fitting))
+        return fitting(self.budget_s, round_s, least=self.min_rounds, most=self.max_rounds)
 
     def calls_per_round(self, call_s: float) -> int:
         """Steady calls of a ``call_s``-second step per round: at least ``step_calls``, more until the round

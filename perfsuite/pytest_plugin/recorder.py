@@ -16,13 +16,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from perfsuite._tensorflow import is_dataset
 from perfsuite.measure import stats, timing, work
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
-from perfsuite.measure.rounds import RoundDriver, RoundsOutcome, planned, until_decided
+from perfsuite.measure.rounds import (
+    InterleavedRounds,
+    RoundDriver,
+    RoundsOutcome,
+    interleaved,
+    planned,
+    until_decided,
+)
 from perfsuite.measure.speech import FrameCounter, speech_figures
+from perfsuite.measure.step_model import measure_step
 from perfsuite.measure.teardown import iterate
 from perfsuite.pytest_plugin import benchmark_adapter
 from perfsuite.pytest_plugin.profiles import RunProfile
@@ -32,6 +40,8 @@ from perfsuite.verdict import metrics as metric_registry
 from perfsuite.verdict.baselines import Baselines, record_measurements
 from perfsuite.verdict.comparison import HistoryComparison, compare_history
 from perfsuite.verdict.gates import CheckResult
+
+T = TypeVar("T")
 
 UNDECIDED_BUDGET_FACTOR = 2.0  # undecided gates may spend up to this many times the measurement's budget
 
@@ -122,6 +132,92 @@ def _peeked(iterator: Iterator) -> tuple[Iterator, Any]:
     return itertools.chain([first], iterator), first
 
 
+class AloneRounds:
+    """The rounds of a benchmark run alone, as many as the run profile's budget allows: the Recorder's
+    round driver (a measure.rounds.RoundDriver) unless the hook gives it one (DrivenRounds). What differs
+    between the two is said here and in DrivenRounds, once."""
+
+    extras = True  # figures beside the rounds are taken: the harness overhead, the work fingerprint
+    step_round_warmup_calls = 0  # a step's rounds follow each other with nothing in between
+    continues_named_sides = False  # compare_datasets' sides interleave in one process: a fresh iterator a round
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+
+    def rounds(self, one_round: Callable[[], T], *, side: str | None = None, round_s: float | None = None) -> list[T]:
+        """A calibration round (discarded) sizes the budget, unless the caller knows a round's length
+        (``round_s``), then that many rounds (Recorder.planned_rounds, through pytest-benchmark)."""
+        if round_s is None:
+            start = time.perf_counter()
+            one_round()
+            round_s = time.perf_counter() - start
+        return self.recorder.planned_rounds(lambda index: one_round(), self.recorder.profile.rounds_for(round_s))
+
+    def pairs(self, a: Callable[[], Any], b: Callable[[], Any], *, name: str, sides: tuple[str, str] | None = None,
+              warmup_rounds: int = 1) -> timing.ABResult:
+        """compare's rounds of a and b (A B, B A, ...): ``warmup_rounds``, then one measured pair that sizes
+        the budget's rounds, then pairs added while the gate on ``name`` is undecided (Recorder.more_rounds)."""
+        recorder, start = self.recorder, time.perf_counter()
+        engine = InterleavedRounds(timing.ab_runs(a, b), warmup_rounds=warmup_rounds)
+        engine.run(warmup_rounds + 1)
+        pair_s = (time.perf_counter() - start) / (1 + warmup_rounds)
+        engine.run(recorder.profile.rounds_for(pair_s / 2) - 1)
+
+        def undecided() -> bool:
+            so_far = timing.ab_result(engine.values, engine.orders)
+            return recorder.gate_undecided(name, so_far.summary.median, so_far.ratios)
+
+        # Pairs of rounds while the gate is undecided, within UNDECIDED_BUDGET_FACTOR x the budget after these.
+        spent_s = time.perf_counter() - start
+        recorder.more_rounds(name, engine.one_round, undecided=undecided, rounds=len(engine.orders), spent_s=spent_s,
+                             step=2, limit_s=spent_s + UNDECIDED_BUDGET_FACTOR * recorder.profile.budget_s)
+        return timing.ab_result(engine.values, engine.orders)
+
+    def more_rounds(self, name: str, one_round: Callable[[], Any], *, undecided: Callable[[], bool], rounds: int,
+                    spent_s: float, step: int, label: Callable[[], str] | None,
+                    limit_s: float | None) -> RoundsOutcome:
+        """Recorder.more_rounds: rounds added through measure.rounds.until_decided, the outcome recorded."""
+        recorder, profile = self.recorder, self.recorder.profile
+        outcome = until_decided(lambda index: one_round(), decided=lambda: not undecided(), planned=rounds,
+                                planned_s=spent_s, max_rounds=profile.max_rounds, step=step,
+                                limit_s=UNDECIDED_BUDGET_FACTOR * max(profile.budget_s, spent_s)
+                                if limit_s is None else limit_s, clock=time.perf_counter)
+        recorder.benchmark.extra_info[f"{name}_rounds_outcome"] = outcome.as_dict()
+        if outcome.note is not None:
+            recorder.notes.append(f"{label() if label is not None else name}: {outcome.note}")
+        return outcome
+
+
+class DrivenRounds:
+    """The rounds of a benchmark under ``perfsuite ab``: those the RoundDriver the hook gave (its worker's)
+    asks for, its controller deciding when to stop and comparing the two revisions itself."""
+
+    extras = False  # only the rounds count there (ab diffs the revisions' work fingerprints itself)
+    step_round_warmup_calls = 1  # the other side runs between two rounds, so each warms up again
+    continues_named_sides = True  # a named side is measured alone: its rounds continue one iterator
+
+    def __init__(self, driver: RoundDriver):
+        self.driver = driver
+
+    def rounds(self, one_round: Callable[[], T], *, side: str | None = None, round_s: float | None = None) -> list[T]:
+        """One round discarded (the calibration round of a benchmark alone), then the driver's; ``side``
+        names what they measure, as Recorder.measure_dataset says."""
+        one_round()
+        if side is None:  # a driver older than measured sides takes no such argument
+            return self.driver.rounds(one_round)
+        return self.driver.rounds(one_round, side=side)
+
+    def pairs(self, a: Callable[[], Any], b: Callable[[], Any], *, name: str, sides: tuple[str, str] | None = None,
+              warmup_rounds: int = 1) -> timing.ABResult:
+        if sides is None:  # a driver older than named sides takes no such argument
+            return self.driver.pairs(a, b, name=name)
+        return self.driver.pairs(a, b, name=name, sides=tuple(sides))
+
+    def more_rounds(self, name: str, one_round: Callable[[], Any], **_) -> None:
+        """None are added: a measurement that adds rounds is not compared under perfsuite ab."""
+        return None
+
+
 class Recorder:
     """What a benchmark measures with (the ``perfsuite`` fixture); see the module docstring."""
 
@@ -138,6 +234,8 @@ class Recorder:
         self.primary_round_lengths: list[int] | None = None
         self.notes: list[str] = []  # for the summary, e.g. a gate whose rounds ran out undecided
         self.work = None  # the work fingerprint of what measure_dataset / measure_step measured last
+        # Who decides the rounds, decided once: the run profile's budget, or perfsuite ab's controller.
+        self.driver = AloneRounds(self) if context.round_driver is None else DrivenRounds(context.round_driver)
         self._benchmark_used = False
 
     # -------------------------------------------------------------------------------- measuring
@@ -177,12 +275,12 @@ class Recorder:
                 frames.append((sum(counter.real[noted + 1:]), sum(counter.padded[noted + 1:])))
             return result
 
-        rounds = self._rounds(one_round) if side is None else self._rounds(one_round, side=side)
+        rounds = self.driver.rounds(one_round, side=side)
         measurement = self._record_rounds(rounds, name=name, first=warm, unit="batch")
         if counter is not None and frames and frames[-1][1] > 0:
             self._record_speech(rounds, frames[-len(rounds):], frame_s)
         # What of each batch time is the timing loop's own (not under perfsuite ab: only rounds count there).
-        if is_dataset(dataset) and self.context.round_driver is None:
+        if is_dataset(dataset) and self.driver.extras:
             overhead = timing.harness_overhead(dataset, samples_in=samples_in, readback=readback)
             self.record({"harness_overhead_s": overhead,
                          "harness_share": overhead / measurement.summary.median})
@@ -210,17 +308,16 @@ class Recorder:
         Under ``perfsuite ab`` the other side runs between two rounds, so each round warms up again."""
         source, first_batch = _peeked(iterate(batches))
         options = {"readback": readback} if readback is not None else {}
-        warm = timing.measure_step(step=step, batches=source, warmup_calls=self.profile.step_warmup_calls,
-                                   measure_calls=1, name=name, **options)
-        alone = self.context.round_driver is None
+        warm = measure_step(step=step, batches=source, warmup_calls=self.profile.step_warmup_calls,
+                            measure_calls=1, name=name, **options)
         calls = self.profile.calls_per_round(warm.steady_s)
 
         def one_round():
-            return timing.measure_step(step=step, batches=source, warmup_calls=0 if alone else 1, name=name,
-                                       measure_calls=calls, **options)
+            return measure_step(step=step, batches=source, warmup_calls=self.driver.step_round_warmup_calls,
+                                name=name, measure_calls=calls, **options)
 
-        round_s = warm.steady_s * calls if alone else None
-        measurement = self._record_rounds(self._rounds(one_round, round_s=round_s), name=name, first=warm, unit="call")
+        rounds = self.driver.rounds(one_round, round_s=warm.steady_s * calls)
+        measurement = self._record_rounds(rounds, name=name, first=warm, unit="call")
         self._record_work(lambda: work.step_work(step, first_batch, name=name), name)
         return measurement
 
@@ -228,7 +325,7 @@ class Recorder:
         """The work fingerprint of what was measured (perfsuite.measure.work), taken after the rounds, into
         ``self.work`` and extra_info (``work_*``); one that cannot be read is noted in the summary. Not
         under perfsuite ab, which diffs the two revisions' fingerprints itself."""
-        if self.context.round_driver is not None:
+        if not self.driver.extras:
             return
         try:
             self.work = fingerprint()
@@ -281,8 +378,8 @@ class Recorder:
         batches = int(dataset.cardinality())
         if batches < 2:
             raise ValueError(f"dataset: expected a known number of batches ≥ 2 for an epoch, found {batches}")
-        result = self._once(lambda: timing.measure_step(step=step, batches=iterate(dataset), warmup_calls=1,
-                                                        measure_calls=batches - 1, name=name))
+        result = self._once(lambda: measure_step(step=step, batches=iterate(dataset), warmup_calls=1,
+                                                 measure_calls=batches - 1, name=name))
         self.primary_unit = "call"
         benchmark_adapter.time_per_unit(self.benchmark, [1 / result.batches_per_s], unit="s/step")
         return self.record(result)
@@ -303,10 +400,10 @@ class Recorder:
             raise ValueError(f"sides: expected two different names (A's, B's), found {sides!r}")
         started, warmup_rounds = time.perf_counter(), 0 if warm else 1
         if rounds is not None:
-            result = self._once(lambda: timing.interleave(a=a, b=b, rounds=rounds,
-                                                          warmup_rounds=warmup_rounds))
+            result = self._once(lambda: timing.ab_result(*interleaved(timing.ab_runs(a, b), rounds=rounds,
+                                                                      warmup_rounds=warmup_rounds)))
         else:
-            result = self._once(lambda: self._interleaved(a, b, name, sides, warmup_rounds=warmup_rounds))
+            result = self._once(lambda: self.driver.pairs(a, b, name=name, sides=sides, warmup_rounds=warmup_rounds))
         self.add(name, result.summary.median, rounds=result.ratios,
                  extra={f"{name}_detail": result.as_dict(), f"{name}_seconds": time.perf_counter() - started})
         per_sample = result.unit == "samples/s"
@@ -325,31 +422,16 @@ class Recorder:
         callable is built at its first round: under ab a side measured earlier in the process is never
         built again. Records ``harness_share_a`` / ``_b``: how much of each side's batch time is the
         timing loop's own (it weighs most on the fast side)."""
-        alone = self.context.round_driver is not None and sides is not None
+        alone = self.driver.continues_named_sides and sides is not None
         rounds = [DatasetRounds(dataset, self.profile, continuing=alone) for dataset in (a, b)]
         result = self.compare(name, a=rounds[0], b=rounds[1], sides=sides)
         for key, side in zip("ab", rounds):
-            if self.context.round_driver is None and is_dataset(side.dataset):
+            if self.driver.extras and is_dataset(side.dataset):
                 share = timing.harness_overhead(side.dataset) / statistics.median(side.batch_s)
                 self.record({f"harness_share_{key}": share})
         return result
 
     # ------------------------------------------------------------------------------- rounds
-
-    def _rounds(self, one_round: Callable[[], timing.Measurement], *, round_s: float | None = None,
-                side: str | None = None) -> list[timing.Measurement]:
-        """A calibration round (discarded) sizes the budget, unless the caller knows a round's length
-        (``round_s``), then that many rounds through pytest-benchmark (with a round_driver: the rounds
-        its controller asks for, and ``side`` names what they measure, as ``measure_dataset`` says)."""
-        if round_s is None:
-            start = time.perf_counter()
-            one_round()
-            round_s = time.perf_counter() - start
-        if self.context.round_driver is not None:
-            if side is None:  # a driver older than measured sides takes no such argument
-                return self.context.round_driver.rounds(one_round)
-            return self.context.round_driver.rounds(one_round, side=side)
-        return self.planned_rounds(lambda index: one_round(), self.profile.rounds_for(round_s))
 
     def planned_rounds(self, one_round: Callable[[int], Any], rounds: int) -> list:
         """``rounds`` rounds of ``one_round(index)`` (measure.rounds.planned; index 0 first), their results
@@ -371,35 +453,6 @@ class Recorder:
         self._benchmark_used = True
         return benchmark_adapter.time_rounds(self.benchmark, work, rounds=1)
 
-    def _interleaved(self, a, b, name: str, sides: tuple[str, str] | None = None,
-                     warmup_rounds: int = 1) -> timing.ABResult:
-        if self.context.round_driver is not None:
-            if sides is None:  # a driver older than named sides takes no such argument
-                return self.context.round_driver.pairs(a, b, name=name)
-            return self.context.round_driver.pairs(a, b, name=name, sides=tuple(sides))
-        start = time.perf_counter()
-        # (a warm-up pair, then) one measured pair sizes the rounds
-        result = timing.interleave(a=a, b=b, rounds=1, warmup_rounds=warmup_rounds)
-        pair_s = (time.perf_counter() - start) / (1 + warmup_rounds)
-
-        def more(rounds: int) -> None:  # rounds continuing the alternation (A B, B A, ...) of those so far
-            nonlocal result
-            result = timing.join_rounds(result, timing.interleave(a=a, b=b, rounds=rounds, warmup_rounds=0,
-                                                                  start=warmup_rounds + len(result.ratios)))
-
-        wanted = self.profile.rounds_for(pair_s / 2)
-        if wanted > 1:
-            more(wanted - 1)
-        # Pairs of rounds while the gate is undecided, within UNDECIDED_BUDGET_FACTOR x the budget after these.
-        spent_s = time.perf_counter() - start
-        self.more_rounds(name, lambda: more(1), undecided=lambda: self._undecided(name, result),
-                         rounds=len(result.ratios), spent_s=spent_s, step=2,
-                         limit_s=spent_s + UNDECIDED_BUDGET_FACTOR * self.profile.budget_s)
-        return result
-
-    def _undecided(self, name: str, result: timing.ABResult) -> bool:
-        return self.gate_undecided(name, result.summary.median, result.ratios)
-
     def gate_undecided(self, name: str, value: float, rounds: Sequence[float]) -> bool:
         """Whether a gate that counts (not a context one) on metric ``name`` is inconclusive on these rounds."""
         check = self.context.baselines.check(benchmark_id=self.benchmark_id, metrics={name: value},
@@ -416,17 +469,9 @@ class Recorder:
         or the measurement's) labels the outcome: extra_info gets ``<name>_rounds_outcome``, and the
         summary a note when the rounds ended with a gate undecided, named by ``label()`` if given (the
         metrics still undecided) else by ``name``.
-        Under ``perfsuite ab`` (a round_driver) none are added: such a measurement is not compared there."""
-        if self.context.round_driver is not None:
-            return None
-        outcome = until_decided(lambda index: one_round(), decided=lambda: not undecided(), planned=rounds,
-                                planned_s=spent_s, max_rounds=self.profile.max_rounds, step=step,
-                                limit_s=UNDECIDED_BUDGET_FACTOR * max(self.profile.budget_s, spent_s)
-                                if limit_s is None else limit_s, clock=time.perf_counter)
-        self.benchmark.extra_info[f"{name}_rounds_outcome"] = outcome.as_dict()
-        if outcome.note is not None:
-            self.notes.append(f"{label() if label is not None else name}: {outcome.note}")
-        return outcome
+        Under ``perfsuite ab`` (DrivenRounds) none are added: such a measurement is not compared there."""
+        return self.driver.more_rounds(name, one_round, undecided=undecided, rounds=rounds, spent_s=spent_s,
+                                       step=step, label=label, limit_s=limit_s)
 
     # -------------------------------------------------------------------------------- recording
 

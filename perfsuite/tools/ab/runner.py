@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError
-from perfsuite.measure.rounds import InterleavedRounds, until_decided
+from perfsuite.measure.rounds import BUDGET_SPENT, InterleavedRounds, until_decided
 from perfsuite.tools.ab.manager import (
     SIDES,
     ABError,
@@ -81,9 +81,9 @@ class Controller:
     """Drives both workers benchmark by benchmark, in the same order, round by round."""
 
     def __init__(self, pool: dict[str, Worker], settings, options: Options, progress: Callable[[str], None],
-                 *, only: set[str] | None = None, per_benchmark_s: float | None = None):
+                 *, per_benchmark_s: float, only: set[str] | None = None):
         """only: the node ids to run (None: every benchmark both sides collected); per_benchmark_s: the
-        seconds of rounds each measurement gets (None: options.budget_s shared by the benchmarks)."""
+        seconds of rounds each measurement gets (a pass's: options.pass_s; the passes keep options.budget_s)."""
         self.pool, self.settings, self.options, self.progress = pool, settings, options, progress
         self.only, self.per_benchmark_s = only, per_benchmark_s
         self.scheduled: list[str] = []
@@ -107,7 +107,7 @@ class Controller:
             worker.send("run", items=self.scheduled)
         for position, nodeid in enumerate(self.scheduled):
             self.progress(f"[{position + 1}/{len(self.scheduled)}] {display_name(nodeid)}")
-            self.benchmark(nodeid, remaining=len(self.scheduled) - position, count=len(self.scheduled))
+            self.benchmark(nodeid, count=len(self.scheduled))
         for worker in self.pool.values():
             self._until(worker, "finished", waiting_for="finishing the pytest session")
 
@@ -147,7 +147,7 @@ class Controller:
             if event.get("event") == kind:
                 return event
 
-    def benchmark(self, nodeid: str, *, remaining: int, count: int) -> None:
+    def benchmark(self, nodeid: str, *, count: int) -> None:
         """Every measurement of one benchmark: driven when both sides wait with the same one, skipped on
         the side that waits alone; the outcomes of both sides noted."""
         pending: dict[str, dict | None] = dict.fromkeys(SIDES)
@@ -171,7 +171,7 @@ class Controller:
             a, b = pending["A"], pending["B"]
             if a is not None and b is not None:
                 if all(a.get(key) == b.get(key) for key in ("index", "side", "continues")):
-                    ended = self.drive(a, b, remaining=remaining, count=count)
+                    ended = self.drive(a, b, count=count)
                     done.update(ended)
                     compared, failed = compared or not ended, failed or bool(ended)
                 else:
@@ -204,7 +204,7 @@ class Controller:
             self.not_compared.append(NotCompared(name, "no controller-driven rounds (measure_dataset, "
                                                        "measure_step or compare with the budget's rounds)"))
 
-    def drive(self, a_ready: dict, b_ready: dict, *, remaining: int, count: int) -> dict[str, dict]:
+    def drive(self, a_ready: dict, b_ready: dict, *, count: int) -> dict[str, dict]:
         """Rounds of one measurement, A B then B A and so on, until it is decided (at a look), its share
         of the budget is spent (after min_rounds), or max_rounds; then both sides are told to stop.
         A side whose benchmark fails during a round ends it there (returned: {side: its done event});
@@ -214,8 +214,7 @@ class Controller:
         nodeid, metric = a_ready["nodeid"], a_ready["metric"]
         name = side_name(nodeid, a_ready["side"]) if a_ready.get("side") else display_name(nodeid, a_ready["index"])
         higher = _higher_is_better(metric)
-        allotted = (self.per_benchmark_s if self.per_benchmark_s is not None
-                    else max(0.0, self.options.budget_s - self.spent_s) / max(remaining, 1))
+        allotted = self.per_benchmark_s
         values, seconds, cpu, parts = ({s: [] for s in SIDES} for _ in range(4))
         order, start, so_far = [], time.monotonic(), {}
 
@@ -314,32 +313,34 @@ def compare_revisions(*, repo: Path, base: str, head: str | None, pytest_argumen
             except SideFailure as error:  # no worker can start: the run fails as a side failure does
                 server, failure = None, error
             notes = [*work, *notes]
-            spent = 0.0
-            for index in range(settings.max_passes if failure is None else 0):
+
+            def one_pass(index: int) -> None:
+                nonlocal failure, only
                 count = len(only) if only is not None else None
-                if count is not None and spent + count * options.pass_s > options.budget_s:
-                    notes.append(f"budget: {options.budget_s:g} s of rounds spent after {index} passes; "
-                                 f"{count} benchmark(s) still undecided")
-                    break
                 suffix = f"-pass{index + 1}" if settings.passes > 1 else ""
                 if settings.passes > 1:
                     progress(f"pass {index + 1}: fresh workers on both sides" + (
                         f", {count} undecided benchmark(s)" if count is not None else ""))
-                share = replace(options, budget_s=options.pass_s * (count or 1))
                 arguments = pytest_arguments if only is None else [*_files_of(only), *pytest_arguments[1:]]
                 try:
                     with workers(sides, arguments, scratch, suffix, server) as pool:
-                        controllers.append(Controller(pool, settings, share, progress, only=only,
+                        controllers.append(Controller(pool, settings, options, progress, only=only,
                                                       per_benchmark_s=options.pass_s))
                         controllers[-1].run()
                 except SideFailure as error:
                     failure = error
-                if failure is not None:
-                    break
-                spent += controllers[-1].spent_s
+                    return
                 only = _undecided(decided(joined([c.measured for c in controllers])), settings)
-                if not only:
-                    break
+
+            # Passes while a benchmark is undecided and the next one fits the budget: its seconds are
+            # pass_s a benchmark still undecided, and the budget's clock counts the rounds' seconds only.
+            passes = until_decided(one_pass, decided=lambda: failure is not None or only == set(),
+                                   max_rounds=settings.max_passes, limit_s=options.budget_s,
+                                   clock=lambda: sum(c.spent_s for c in controllers),
+                                   next_step_s=lambda: 0.0 if only is None else len(only) * options.pass_s)
+            if passes.stopped == BUDGET_SPENT:
+                notes.append(f"budget: {options.budget_s:g} s of rounds spent after {passes.rounds} passes; "
+                             f"{len(only)} benchmark(s) still undecided")
     finally:
         if server is not None:
             server.close()

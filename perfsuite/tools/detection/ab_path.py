@@ -14,6 +14,7 @@ cost, printed beside it. Each run's own report is kept where the command's ``--r
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from perfsuite.measure.rounds import rotated
+from perfsuite.measure.rounds import InterleavedRounds, rotated
 from perfsuite.tools.detection.curve import certify_plant, finish, level_rate
 from perfsuite.tools.detection.records import MEASURED, PARTIAL, SKIPPED, PathCurve
 
@@ -132,6 +133,10 @@ def flagged(level: float, label: str) -> bool:
     return words in (SLOWER, FASTER) if level == 0 else words == SLOWER
 
 
+class _Problem(Exception):
+    """A trial's `perfsuite ab` run that gave no verdict: the path stops there."""
+
+
 def ab(context, budget_s: float, *, root: Path) -> PathCurve:
     """Path (c) within ``budget_s``: trial rounds of every share (each share its ``trials_at``) until the
     trials or the budget run out; the plants certified in work (paths.plant_work)."""
@@ -153,24 +158,33 @@ def ab(context, budget_s: float, *, root: Path) -> PathCurve:
             return PathCurve(path="ab", status=SKIPPED, how=how, reason=f"no planted clone of {root}: {error}")
         kept = Path(scratch) if context.kept is None else context.kept
         kept.mkdir(parents=True, exist_ok=True)
-        trials, run_s = 0, {level: [] for level in settings.levels}
-        for trial in range(settings.trials):
-            order = rotated([level for level in settings.levels if trial < trials_at(level, settings.trials)], trial)
-            if time.perf_counter() - started + sum(_expected_s(run_s, level) for level in order) > budget_s:
-                break
-            for level in order:
-                begun = time.perf_counter()
-                label, change, problem = _run_ab(repo, commits["base"], commits[level],
-                                                 kept / f"ab-trial{trial + 1}-{level:.0%}.json", context.data_dir)
-                run_s[level].append(time.perf_counter() - begun)
-                if problem:
-                    return PathCurve(path="ab", status=SKIPPED, how=how, reason=problem,
-                                     seconds=time.perf_counter() - started)
-                labels[level].append(label)
-                changes[level].append(change)
-                context.progress(f"ab trial {trial + 1}/{trials_at(level, settings.trials)}, {level:.0%}: {label} "
-                                 f"(ab measured {change:+.1%}) [{time.perf_counter() - begun:.0f} s]")
-            trials += 1
+        run_s = {level: [] for level in settings.levels}
+
+        def run(level: float) -> None:  # one trial of a share: one `perfsuite ab` run
+            begun, trial = time.perf_counter(), len(run_s[level])
+            label, change, problem = _run_ab(repo, commits["base"], commits[level],
+                                             kept / f"ab-trial{trial + 1}-{level:.0%}.json", context.data_dir)
+            run_s[level].append(time.perf_counter() - begun)
+            if problem:
+                raise _Problem(problem)
+            labels[level].append(label)
+            changes[level].append(change)
+            context.progress(f"ab trial {trial + 1}/{trials_at(level, settings.trials)}, {level:.0%}: {label} "
+                             f"(ab measured {change:+.1%}) [{time.perf_counter() - begun:.0f} s]")
+
+        engine = InterleavedRounds({level: functools.partial(run, level) for level in settings.levels}, order=rotated)
+
+        def shares() -> list[float]:  # the shares of the next trial round
+            return [level for level in settings.levels if engine.index < trials_at(level, settings.trials)]
+
+        try:
+            engine.until_decided(lambda: False, labels=shares, max_rounds=settings.trials, clock=time.perf_counter,
+                                 limit_s=budget_s - (time.perf_counter() - started),
+                                 next_step_s=lambda: sum(_expected_s(run_s, level) for level in shares()))
+        except _Problem as problem:
+            return PathCurve(path="ab", status=SKIPPED, how=how, reason=str(problem),
+                             seconds=time.perf_counter() - started)
+    trials = engine.rounds_run
     if trials == 0:
         return PathCurve(path="ab", status=SKIPPED, how=how, seconds=time.perf_counter() - started,
                          reason=f"its share of the budget ({budget_s:.0f} s) held no whole trial")

@@ -16,6 +16,7 @@ one JSON line on stdout (anything else the process prints goes to stderr):
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -55,8 +56,9 @@ def _continuing(profile, dataset):
 
 
 def _fresh(profile, dataset):
-    """A zero-argument round over a fresh iterator of ``dataset`` (a benchmark's compare outside ab)."""
-    return lambda: _round(profile, dataset, first=True)
+    """A zero-argument round over a fresh iterator of ``dataset`` (a benchmark's compare outside ab): its
+    samples/s."""
+    return lambda: _round(profile, dataset, first=True).samples_per_s
 
 
 def _time_ratios(values: dict, levels) -> dict:
@@ -69,20 +71,26 @@ def run_saved(spec: dict) -> None:
     """One run: each level measured as one benchmark is, its rounds back to back on its own iterator
     (the profile's round length and count), the levels in the order measure.rounds.rotated gives
     ``run_index``."""
-    from perfsuite.measure.rounds import rotated
+    from perfsuite.measure.rounds import interleaved, planned, rotated
     from perfsuite.pytest_plugin.profiles import PROFILES
     from perfsuite.tools.detection.plant import planted_wav_dataset
 
     started = time.perf_counter()
     profile, levels = PROFILES[spec["profile"]], [float(level) for level in spec["levels"]]
     shift = int(spec.get("run_index", 0))
-    figures, rounds, order = {}, {}, rotated(levels, shift)  # benchmarks one after the other, not a round
-    for level in order:
+
+    def benchmark(level: float) -> list[float]:  # one level as one benchmark: its rounds back to back
         one_round = _continuing(profile, planted_wav_dataset(Path(spec["dataset_dir"]), level))
         sizing = time.perf_counter()
         values = [one_round().samples_per_s]  # its whole warm-up, then the round that sizes the rest
-        values += [one_round().samples_per_s for _ in range(profile.rounds_for(time.perf_counter() - sizing) - 1)]
-        figures[str(level)], rounds[str(level)] = float(np.median(values)), len(values)
+        more = profile.rounds_for(time.perf_counter() - sizing) - 1
+        return values + planned(lambda index: one_round().samples_per_s, more)
+
+    # The levels one after the other (benchmarks, not the runs of a round), in the order rotated gives run_index.
+    values, _ = interleaved({str(level): functools.partial(benchmark, level) for level in levels}, rounds=1,
+                            order=rotated, start=shift)
+    figures = {level: float(np.median(runs[0])) for level, runs in values.items()}
+    rounds = {level: len(runs[0]) for level, runs in values.items()}
     _emit({"kind": "saved", "figures": figures, "rounds": rounds, "seconds": time.perf_counter() - started,
            "time_ratios": _plant_ratios(profile, Path(spec["dataset_dir"]), levels, shift)})
 
@@ -93,12 +101,12 @@ def _plant_ratios(profile, dataset_dir: Path, levels, shift: int) -> dict:
     planted level's time per sample over the genuine one's. The run's figures come from levels measured
     one after the other, as a nightly run's benchmarks are; their ratio carries the drift between them,
     which can exceed a small plant (docs/selftest.md, "Each plant is checked")."""
-    from perfsuite.measure import timing
+    from perfsuite.measure.rounds import interleaved
     from perfsuite.tools.detection.plant import planted_wav_dataset
 
     runs = {str(level): _fresh(profile, planted_wav_dataset(dataset_dir, level)) for level in levels}
-    result = timing.interleave_rounds(runs, rounds=1, warmup_rounds=0, start=shift)
-    return _time_ratios(result.values, levels)
+    values, _ = interleaved(runs, rounds=1, start=shift)
+    return _time_ratios(values, levels)
 
 
 def run_work(spec: dict) -> None:
