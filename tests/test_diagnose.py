@@ -28,7 +28,7 @@ from perfsuite.measure.stats import classify_input_bound
 from perfsuite.records import RecordError
 from perfsuite.tools import cli
 from perfsuite.tools.diagnose import run as diagnose_module
-from perfsuite.tools.diagnose.plan import MAX_ROUNDS, Event, calls_that_fit, split_budget, status_of
+from perfsuite.tools.diagnose.plan import MAX_ROUNDS, Event, split_budget, status_of
 from perfsuite.tools.diagnose.preset import LOADERS, MODES, preset_target
 from perfsuite.tools.diagnose.run import STAGE_NEEDS
 from perfsuite.tools.diagnose.stages import feed_figures, keeps_busy, sweep_figures, sweep_points
@@ -151,10 +151,11 @@ def test_the_budget_is_split_in_proportion_to_what_each_stage_needs():
 
 
 def test_calls_per_round_follow_the_measured_step_time():
-    assert calls_that_fit(60.0, 1.0, most=64) == 10  # 6 rounds of 10 one-second calls fill 60 s
-    assert calls_that_fit(60.0, 0.001, most=64) == 64  # a fast step: at most `most`
-    assert calls_that_fit(3.0, 2.0, most=64) == 1  # a slow step: at least one call
-    assert calls_that_fit(60.0, 0.0, most=8) == 8
+    from perfsuite.tools.diagnose.input_bound import side_steps
+
+    assert side_steps(60.0, 0.5, sides=2, warmup=1) == 9  # 6 rounds of 2 sides x 10 calls of 0.5 s fill 60 s
+    assert side_steps(60.0, 0.0001, sides=2, warmup=1) == 63  # a fast step: at most 64 calls a side
+    assert side_steps(3.0, 2.0, sides=2, warmup=1) == 3  # a slow step: the fewest timed steps
 
 
 class FakeClock:

@@ -78,6 +78,16 @@ def estimate(values, boundaries: tuple[float, ...] = ()) -> RoundsEstimate:
                     rounds=interval.n, boundaries=tuple(boundaries), straddles=straddles)
 
 
+def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> str:
+    """'12% (3%–25%, 4 rounds)' with ', straddles 5%' when it does; '-' when not measured."""
+    if figure is None:
+        return "-"
+    cell = f"{fmt(figure.median)} ({fmt(figure.low)}–{fmt(figure.high)}, {figure.rounds} rounds"
+    if figure.straddles:
+        cell += ", straddles " + " and ".join(fmt(b) for b in figure.straddles)
+    return cell + ")"
+
+
 def check_step_time(spec: str | None) -> None:
     """ValueError unless spec is None, a STEP_PRESETS name or seconds > 0."""
     if spec is not None:

@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterator
 
 from perfsuite.measure import stats
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
+from perfsuite.measure.rounds import fitting
 from perfsuite.measure.step_model import StepModel
 from perfsuite.tools.diagnose.plan import (
     MAX_STEP_CALLS,
     MIN_STEP_BATCHES,
+    TARGET_ROUNDS,
     Stage,
-    calls_that_fit,
     more_rounds_for,
     status_from,
 )
@@ -40,7 +41,7 @@ def twin_of(batch):
 def side_steps(left_s: float, call_s: float, *, sides: int, warmup: int, most: int = MAX_STEP_CALLS) -> int:
     """Timed steps per side (MIN_STEP_BATCHES at least) such that plan.TARGET_ROUNDS rounds of ``sides`` sides,
     each ``warmup`` untimed steps and these, fit left_s at call_s per step (``most`` calls a side at most)."""
-    return max(MIN_STEP_BATCHES, calls_that_fit(left_s, sides * call_s, most=most) - warmup)
+    return max(MIN_STEP_BATCHES, fitting(left_s / TARGET_ROUNDS, sides * call_s, least=1, most=most) - warmup)
 
 
 class InputBoundStage:

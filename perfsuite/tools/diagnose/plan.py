@@ -39,14 +39,6 @@ def split_budget(total_s: float, needs: Mapping[str, float]) -> dict[str, float]
     return {name: max(total_s, 0.0) * need / weight for name, need in needs.items()}
 
 
-def calls_that_fit(share_s: float, call_s: float, *, most: int, rounds: int = TARGET_ROUNDS) -> int:
-    """Calls per round (1..most) such that `rounds` rounds of calls costing call_s each fit share_s; a
-    step's first steady call is what call_s is measured from."""
-    if not call_s > 0:
-        return most
-    return max(1, min(most, math.floor(share_s / (rounds * call_s))))
-
-
 def status_from(decided: bool, rounds: int) -> str:
     """A stage's status from all its rounds (both passes of a resumed stage): DECIDED, TOO_SHORT or UNDECIDED."""
     if decided:

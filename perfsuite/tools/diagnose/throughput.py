@@ -15,9 +15,10 @@ import statistics
 import time
 
 from perfsuite.measure.batch_spec import BatchLayout, leaves
+from perfsuite.measure.rounds import fitting
 from perfsuite.measure.speech import FrameCounter
 from perfsuite.measure.stats import detect_cycle
-from perfsuite.tools.diagnose.plan import Stage, calls_that_fit, more_rounds, status_from
+from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, samples_in, timed_next
 from perfsuite.verdict.diagnosis_figures import (
     MIN_ROUNDS,
@@ -64,8 +65,8 @@ class ThroughputRounds:
         # a second pass: its batches measured so far size its rounds; a first pass, the warm-up batches
         measured = [s for r in self.rounds for s in r[1:]] or self.warmup_s or [self.first_s]
         batch_s_estimate = statistics.median(measured)
-        self.batches = batches = max(MIN_THROUGHPUT_BATCHES, calls_that_fit(stage.left_s(), batch_s_estimate,
-                                                                            most=MAX_THROUGHPUT_BATCHES))
+        self.batches = batches = fitting(stage.left_s() / TARGET_ROUNDS, batch_s_estimate,
+                                         least=MIN_THROUGHPUT_BATCHES, most=MAX_THROUGHPUT_BATCHES)
         stage.planned(f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
                        f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
                        f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
