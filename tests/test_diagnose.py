@@ -310,7 +310,9 @@ def test_the_preset_measures_its_loader_and_ranks_the_other_loaders_and_step_mod
         assert unit is None or unit.startswith("steps/s" if name.startswith("step") else "samples/s")
     changes = [v for v in diagnosis.verdicts if v.topic.startswith("fix-") and v.interval is not None]
     assert tuple(changes) == diagnosis.verdicts[:len(changes)]  # what to change first opens the findings ...
-    assert run.out.splitlines()[1].startswith("what to change first: ")  # ... and the output, after check-data
+    out = run.out.splitlines()
+    checked = next(i for i, line in enumerate(out) if line.startswith("checked "))
+    assert out[checked + 1].startswith("what to change first: ")  # ... and the output, after check-data
 
 
 def test_the_pipeline_gets_a_feed_rate_and_a_judgement_its_interval_supports(run):
