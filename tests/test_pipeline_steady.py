@@ -311,14 +311,13 @@ def test_a_feed_share_spent_draining_the_buffers_searches_nothing():
     from perfsuite.tools.diagnose import run as pipeline
     from perfsuite.tools.diagnose.plan import Stage
     from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
-    from perfsuite.verdict.pipeline_figures import Target
 
     slow = tf.data.Dataset.range(10**6).map(
         lambda x: tf.numpy_function(_sleeps(0.01), [x], tf.int64, stateful=True)).batch(1)
     stage = Stage("feed", 1.0, Budget(30, {"feed": 1.0}, time.monotonic), no_progress)
-    target = Target(pipeline="planted", step=None, args={})
-    assert pipeline._feed_stage(stage, read_pipeline(slow), target, DiagnoseSettings(), None, None,
-                                drain=120) is None
+    start = pipeline.Startup(name="planted", pipeline=read_pipeline(slow), graph=None, layout=None, model=None,
+                             first_batch=None, first_s=0.0, warmup_s=(), drain=120)
+    assert pipeline._feed_stage(stage, start, DiagnoseSettings(), None) is None
     assert stage.status == TOO_SHORT and "no time left for a feed-rate search once its iterator started" in stage.plan
 
 

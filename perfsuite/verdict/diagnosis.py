@@ -91,7 +91,8 @@ def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[
         if stage.status == INTERRUPTED:
             words, recommendation = "interrupted: the figures of this stage are missing", None
         elif stage.status == TOO_SHORT:
-            words = f"{TOO_SHORT}: {rounds} round(s) in its {share}; a decision needs {MIN_ROUNDS}"
+            words = f"{TOO_SHORT}: {rounds} round(s) in its {share}; a decision needs {MIN_ROUNDS}" + (
+                " for each of its figures" if rounds >= MIN_ROUNDS else "")  # split over parts (sweep axes, fixes)
             recommendation = _more_budget(stage, budget_s)
         elif stage.status == UNDECIDED and rounds >= MAX_ROUNDS and stage.spent_s < STOPPED_EARLY * stage.share_s:
             words = (f"undecided after {rounds} rounds, the most its rounds take, in {stage.spent_s:.0f} s of its "

@@ -83,7 +83,7 @@ def diagnose(*, target: Target, settings: DiagnoseSettings, cache_dir: Path | No
 
     with _source(target, settings, cache_dir, tell) as source:
         run, start = _startup(source, target, settings, budget, tell, progress, checkpoint, machine_fingerprint())
-        _measure(run, start, source, target, settings, trace_dir)
+        _measure(run, start, source, settings, trace_dir)
     final = run.snapshot(complete=True)
     if checkpoint is not None:
         checkpoint(final)
@@ -101,10 +101,12 @@ def _source(target: Target, settings: DiagnoseSettings, cache_dir: Path | None, 
 
 @dataclass(frozen=True)
 class Startup:
-    """What the start-up found, which the stages ask: the pipeline read once, its graph and batch layout, the
-    step (None: none given), the first batch and its seconds, the warm-up batches' seconds, and the batches a
-    fresh iterator drains before it is steady (the warm-up and what the pipeline's buffers hold)."""
+    """What the start-up found, which the stages ask: the pipeline read once (name: its spec, for messages), its
+    graph and batch layout, the step (None: none given), the first batch and its seconds, the warm-up batches'
+    seconds, and the batches a fresh iterator drains before it is steady (the warm-up and what the pipeline's
+    buffers hold)."""
 
+    name: str
     pipeline: Pipeline
     graph: GraphFindings
     layout: BatchLayout
@@ -150,19 +152,20 @@ def _startup(source: Source, target: Target, settings: DiagnoseSettings, budget:
                    parts={"step": first_step, "work": work}, budget=budget, progress=progress, checkpoint=checkpoint)
     run.save()
     run.tell_plan(after="the start-up" + (" and the step's first calls" if model is not None else ""))
-    return run, Startup(pipeline=pipeline, graph=graph, layout=layout, model=model, first_batch=first_batch,
-                        first_s=first_s, warmup_s=warmup_s, drain=settings.warmup + buffered_elements(pipeline))
+    return run, Startup(name=target.pipeline, pipeline=pipeline, graph=graph, layout=layout, model=model,
+                        first_batch=first_batch, first_s=first_s, warmup_s=warmup_s,
+                        drain=settings.warmup + buffered_elements(pipeline))
 
 
-def _measure(run: StageLog, start: Startup, source: Source, target: Target, settings: DiagnoseSettings,
-             trace_dir: Path | None) -> None:
+def _measure(run: StageLog, start: Startup, source: Source, settings: DiagnoseSettings, trace_dir: Path | None
+             ) -> None:
     """The stages in order, each one's figures into run.parts as it ends; then the undecided ones again."""
     pipeline, model, batch = start.pipeline, start.model, start.first_batch
-    throughput = ThroughputRounds(pipeline.dataset, target.pipeline, start.first_s, start.warmup_s,
+    throughput = ThroughputRounds(pipeline.dataset, start.name, start.first_s, start.warmup_s,
                                   layout=start.layout, drain=start.drain)
-    bottleneck = BottleneckRounds(pipeline, target.pipeline, warmup=settings.warmup)
-    capacity = CapacityRounds(pipeline, target.pipeline, warmup=settings.warmup, target_cores=settings.cores)
-    fixes = FixRounds(lambda stage: _fix_comparisons(stage, start, settings, target, run.parts.get("throughput"),
+    bottleneck = BottleneckRounds(pipeline, start.name, warmup=settings.warmup)
+    capacity = CapacityRounds(pipeline, start.name, warmup=settings.warmup, target_cores=settings.cores)
+    fixes = FixRounds(lambda stage: _fix_comparisons(stage, start, settings, run.parts.get("throughput"),
                                                      capacity.split_fix(run.parts.get("capacity")),
                                                      source.alternatives(pipeline, batch)))
     passes = {"throughput": Resumable(lambda stage: {"throughput": throughput.run(stage)}, throughput.more_rounds),
@@ -170,8 +173,7 @@ def _measure(run: StageLog, start: Startup, source: Source, target: Target, sett
               "capacity": Resumable(lambda stage: {"capacity": capacity.run(stage)}, capacity.more_rounds),
               "fixes": Resumable(lambda stage: {"fixes": fixes.run(stage)}, fixes.more_rounds)}
     if model is not None:
-        passes["input_bound"] = _input_bound_pass(model, run.parts["step"], batch, pipeline.dataset, settings,
-                                                  target)
+        passes["input_bound"] = _input_bound_pass(model, run.parts["step"], start, settings)
 
     def held() -> tuple[str, ...]:
         """The undecided stages, which keep their part of what is left for their second pass (run.resume)."""
@@ -181,8 +183,7 @@ def _measure(run: StageLog, start: Startup, source: Source, target: Target, sett
         with run.stage(name, held=held() if name == "fixes" else ()) as stage:
             run.parts.update(passes[name].run(stage))
     with run.stage("feed", held=held()) as stage:
-        run.parts["feed"] = _feed_stage(stage, pipeline, target, settings, start.layout,
-                                        run.parts.get("throughput"), drain=start.drain)
+        run.parts["feed"] = _feed_stage(stage, start, settings, run.parts.get("throughput"))
     if source.loader is not None:
         with run.stage("sweep", held=held()) as stage:
             run.parts["sweep"] = sweep_stage(stage, source.loader, settings)
@@ -234,8 +235,7 @@ def _samples_per_s(throughput: Throughput | None) -> float | None:
     return throughput.rate.median if counts_samples else None
 
 
-def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, target: Target,
-                     measured: Throughput | None, split: rewrite.Fix | rewrite.NotApplied, alternatives: list
+def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, measured: Throughput | None, split: rewrite.Fix | rewrite.NotApplied, alternatives: list
                      ) -> tuple[list, list[FixGain]]:
     """The fixes perfsuite can apply to this pipeline (padding first: the step's gain; the capacity model's split
     after the rewrites; the source's alternatives last), and those it considered and cannot apply, with why."""
@@ -247,34 +247,34 @@ def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, t
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
     (fixes if isinstance(split, rewrite.Fix) else skipped).append(split)
-    comparisons = [RewriteComparison(fix, pipeline, target.pipeline, warmup=settings.warmup, step=step)
+    comparisons = [RewriteComparison(fix, pipeline, start.name, warmup=settings.warmup, step=step)
                    for fix in fixes]
     padding = None if measured is None else measured.padding
     if padding is not None and padding.beyond_longest > 0 and not graph.buckets:
-        comparisons.insert(0, PaddingComparison(step, pipeline.dataset, target.pipeline, layout=start.layout,
+        comparisons.insert(0, PaddingComparison(step, pipeline.dataset, start.name, layout=start.layout,
                                                 padding=padding))
     elif graph.buckets:
         skipped.append(rewrite.NotApplied("bucketing", "the pipeline already buckets by length (group_by_window)"))
     return comparisons + alternatives, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
 
 
-def _feed_stage(stage: Stage, pipeline: Pipeline, target: Target, settings: DiagnoseSettings, layout: BatchLayout,
-                throughput: Throughput | None, *, drain: int) -> FeedFigures | None:
+def _feed_stage(stage: Stage, start: Startup, settings: DiagnoseSettings, throughput: Throughput | None
+                ) -> FeedFigures | None:
     """The pipeline against an emulated accelerator (stages.feed_stage), read from a fresh iterator drained of
-    `drain` batches (the warm-up and what its buffers hold). Batches of any structure go on as {'mel', 'mel_len'}
+    start.drain batches (the warm-up and what its buffers hold). Batches of any structure go on as {'mel', 'mel_len'}
     (speech.canonical_batch, the throughput stage's true lengths) where it found real frames, else as they are."""
-    padding = None if throughput is None else throughput.padding
+    layout, padding = start.layout, None if throughput is None else throughput.padding
     canonical = padding is not None and padding.real_frames > 0
     if not canonical:
         stage.tell("note", "batches handed on as they are: " + ("the throughput stage found no real frames"
                                                                if layout is not None and layout.mel is not None
                                                                else "no audio component"))
 
-    def start():
-        stream = Stream(pipeline.dataset.repeat(), target.pipeline, drain=drain)
+    def batches():
+        stream = Stream(start.pipeline.dataset.repeat(), start.name, drain=start.drain)
         return (canonical_batch(batch, layout) for batch in stream) if canonical else stream
 
-    figures = feed_stage(stage, {target.pipeline: start}, step_time=settings.step_time)
+    figures = feed_stage(stage, {start.name: batches}, step_time=settings.step_time)
     return figures[0] if figures else None
 
 
@@ -282,14 +282,13 @@ def _with_verdicts(diagnosis: Diagnosis) -> Diagnosis:
     return replace(diagnosis, verdicts=tuple(verdicts(diagnosis)))
 
 
-def _input_bound_pass(step: StepModel, first: StepRun, batch, dataset, settings: DiagnoseSettings,
-                      target: Target) -> Resumable:
+def _input_bound_pass(step: StepModel, first: StepRun, start: Startup, settings: DiagnoseSettings) -> Resumable:
     """The input-bound stage (input_bound.InputBoundStage: the pipeline, a fresh Stream per side and round, vs
     the first batch repeated), each pass's parts its figures, the GPU sampled around its rounds, and the step's
     run: the rounds' calls added, the traces counted over them (those since the first calls, the work
     fingerprint's, left out)."""
-    bound = InputBoundStage(step, first.first_steady_s, dataset, twin_of(batch), warmup=settings.warmup,
-                            fresh=lambda data: Stream(data, target.pipeline))
+    bound = InputBoundStage(step, first.first_steady_s, start.pipeline.dataset, twin_of(start.first_batch),
+                            warmup=settings.warmup, fresh=lambda data: Stream(data, start.name))
     retraces_before = step.retraces
 
     def run(stage: Stage) -> dict:
