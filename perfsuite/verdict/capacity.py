@@ -1,5 +1,5 @@
 """How many cores keep an accelerator fed: the capacity model of a tf.data pipeline, pure (no TensorFlow), its
-record (the `capacity` section of a --pipeline diagnosis) and its findings in words. The measuring stage is
+record (the `capacity` section of a diagnosis) and its findings in words. The measuring stage is
 tools/diagnose/capacity.py.
 
 The model (Plumber, Kuchnik et al., MLSys 2022). Stage i costs cost_i seconds of one thread per element it
@@ -248,7 +248,7 @@ class CapacityStage(Record):
 
 @dataclass(frozen=True)
 class CapacityFigures(Record):
-    """The capacity section of a --pipeline diagnosis. method: how the costs were measured; cores: this machine's
+    """The capacity section of a diagnosis. method: how the costs were measured; cores: this machine's
     usable cores; predicted_2core and measured_2core: samples/s per round (the model on the one-core measurements,
     and the pipeline as written on two cores, from the same rounds); check: predicted / measured per round against
     CHECK_BOUNDARIES; check_how: how both sides were taken; cpu_per_wall: process CPU seconds per wall second of

@@ -407,7 +407,7 @@ def ranked_changes(findings: list[DiagnosisFinding]) -> tuple[list[DiagnosisFind
     return changes, [f for f in findings if not measured_change(f)]
 
 
-CHANGE_FIRST = "what to change first"  # the heading that opens a --pipeline diagnosis' findings
+CHANGE_FIRST = "what to change first"  # the heading that opens a diagnosis' findings
 
 
 def change_first_words(changes: list[DiagnosisFinding]) -> str:

@@ -1,4 +1,4 @@
-"""The bottleneck stage of diagnose --pipeline: the pipeline cut after each stage, every prefix's rate read
+"""The bottleneck stage of a diagnosis: the pipeline cut after each stage, every prefix's rate read
 inside TensorFlow in interleaved rounds, each stage's share of the time per sample, and the stage that limits
 throughput. Every iterator is drained before each round (streams: steady state, not a buffer). Its records
 (StageShare, Bottleneck) are in verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""

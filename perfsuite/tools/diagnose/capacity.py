@@ -1,4 +1,4 @@
-"""The capacity stage of diagnose --pipeline: each stage's cost in core-seconds per element, measured on the user's
+"""The capacity stage of a diagnosis: each stage's cost in core-seconds per element, measured on the user's
 own pipeline through the prefixes the bottleneck stage cuts (rewrite.prefixes), the model of the pipeline on K cores
 built on them (verdict/capacity.py), its two-core prediction checked against the pipeline as written, what AUTOTUNE
 chose, and the model's split as a fix (split_fix, measured by the fixes stage like the others).

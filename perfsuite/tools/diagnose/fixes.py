@@ -1,4 +1,4 @@
-"""The fixes stage of diagnose --pipeline: each fix perfsuite can apply without the user's code (rewrite.py's
+"""The fixes stage of a diagnosis: each fix perfsuite can apply without the user's code (rewrite.py's
 prefetch, map parallelism and cache; padding.py's length bucketing) measured against the pipeline as it is,
 in rounds alternating before and after, its gain (after / before per round) decided when its interval leaves
 1.0 out. A second pass keeps the decided gains and adds rounds to the undecided ones. Its record (FixGain) is in

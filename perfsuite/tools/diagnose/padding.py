@@ -1,4 +1,4 @@
-"""The padding fix of diagnose --pipeline: length bucketing instead of padding to a fixed length, timed on the
+"""The padding fix of a diagnosis: length bucketing instead of padding to a fixed length, timed on the
 user's own step at the real length distribution (a step's cost that grows with frames is what padding wastes).
 
 The samples of PADDING_BATCHES batches are split apart on the host, each sample's audio cut to its true length

@@ -1,4 +1,4 @@
-"""The pipeline alone, as diagnose --pipeline measures it: steady throughput in rounds of a fresh, drained
+"""The pipeline alone, as diagnose measures it: steady throughput in rounds of a fresh, drained
 iterator (the start-up and the step's first calls kept apart); its record (Throughput) is in
 verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py.
 
