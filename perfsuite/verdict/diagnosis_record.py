@@ -137,6 +137,7 @@ def _migrate_parts(data: Any, **parts) -> Any:
             data[key] = function(data[key])
     return data
 
+
 @migration(Diagnosis, 5, 6)
 def _dataset_5_to_6(data: dict) -> dict:
     """Schema 6 holds each feed rate as its record (FeedRate's fields), not its flat feed_* figures, and

@@ -418,7 +418,7 @@ class Pipeline:
 
 
 def _base_op(op: str) -> str:
-    """An op name without its version suffix: 'ParallelMapDatasetV2' -> 'ParallelMapDataset'."""
+    """An op name without its version suffix: ParallelMapDatasetV2 -> ParallelMapDataset."""
     return re.sub(r"V\d+$", "", op)
 
 

@@ -65,7 +65,7 @@ from perfsuite.tools.diagnose.attribution import (
     reading_cost,
 )
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from
-from perfsuite.tools.diagnose.streams import Stream, buffered_elements
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in
 from perfsuite.tools.diagnose.targets import one_line_error
 from perfsuite.verdict.capacity import (
     CHECK_BOUNDARIES,
@@ -76,6 +76,7 @@ from perfsuite.verdict.capacity import (
     StageCost,
     ceiling,
     split,
+    with_need,
     without_call_limits,
 )
 from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, estimate
@@ -133,7 +134,7 @@ def read_autotune(stream: Stream) -> tuple[AutotuneNode, ...]:
 
 
 def _key(op: str) -> str:
-    """A dataset op as tf.data's iterator names it, version aside: 'ParallelMapDatasetV2' -> 'ParallelMap'."""
+    """A dataset op as tf.data's iterator names it, version aside: ParallelMapDatasetV2 -> ParallelMap."""
     name = op.replace("Dataset", "")
     return name.rstrip("0123456789").removesuffix("V") if name[-1:].isdigit() else name
 
@@ -441,3 +442,23 @@ class CapacityRounds:
         return rewrite.Fix(SPLIT_FIX, f"setting num_parallel_calls to the capacity model's split for this machine's "
                                       f"{figures.cores} cores ({words})",
                            lambda pipeline: rewrite.with_parallel_calls(pipeline, settable))
+
+
+def with_step_need(capacity: CapacityFigures | None, step_time: str | None, batch, bound, step, feed
+                   ) -> CapacityFigures | None:
+    """The capacity figures with the step's need: --step-time's seconds where given, else the measured step (fed a
+    synthetic batch where measured: the input-bound figures, else its second call: the step's run), else the preset's
+    step on these batches (the feed figures); the samples per batch from the first batch."""
+    from perfsuite.measure.emulated import STEP_PRESETS
+
+    count, unit = samples_in(batch)
+    step_s, source = None, None
+    if step_time is not None and step_time not in STEP_PRESETS:
+        step_s, source = float(step_time), "--step-time"
+    elif bound is not None:
+        step_s, source = bound.t_synthetic, "the measured step (--step), fed a synthetic batch"
+    elif step is not None:
+        step_s, source = step.first_steady_s, "the measured step (--step), its second call"
+    elif feed is not None and feed.step_s:
+        step_s, source = feed.step_s, f"the {feed.step_time} step on these batches, --step-time"
+    return with_need(capacity, step_s=step_s, step_source=source, batch=count if unit == "samples" else None)

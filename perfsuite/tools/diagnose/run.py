@@ -24,7 +24,7 @@ from perfsuite.measure.speech import canonical_batch
 from perfsuite.measure.step_model import StepModel
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.attribution import BottleneckRounds
-from perfsuite.tools.diagnose.capacity import CapacityRounds
+from perfsuite.tools.diagnose.capacity import CapacityRounds, with_step_need
 from perfsuite.tools.diagnose.fixes import FixRounds, RewriteComparison
 from perfsuite.tools.diagnose.input_bound import InputBoundStage, twin_of
 from perfsuite.tools.diagnose.padding import PaddingComparison
@@ -39,11 +39,10 @@ from perfsuite.tools.diagnose.plan import (
 )
 from perfsuite.tools.diagnose.preset import PRESET_FIXES_NEED, Source, dataset_source
 from perfsuite.tools.diagnose.stages import feed_stage, gpu_sampled, sweep_stage, trace_stage
-from perfsuite.tools.diagnose.streams import Stream, buffered_elements, samples_in, timed_next
+from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
 from perfsuite.tools.diagnose.targets import inspect_graph, load_callable, load_step, make_dataset
 from perfsuite.tools.diagnose.throughput import ThroughputRounds
 from perfsuite.tools.diagnose.work import read_work, with_rates
-from perfsuite.verdict.capacity import CapacityFigures, with_need
 from perfsuite.verdict.diagnosis_figures import DiagnoseSettings, FeedFigures, InputBoundFigures
 from perfsuite.verdict.diagnosis_record import Diagnosis
 from perfsuite.verdict.pipeline_figures import (
@@ -195,8 +194,8 @@ def _measure(run: StageLog, start: Startup, source: Source, settings: DiagnoseSe
     fixes.close()
     parts = run.parts
     parts["work"] = _with_rates(parts["work"], parts.get("throughput"), parts.get("input_bound"), parts["step"])
-    parts["capacity"] = _with_need(parts.get("capacity"), settings, batch, parts.get("input_bound"), parts["step"],
-                                   parts.get("feed"))
+    parts["capacity"] = with_step_need(parts.get("capacity"), settings.step_time, batch, parts.get("input_bound"),
+                                       parts["step"], parts.get("feed"))
 
 
 def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBoundFigures | None,
@@ -207,26 +206,6 @@ def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBo
     audio = None if rate is None or throughput.audio_s_per_s is None else throughput.audio_s_per_s.median / rate
     step_s = bound.t_synthetic if bound is not None else step.first_steady_s if step is not None else None
     return with_rates(work, audio_s_per_sample=audio, samples_per_s=rate, step_s=step_s)
-
-
-def _with_need(capacity: CapacityFigures | None, settings: DiagnoseSettings, batch, bound: InputBoundFigures | None,
-               step: StepRun | None, feed: FeedFigures | None) -> CapacityFigures | None:
-    """The capacity figures with the step's need: --step-time's seconds where given, else the measured step (fed a
-    synthetic batch where measured, else its second call), else the preset's step on these batches (the feed stage);
-    the samples per batch from the first batch."""
-    from perfsuite.measure.emulated import STEP_PRESETS
-
-    count, unit = samples_in(batch)
-    step_s, source = None, None
-    if settings.step_time is not None and settings.step_time not in STEP_PRESETS:
-        step_s, source = float(settings.step_time), "--step-time"
-    elif bound is not None:
-        step_s, source = bound.t_synthetic, "the measured step (--step), fed a synthetic batch"
-    elif step is not None:
-        step_s, source = step.first_steady_s, "the measured step (--step), its second call"
-    elif feed is not None and feed.step_s:
-        step_s, source = feed.step_s, f"the {feed.step_time} step on these batches, --step-time"
-    return with_need(capacity, step_s=step_s, step_source=source, batch=count if unit == "samples" else None)
 
 
 def _samples_per_s(throughput: Throughput | None) -> float | None:
