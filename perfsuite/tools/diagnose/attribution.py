@@ -1,6 +1,5 @@
-"""The bottleneck stage: the pipeline cut after each stage, every prefix's rate read inside TensorFlow in
-interleaved rounds (each iterator drained before each: streams.py), each stage's share of the time per
-sample, and the stage that limits throughput (records: StageShare, Bottleneck)."""
+"""The bottleneck stage: every prefix of the pipeline read inside TensorFlow in interleaved rounds, each
+stage's share of the time per sample, and the stage that limits throughput."""
 
 from __future__ import annotations
 
@@ -24,9 +23,8 @@ LONGEST_PASS = 4  # a round reads on to whole passes of a finite prefix when tha
 
 
 def counted(dataset, *, batched: bool):
-    """dataset as the samples each element holds (batched: its leading dimension, else 1; unbatched counted
-    UNBATCHED_READ at a time): read inside TensorFlow one element at a time, as the stage after it reads it,
-    without Python's cost per element or the copy of its tensors to the host."""
+    """dataset as the samples each element holds (its leading dimension, or 1 counted UNBATCHED_READ a read),
+    read in TensorFlow as the stage after it reads it: no Python cost per element, no copy to the host."""
     tf = tensorflow()
     if batched:
         counts = dataset.map(lambda *element: tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0])
@@ -72,8 +70,7 @@ def _to_a_whole_pass(reads: int, spent: float, whole: int | None, read_s: float)
 
 
 class BottleneckRounds:
-    """The prefixes of dataset (rewrite.prefixes), each read every round in alternating order until the
-    limiting stage is decided or the share is spent; a second run() adds rounds (fresh iterators)."""
+    """Each prefix (rewrite.prefixes) read every interleaved round until the limiting stage is decided."""
 
     def __init__(self, dataset, spec: str, *, warmup: int):
         self.cuts, self.spec, self.warmup = rewrite.prefixes(dataset), spec, warmup

@@ -1,7 +1,5 @@
-"""The fixes stage: each fix perfsuite can apply without the user's code (rewrite.py's, padding.py's
-bucketing, the preset's alternatives) against the pipeline as it is, in rounds alternating before and after,
-its gain (after / before per round) decided when its interval leaves 1.0 out. A second pass keeps the decided
-gains and adds rounds to the undecided ones. Its record, FixGain, is in verdict/pipeline_figures.py."""
+"""The fixes stage: each fix perfsuite can apply without the user's code against the pipeline as it is, in
+rounds alternating before and after, its gain (after / before per round) decided when it leaves 1.0 out."""
 
 from __future__ import annotations
 
@@ -69,21 +67,17 @@ class RewriteComparison:
 
 
 class FixRounds:
-    """The fixes stage, resumable. make(stage) -> (the comparisons, the fixes considered and not applied) is
-    called on the first pass; each pass splits its share across as many undecided fixes as it holds, in order.
-    A comparison has name, words, unit, warmup_rounds (rounds discarded first: a step tracing new shapes),
-    prepare() (both sides readied, or NotApplicable), rate(side, read_s) (a side's rate over about read_s) and
-    close()."""
+    """The fixes stage. make(stage) -> (the comparisons, the fixes not applied), called once; each pass splits
+    its share across as many undecided fixes as it holds. A comparison has name, words, unit, warmup_rounds (a
+    step tracing new shapes), prepare() (or NotApplicable), rate(side, read_s) and close()."""
 
     def __init__(self, make: Callable[[Stage], tuple[list, list[FixGain]]]):
         self.make, self.comparisons, self.refused = make, None, []
         self.values: dict[str, dict[str, list[float]]] = {}  # by fix and side
 
     def gain(self, name: str) -> RoundsEstimate | None:
-        values = self.values[name]
-        if not values["after"]:
-            return None
-        return estimate([a / b for a, b in zip(values["after"], values["before"])], GAIN_BOUNDARIES)
+        after, before = self.values[name]["after"], self.values[name]["before"]
+        return estimate([a / b for a, b in zip(after, before)], GAIN_BOUNDARIES) if after else None
 
     def decided(self, name: str) -> bool:
         gain = self.gain(name)

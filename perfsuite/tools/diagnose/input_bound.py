@@ -1,7 +1,5 @@
-"""diagnose's input-bound share by measure.input_bound's InputBoundRounds (as the benchmarks and the fixture
-measure it), with diagnose's contract: a fresh iterator per side and round, dropped inside it (its start-up in
-the side's untimed steps, its teardown on measure.teardown's thread), the synthetic twin first in even rounds,
-rounds sized from the step's seconds per call and added until the share is decided or the share is spent."""
+"""diagnose's input-bound share (measure.input_bound.InputBoundRounds): a fresh iterator per side and round,
+dropped in it (start-up in the untimed steps, teardown on measure.teardown's thread), the twin first."""
 
 from __future__ import annotations
 
@@ -39,9 +37,8 @@ def side_steps(left_s: float, call_s: float, *, warmup: int, most: int = MAX_STE
 
 
 class InputBoundStage:
-    """The step fed by ``dataset`` vs by ``twin`` (twin_of a batch it read), in rounds as the module says.
-    call_s: the step's steady seconds per call, which size the first pass's rounds (a second pass's: those
-    measured); fresh(dataset): a side's fresh iterator. run(stage) is one pass."""
+    """The step fed by ``dataset`` vs by ``twin``; call_s (the step's steady seconds a call) sizes the first
+    pass's rounds, those measured a second's; fresh(dataset): a side's fresh iterator."""
 
     def __init__(self, step: StepModel, call_s: float, dataset, twin, *, warmup: int,
                  fresh: Callable[[object], Iterator]):
@@ -84,8 +81,7 @@ class InputBoundStage:
         return self.figures()
 
     def figures(self) -> InputBoundFigures | None:
-        """The rounds so far (None before the first): the share and the wait share as estimates; the class of
-        the share's median, "undecided" while the share is undecided."""
+        """The rounds so far (None before the first); the class of the share "undecided" while it is."""
         measured = self.measured()
         if measured is None:
             return None

@@ -1,11 +1,7 @@
-"""The padding fix: length bucketing instead of padding to a fixed length, timed on the user's own step at
-the real length distribution (a step's cost that grows with frames is what padding wastes).
-
-The samples of PADDING_BATCHES batches are split apart, each one's audio cut to its true length
-(speech.canonical_batch's) and its length tensor set to it; ``bucket_by_sequence_length`` batches them again:
-BUCKETS buckets bounded at the quantiles of the true lengths, the pipeline's batch size, each batch padded
-with zeros to its own longest, every sample kept. Every other component goes along as sliced from its batch
-(text tokens keep that batch's padding), padded by the same op to each new batch's longest."""
+"""The padding fix: length bucketing instead of padding to a fixed length, timed on the user's own step at the
+real lengths (a step's cost that grows with frames is what padding wastes): the samples of PADDING_BATCHES
+batches, each one's audio cut to its true length, batched again by bucket_by_sequence_length in BUCKETS
+buckets at the quantiles of the true lengths, each padded to its own longest; the rest goes as sliced."""
 
 from __future__ import annotations
 
@@ -42,8 +38,7 @@ def boundaries(lengths: np.ndarray, buckets: int = BUCKETS) -> list[int]:
 
 
 def bucketed(batches: list, layout, *, batch_size: int, buckets: int = BUCKETS) -> list:
-    """Every sample of batches bucketed by true length as the module says, batch_size a batch; raises what
-    TensorFlow raises when a batch does not split into samples."""
+    """Every sample of batches bucketed as the module says, batch_size a batch (TensorFlow's error if not)."""
     tf = tensorflow()
     lengths = true_lengths(batches, layout)
     edges = boundaries(np.concatenate(lengths), buckets)
@@ -73,10 +68,9 @@ def _words(buckets: int) -> str:
 
 
 class PaddingComparison:
-    """The step on the samples of PADDING_BATCHES batches as the pipeline pads them ('before') vs bucketed
-    ('after'), after a warm-up round (a tf.function step traces each new shape once). Not applicable without
-    a step, an audio component (not ragged) padded past each batch's longest, batches that split into
-    samples, or when the step refuses a bucketed batch."""
+    """The step on PADDING_BATCHES batches as the pipeline pads them ('before') vs bucketed ('after'), after a
+    warm-up round (a tf.function step traces each new shape once). Applicable with a step, non-ragged audio
+    padded past each batch's longest, batches that split into samples, and a step that takes them bucketed."""
 
     name = "padding"
     warmup_rounds = 1
@@ -85,8 +79,7 @@ class PaddingComparison:
         self.step, self.dataset, self.spec, self.layout, self.padding = step, dataset, spec, layout, padding
         self.words = _words(BUCKETS)
         self.unit = f"samples/s of the step on the samples of {PADDING_BATCHES} of the pipeline's batches"
-        self.sides: dict[str, list] = {}
-        self.samples = 0  # on each side: bucketing keeps every sample
+        self.sides, self.samples = {}, 0  # samples: on each side (bucketing keeps every sample)
 
     def prepare(self) -> None:
         self._check()

@@ -1,5 +1,4 @@
-"""A diagnosis's time budget split across its stages, the stages as they run and their rounds, progress
-events, and the log that checkpoints what was measured after each stage."""
+"""A diagnosis's time budget, its stages and their rounds, progress events, and the checkpointed stage log."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def more_rounds_for(figure) -> float:
 
 @dataclass(frozen=True)
 class Resumable:
-    """A stage that can run again: run(stage) -> the parts it measured over all its passes, more_rounds() ->
-    the rounds it is estimated to need more to decide (inf: no estimate)."""
+    """A stage that runs again: run(stage) -> its parts over all passes; more_rounds() -> inf when unknown."""
 
     run: Callable[[Stage], dict]
     more_rounds: Callable[[], float]
@@ -94,8 +92,7 @@ def no_progress(event: Event) -> None:
 
 
 class Budget:
-    """A run's clock and time left, and each stage's share of what is left as it starts, by needs (what a
-    stage leaves unspent goes to the stages after it)."""
+    """A run's clock and time left; each stage's share of what is left as it starts, in proportion to needs"""
 
     def __init__(self, total_s: float, needs: Mapping[str, float], clock: Callable[[], float]):
         self.total_s, self.clock, self.start = float(total_s), clock, clock()
@@ -119,9 +116,8 @@ class Budget:
 
 
 class Stage:
-    """A stage as it runs: its share, clock, progress reports and rounds; the stage function sets plan and
-    status. reserve_s: the share kept back from its rounds for what follows them (an earlier pass's tail_s():
-    closing iterators can take seconds), so that a pass ends within its share."""
+    """A stage as it runs: its share, clock, progress and rounds; its function sets plan and status.
+    reserve_s: kept from its rounds for what follows them (closing iterators: an earlier pass's tail_s())."""
 
     def __init__(self, name: str, share_s: float, budget: Budget, progress: Progress, reserve_s: float = 0.0):
         self.name, self.share_s, self.reserve_s = name, share_s, reserve_s
@@ -233,10 +229,9 @@ class StageLog:
     @contextlib.contextmanager
     def _running(self, stage: Stage, start: str, *, index: int, first: StageRecord | None = None
                  ) -> Iterator[Stage]:
-        """stage as it runs, its record kept at index and checkpointed when it ends or is interrupted (then
-        INTERRUPTED; the interrupt goes on). After a first pass, one record of both: shares, seconds, rounds
-        added, the second's status, needs_s the first's seconds plus the second's (which knows the longest
-        round)."""
+        """stage as it runs, its record kept at index and checkpointed as it ends or is interrupted (then
+        INTERRUPTED, raised on). After a first pass, one record of both: shares, seconds and rounds added, the
+        second's status, needs_s the second's (it knows the longest round) after the first's seconds."""
         def keep(status: str | None = None) -> StageRecord:
             self.tails[stage.name] = max(self.tails.get(stage.name, 0.0), stage.tail_s())
             record = stage.record(status)
@@ -260,10 +255,9 @@ class StageLog:
                    + ("" if first is None else ", both passes"))
 
     def resume(self, passes: Mapping[str, Resumable]) -> None:
-        """The budget left spent on the undecided stages among `passes`, the nearest to deciding first, each
-        given what is left less what the stages after it are estimated to need. One with no estimate gets at
-        least a fair part: with no round yet it goes first, on a boundary last. One still undecided then
-        records the time it is estimated to need (needs_s)."""
+        """The budget left spent on the undecided stages among `passes`, nearest to deciding first, each given
+        what is left less what those after it need; one with no estimate gets a fair part at least (no round
+        yet: first; on a boundary: last). One still undecided records what it needs (needs_s)."""
         pending = [name for name in self.undecided() if name in passes]
         while pending and self.budget.left_s() > 0:
             needs = {name: self._seconds_to_decide(self._record(name), passes[name]) for name in pending}

@@ -1,5 +1,4 @@
-"""Stages of a diagnosis that are functions of their Stage, returning their figures as records: the emulated
-feed, the preset's sweep, the profiler trace; and GPU sampling around a stage."""
+"""The stages that are functions of their Stage (the emulated feed, the sweep, the trace); GPU sampling."""
 
 from __future__ import annotations
 
@@ -36,11 +35,10 @@ FEED_ROUND_SAMPLES = 32  # utilisation samples of that round: the cycle detector
 MIN_FEED_S = 0.5  # a feed-rate search needs more than this share
 
 
-def feed_stage(stage: Stage, label: str, start: Callable[[], Iterator], *, step_time: str | None,
-               mel_config=emulated.DEFAULT_MEL) -> FeedFigures | None:
-    """The pipeline (start() starts its endless batch iterator) against an emulated accelerator: its feed
-    rate, then a round at step_time, in what is left of the share once the iterator started (a pipeline's
-    may drain its buffers first). MIN_FEED_S or less left ends the stage TOO_SHORT, saying so."""
+def feed_stage(stage: Stage, label: str, start: Callable[[], Iterator], *, step_time: str | None
+               ) -> FeedFigures | None:
+    """feed_figures of the batches start() gives in what is left once it started (it may drain buffers
+    first); MIN_FEED_S or less left ends the stage TOO_SHORT, saying so."""
     stage.planned(f"1 pipeline(s): a feed-rate search each, then a round at the {step_time} step")
     batches = start()
     share_s = stage.left_s()
@@ -49,20 +47,18 @@ def feed_stage(stage: Stage, label: str, start: Callable[[], Iterator], *, step_
                       "buffers, where it does, can take the whole share): "
                       f"{stage.left_s():.1f} s left", TOO_SHORT)
         return None
-    figures = feed_figures(batches, label=label, step_time=step_time, share_s=share_s, mel_config=mel_config)
+    figures = feed_figures(batches, label=label, step_time=step_time, share_s=share_s)
     stage.rounds += 1
     stage.tell("round", f"{label}: {feed_words(figures)}")
     stage.status = DECIDED if figures.keeps_busy is not None else UNDECIDED
     return figures
 
 
-def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s: float,
-                 mel_config=emulated.DEFAULT_MEL) -> FeedFigures:
+def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s: float) -> FeedFigures:
     """The feed rate of an endless batch iterator (a search of FEED_SEARCH_SHARE of share_s), then a round at
     step_time (None: none) of FEED_ROUND_SAMPLES utilisation samples where the rest of share_s holds them,
     else of its minimum batches. A step the batches cannot give (per-frame, no mel_len) says why."""
-    result = emulated.feed_rate(source, config=emulated.FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s),
-                                mel_config=mel_config)
+    result = emulated.feed_rate(source, config=emulated.FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s))
     no_round = functools.partial(FeedFigures, pipeline=label, feed=result, step_time=step_time, step_s=None,
                                  keeps_busy=None, round=None, stats=None, timeline=None)
     if step_time is None:
@@ -74,7 +70,7 @@ def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s
         return no_round(reason=f"step {step_time}: {error}; give --step-time SECONDS for a fixed step")
     round_s = FEED_ROUND_SAMPLES * max(first_step_s, emulated.MIN_INTERVAL_S)
     fits = round_s <= (1 - FEED_SEARCH_SHARE) * share_s
-    run = emulated.run_emulated(source, step=step, mel_config=mel_config, config=emulated.EmulatedRunConfig(
+    run = emulated.run_emulated(source, step=step, config=emulated.EmulatedRunConfig(
         batches=8, warmup_batches=1, min_samples=FEED_ROUND_SAMPLES if fits else 0))
     step_s = statistics.median(run.step_s)
     return FeedFigures(pipeline=label, feed=result, step_time=step_time, step_s=step_s,
@@ -109,19 +105,16 @@ def sweep_stage(stage: Stage, loader, settings: DiagnoseSettings) -> tuple[Sweep
                   "the share split by points")
     found = []
     for axis in SWEEP_AXES:
-        share = split_budget(stage.left_s(), weights)[axis]
+        found.append(_sweep_axis(stage, axis, loader, settings, split_budget(stage.left_s(), weights)[axis]))
         weights.pop(axis)
-        found.append(_sweep_axis(stage, axis, loader, settings, share))
     stage.status = worst_status(status for _, status in found)
     return tuple(figures for figures, _ in found if figures is not None)
 
 
 def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, share_s: float):
-    """(SweepAxis or None without a measured round, status): tf_native WAV samples/s at every point of the
-    axis in interleaved rounds (A B C, C B A, ...; each a fresh iterator after `warmup` untimed batches) until
-    every point's ratio to the current one is decided or share_s is spent. The first round is a warm-up of one
-    batch a point (start-up, first file reads) that only sizes the next. On the batch-size axis a round reads
-    about as many samples at every point (2 batches at least), so they take as long."""
+    """(SweepAxis or None, status): samples/s at every point of the axis in interleaved rounds of fresh
+    iterators, after a warm-up round of a batch a point (start-up, reads) that sizes the next, until every
+    ratio to the current point is decided. Batch sizes read about as many samples (2 batches at least)."""
     from perfsuite.measure import timing
 
     points, current = sweep_points(axis, settings), getattr(settings, axis)
@@ -153,10 +146,8 @@ def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, sha
 
 def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: dict | None = None
                   ) -> SweepAxis:
-    """One sweep axis from per-round samples/s ({point: [per round]}, the same rounds for every point): per
-    point the median, range, relative spread and interval and, but for the current point, the same-round
-    ratios to it with their paired test (stats.paired_gain: significant means faster beyond the noise) and
-    RoundsEstimate against SWEEP_BOUNDARIES. order: each round's; batches: {point: steady batches a round}."""
+    """One sweep axis from samples/s {point: [per round]}: per point their figures and, but for the current
+    point, the same rounds' ratios to it, paired (stats.paired_gain) and against SWEEP_BOUNDARIES."""
     from perfsuite.measure import stats
 
     if current not in values:
@@ -170,20 +161,18 @@ def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: d
             gain = stats.paired_gain(candidate=per_round, reference=values[current], alpha=SWEEP_ALPHA,
                                      min_effect=SWEEP_MIN_GAIN, min_win_share=SWEEP_MIN_WIN_SHARE)
             ratio = estimate(gain.ratios, SWEEP_BOUNDARIES)
+        low, high = min(per_round), max(per_round)
         points.append(SweepPoint(point=point, current=point == current, batches=(batches or {}).get(point),
-                                 samples_per_s=median, samples_per_s_low=min(per_round),
-                                 samples_per_s_high=max(per_round),
-                                 samples_per_s_spread=(max(per_round) - min(per_round)) / median,
-                                 samples_per_s_rounds=per_round, interval=estimate(per_round),
-                                 vs_current=gain, ratio=ratio))
+                                 samples_per_s=median, samples_per_s_low=low, samples_per_s_high=high,
+                                 samples_per_s_spread=(high - low) / median, samples_per_s_rounds=per_round,
+                                 interval=estimate(per_round), vs_current=gain, ratio=ratio))
     return SweepAxis(axis=axis, current=current, rounds=len(values[current]), min_gain=SWEEP_MIN_GAIN,
                      min_win_share=SWEEP_MIN_WIN_SHARE, alpha=SWEEP_ALPHA, points=tuple(points),
                      order=tuple(tuple(labels) for labels in order))
 
 
 def trace_stage(stage: Stage, step, call_s: float, dataset, trace_dir: Path, steps: int) -> str | None:
-    """A TensorBoard profiler trace of `steps` steady steps (two untimed steps first) when they fit the share;
-    otherwise TOO_SHORT and no trace."""
+    """A profiler trace of `steps` steady steps after two untimed where they fit the share, else TOO_SHORT."""
     from perfsuite._tensorflow import tensorflow
 
     need_s = (2 + steps) * call_s

@@ -1,6 +1,5 @@
-"""Reading a user's dataset in its steady state, never a buffer (docs/diagnose.md, "Steady state, not a
-buffer"): a stage reads an iterator made for it, first drained untimed of the warm-up batches and of what its
-buffers hold ready (buffered_elements), and again before each round where it sat idle between rounds."""
+"""A user's dataset read in its steady state, never a buffer (docs/diagnose.md): an iterator per stage,
+drained untimed of the warm-up and of what its buffers hold ready, and again before a round after idling."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ class Stream:
             self.next()
 
     def close(self) -> None:
-        """The iterator dropped now; its teardown (tens of seconds at times: docs/measurement.md, "Iterator
-        teardowns off the main thread") runs on measure.teardown's thread, so that no stage waits for it."""
+        """The iterator dropped now; its teardown, seconds at times, runs on measure.teardown's thread."""
         self._iterator = None
 
 

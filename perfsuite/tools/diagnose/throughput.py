@@ -1,8 +1,6 @@
-"""The pipeline's steady throughput, in rounds of a fresh, drained iterator (its record, Throughput, in
-verdict/pipeline_figures.py). A round reads its batches back to back, its rate samples per wall-clock second.
-Their content (padding, audio) is read after the round, from every batch (evenly spaced ones beyond
-ANALYSED_BYTES); the buffers refill meanwhile, so the next round first drains what they can have refilled
-(the analysis's seconds at the round's batch rate, at most what they hold)."""
+"""The pipeline's steady throughput: rounds of batches read back to back from a fresh, drained iterator, their
+content (padding, audio) read after the round (evenly spaced batches beyond ANALYSED_BYTES); the next round
+first drains what the buffers can have refilled meanwhile (at its batch rate, at most what they hold)."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ ANALYSED_BYTES = 256 * 2**20  # a round's batches kept for their content read af
 
 
 class ThroughputRounds:
-    """Rounds of steady batches from a fresh iterator made when a pass starts, until the per-round rate is
-    known to within THROUGHPUT_PRECISION or the share is spent. A second pass adds rounds to the first."""
+    """Rounds of steady batches until the rate is known within THROUGHPUT_PRECISION; run() is one pass."""
 
     def __init__(self, dataset, spec: str, first_s: float, warmup_s: tuple[float, ...], *,
                  layout: BatchLayout, drain: int):
