@@ -41,17 +41,14 @@ def pass_reads(cut) -> int | None:
     """Reads of counted(cut.dataset) in one pass of a finite prefix (known_cardinality); None when endless,
     unknown, or (unbatched) not a whole number of UNBATCHED_READ groups."""
     count = known_cardinality(cut.dataset)
-    if count <= 0:  # endless, empty or unknown
+    if count <= 0 or (not cut.batched and count % UNBATCHED_READ):  # endless, empty, unknown or a part read
         return None
-    if cut.batched:
-        return count
-    return count // UNBATCHED_READ if count % UNBATCHED_READ == 0 else None
+    return count if cut.batched else count // UNBATCHED_READ
 
 
 def read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool, whole: int | None = None) -> float:
     """Samples per second of a counted() stream, `drain` reads untimed, then read for read_s; with `whole`
-    (pass_reads), on to whole passes where that is estimated to end within LONGEST_PASS x read_s, so that
-    every round holds as many of the prefix's restarts (a real cost of a pipeline that repeats it)."""
+    (pass_reads) on to whole passes where soon enough, so that every round holds as many of its restarts."""
     stream.drain(drain)
     samples, spent, reads = 0, 0.0, 0
     while spent < read_s or reads < MIN_READS or _to_a_whole_pass(reads, spent, whole, read_s):
@@ -84,8 +81,7 @@ class BottleneckRounds:
         found = self.figures()
         if found is None or len(found.stages) < 2:
             return float(MIN_ROUNDS)
-        shares = sorted((s.share for s in found.stages), key=lambda share: share.median, reverse=True)
-        top, runner = shares[:2]
+        top, runner = sorted((s.share for s in found.stages), key=lambda x: x.median, reverse=True)[:2]
         width = (top.high - top.low) / 2 + (runner.high - runner.low) / 2
         return more_rounds(top.rounds, width, top.median - runner.median)
 

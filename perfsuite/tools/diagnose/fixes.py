@@ -132,8 +132,7 @@ class FixRounds:
     def _measure(self, stage: Stage, comparison, share_s: float) -> str:
         values = self.values[comparison.name]
         read_s = max(MIN_READ_S, share_s / (TARGET_ROUNDS * 4))
-        # This pass's rounds continue the earlier ones' values and order (before first in even measured
-        # rounds, a warm-up round in the order of the measured round after it); warm-up until one is measured.
+        # the rounds go on from earlier passes' values and order; a warm-up round until one is measured
         rounds = InterleavedRounds({side: functools.partial(comparison.rate, side, read_s) for side in SIDES},
                                    warmup_rounds=0 if values["after"] else comparison.warmup_rounds,
                                    start=len(values["after"]), values=values, count_warmup=False)

@@ -82,7 +82,14 @@ class PaddingComparison:
         self.sides, self.samples = {}, 0  # samples: on each side (bucketing keeps every sample)
 
     def prepare(self) -> None:
-        self._check()
+        if self.step is None:
+            raise NotApplicable("needs --step: the gain is the step's")
+        if self.layout is None or self.layout.mel is None:
+            raise NotApplicable("no audio component in the batches")
+        if self.layout.ragged:
+            raise NotApplicable("the audio is ragged: its batches hold no padding")
+        if self.padding is None or self.padding.beyond_longest <= 0:
+            raise NotApplicable("no padding past each batch's longest clip was measured")
         stream = Stream(self.dataset, self.spec)
         padded = [stream.next() for _ in range(PADDING_BATCHES)]
         stream.close()
@@ -101,16 +108,6 @@ class PaddingComparison:
         self.words = _words(len(boundaries(lengths)) + 1)
         self.unit = f"samples/s of the step on {lengths.size} of the pipeline's samples"
         self.sides, self.samples = {"before": padded, "after": after}, lengths.size
-
-    def _check(self) -> None:
-        if self.step is None:
-            raise NotApplicable("needs --step: the gain is the step's")
-        if self.layout is None or self.layout.mel is None:
-            raise NotApplicable("no audio component in the batches")
-        if self.layout.ragged:
-            raise NotApplicable("the audio is ragged: its batches hold no padding")
-        if self.padding is None or self.padding.beyond_longest <= 0:
-            raise NotApplicable("no padding past each batch's longest clip was measured")
 
     def rate(self, side: str, read_s: float) -> float:
         """Samples per second of the step over whole passes of the side's batches, read_s at least."""

@@ -73,8 +73,7 @@ class Resumable:
 
 @dataclass(frozen=True)
 class Event:
-    """One progress report. kind: 'plan', 'start', 'note', 'round' or 'end'; share_s: the stage's share (None
-    for the run as a whole); spent_s: seconds spent in the stage; left_s: seconds left of the run's budget."""
+    """A progress report of kind 'plan', 'start', 'note', 'round' or 'end'; share_s None for the whole run."""
 
     stage: str
     kind: str
@@ -182,8 +181,7 @@ def worst_status(statuses) -> str:
 
 
 class StageLog:
-    """A diagnosis as it is measured: its parts and the stages that ran. snapshot() is make(complete=,
-    elapsed_s=, stages=, **parts), checkpointed after each stage so that an interrupted run keeps it."""
+    """A diagnosis as measured: its parts and stage records, snapshot() checkpointed after each stage."""
 
     def __init__(self, *, make: Callable[..., Any], parts: dict[str, Any], budget: Budget, progress: Progress,
                  checkpoint: Callable[[Any], None] | None):

@@ -55,9 +55,8 @@ def feed_stage(stage: Stage, label: str, start: Callable[[], Iterator], *, step_
 
 
 def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s: float) -> FeedFigures:
-    """The feed rate of an endless batch iterator (a search of FEED_SEARCH_SHARE of share_s), then a round at
-    step_time (None: none) of FEED_ROUND_SAMPLES utilisation samples where the rest of share_s holds them,
-    else of its minimum batches. A step the batches cannot give (per-frame, no mel_len) says why."""
+    """An endless batch iterator's feed rate (FEED_SEARCH_SHARE of share_s), then a round at step_time (None:
+    none) of FEED_ROUND_SAMPLES samples where the rest holds them; a step it cannot give says why."""
     result = emulated.feed_rate(source, config=emulated.FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s))
     no_round = functools.partial(FeedFigures, pipeline=label, feed=result, step_time=step_time, step_s=None,
                                  keeps_busy=None, round=None, stats=None, timeline=None)

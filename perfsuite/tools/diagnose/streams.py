@@ -30,8 +30,7 @@ class Stream:
 
     @property
     def iterator(self):
-        """The tf.data iterator now read (None once closed), for what it reports of itself; not to be kept:
-        its teardown in the background needs the only reference."""
+        """The tf.data iterator read now (None once closed), not to be kept: its teardown needs the only one."""
         iterator = self._iterator
         return iterator._iterator if isinstance(iterator, BackgroundTeardown) else iterator
 
