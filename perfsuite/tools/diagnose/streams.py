@@ -30,7 +30,7 @@ class Stream:
 
     @property
     def iterator(self):
-        """The tf.data iterator read now (None once closed), not to be kept: its teardown needs the only one."""
+        """The tf.data iterator read (None if closed); not to keep: its teardown needs the only reference."""
         iterator = self._iterator
         return iterator._iterator if isinstance(iterator, BackgroundTeardown) else iterator
 
