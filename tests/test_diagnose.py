@@ -153,9 +153,9 @@ def test_the_budget_is_split_in_proportion_to_what_each_stage_needs():
 def test_calls_per_round_follow_the_measured_step_time():
     from perfsuite.tools.diagnose.input_bound import side_steps
 
-    assert side_steps(60.0, 0.5, sides=2, warmup=1) == 9  # 6 rounds of 2 sides x 10 calls of 0.5 s fill 60 s
-    assert side_steps(60.0, 0.0001, sides=2, warmup=1) == 63  # a fast step: at most 64 calls a side
-    assert side_steps(3.0, 2.0, sides=2, warmup=1) == 3  # a slow step: the fewest timed steps
+    assert side_steps(60.0, 0.5, warmup=1) == 9  # 6 rounds of 2 sides x 10 calls of 0.5 s fill 60 s
+    assert side_steps(60.0, 0.0001, warmup=1) == 63  # a fast step: at most 64 calls a side
+    assert side_steps(3.0, 2.0, warmup=1) == 3  # a slow step: the fewest timed steps
 
 
 class FakeClock:

@@ -1,7 +1,5 @@
-"""The bottleneck stage of a diagnosis: the pipeline cut after each stage, every prefix's rate read
-inside TensorFlow in interleaved rounds, each stage's share of the time per sample, and the stage that limits
-throughput. Every iterator is drained before each round (streams: steady state, not a buffer). Its records
-(StageShare, Bottleneck) are in verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""
+"""The bottleneck stage: every prefix of the pipeline read inside TensorFlow in interleaved rounds, each
+stage's share of the time per sample, and the stage that limits throughput."""
 
 from __future__ import annotations
 
@@ -13,54 +11,44 @@ from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
-from perfsuite.verdict.diagnosis_figures import (
-    MIN_ROUNDS,
-    TOO_SHORT,
-    UNDECIDED,
-    estimate,
-)
+from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, TOO_SHORT, UNDECIDED, estimate
 from perfsuite.verdict.pipeline_figures import Bottleneck, StageShare
 from perfsuite.verdict.pipeline_findings import consistent
 from perfsuite.workload.pipeline_model import known_cardinality
 
 MIN_READ_S = 0.05  # a prefix or fix read for at least this long per round ...
 MIN_READS = 2  # ... and at least this many reads
-UNBATCHED_READ = 32  # elements of an unbatched prefix counted per read, batched in TensorFlow (no Python per element)
+UNBATCHED_READ = 32  # elements of an unbatched prefix counted a read, batched in TensorFlow (no Python each)
 LONGEST_PASS = 4  # a round reads on to whole passes of a finite prefix when that ends within this many read_s
 
 
 def counted(dataset, *, batched: bool):
-    """dataset as the samples each element holds (its leading dimension when batched, else 1), unbatched
-    elements counted UNBATCHED_READ at a time: a prefix is read inside TensorFlow, one element at a time as
-    the stage after it reads it, without Python's cost per element or the copy of its tensors to the host."""
+    """dataset as the samples each element holds (its leading dimension, or 1 counted UNBATCHED_READ a read),
+    read in TensorFlow as the stage after it reads it: no Python cost per element, no copy to the host."""
     tf = tensorflow()
     if batched:
         counts = dataset.map(lambda *element: tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0])
-    else:  # a scan, not a map: tf.data would fuse a map with the batch after it and call the prefix from threads
-        counts = dataset.scan(tf.constant(0, tf.int64), lambda state, *element: (state, tf.constant(1, tf.int64)))
-        counts = counts.batch(UNBATCHED_READ)
-    options = tf.data.Options()  # no prefetch injected after the count: it would fill while the prefix sits idle
+    else:  # a scan, not a map: tf.data fuses a map with the batch after it, calling the prefix from threads
+        counts = dataset.scan(tf.constant(0, tf.int64),
+                              lambda state, *element: (state, tf.constant(1, tf.int64))).batch(UNBATCHED_READ)
+    # no prefetch injected after the count: it would fill while the prefix is idle
+    options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     return counts.with_options(options)
 
 
 def pass_reads(cut) -> int | None:
-    """Reads of counted(cut.dataset) in one pass of a finite prefix: its cardinality, taken through stages that
-    give one element per element where TensorFlow does not know it (copy_to_device); None when endless,
+    """Reads of counted(cut.dataset) in one pass of a finite prefix (known_cardinality); None when endless,
     unknown, or (unbatched) not a whole number of UNBATCHED_READ groups."""
     count = known_cardinality(cut.dataset)
-    if count <= 0:  # endless, empty or unknown
+    if count <= 0 or (not cut.batched and count % UNBATCHED_READ):  # endless, empty, unknown or a part read
         return None
-    if cut.batched:
-        return count
-    return count // UNBATCHED_READ if count % UNBATCHED_READ == 0 else None
+    return count if cut.batched else count // UNBATCHED_READ
 
 
 def read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool, whole: int | None = None) -> float:
-    """Samples per second from a counted() stream after drain of its reads untimed, read for read_s
-    seconds; with `whole` (pass_reads), on to a whole number of passes, so that every round holds as many of
-    the prefix's restarts (a real cost of a pipeline that repeats it), where that is estimated to end within
-    LONGEST_PASS x read_s (a long pass: by time, its restarts rare)."""
+    """Samples per second of a counted() stream, `drain` reads untimed, then read for read_s; with `whole`
+    (pass_reads) on to whole passes where soon enough, so that every round holds as many of its restarts."""
     stream.drain(drain)
     samples, spent, reads = 0, 0.0, 0
     while spent < read_s or reads < MIN_READS or _to_a_whole_pass(reads, spent, whole, read_s):
@@ -72,31 +60,28 @@ def read_rate(stream: Stream, *, drain: int, read_s: float, batched: bool, whole
 
 
 def _to_a_whole_pass(reads: int, spent: float, whole: int | None, read_s: float) -> bool:
-    """Whether reading on to the end of the pass is estimated (at this round's rate so far) to end in time."""
+    """Whether reading on to the end of the pass is estimated (at the round's rate so far) to end in time."""
     if not whole or not reads % whole:
         return False
     return spent + (whole - reads % whole) * spent / reads <= LONGEST_PASS * read_s
 
 
 class BottleneckRounds:
-    """The prefixes of dataset (rewrite.prefixes), each read in every round in alternating order until the
-    limiting stage is decided or the share is spent. run() again adds rounds to the earlier ones (fresh
-    iterators, started and drained before the rounds)."""
+    """Each prefix (rewrite.prefixes) read every interleaved round until the limiting stage is decided."""
 
     def __init__(self, dataset, spec: str, *, warmup: int):
-        self.cuts = rewrite.prefixes(dataset)
-        self.spec, self.warmup = spec, warmup
-        self.rates: dict = {index: [] for index in range(len(self.cuts))}  # and the reading's own cost, by kind
+        self.cuts, self.spec, self.warmup = rewrite.prefixes(dataset), spec, warmup
+        self.rates: dict = {index: [] for index in range(len(self.cuts))}  # and the reading's own, by kind
 
     def figures(self) -> Bottleneck | None:
         return _bottleneck(self.cuts, self.rates) if self.rates and self.rates[0] else None
 
     def more_rounds(self) -> float:
-        """Rounds more for the largest share's interval to clear the next largest (plan.more_rounds)."""
+        """Rounds more for the largest share's interval to clear the next largest."""
         found = self.figures()
         if found is None or len(found.stages) < 2:
             return float(MIN_ROUNDS)
-        top, runner = sorted((s.share for s in found.stages), key=lambda share: share.median, reverse=True)[:2]
+        top, runner = sorted((s.share for s in found.stages), key=lambda x: x.median, reverse=True)[:2]
         width = (top.high - top.low) / 2 + (runner.high - runner.low) / 2
         return more_rounds(top.rounds, width, top.median - runner.median)
 
@@ -110,11 +95,11 @@ class BottleneckRounds:
             stage.planned(f"{len(cuts)} prefixes: no time left for {MIN_ROUNDS} rounds of them",
                           TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED)
             return self.figures()
-        stage.planned(f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, then "
-                       f"drained and read for {read_s:.2f} s per round (on to whole passes where finite), "
-                       "interleaved, until the limiting stage is decided")
+        stage.planned(f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, "
+                      f"then drained and read for {read_s:.2f} s per round (on to whole passes where finite),"
+                      " interleaved, until the limiting stage is decided")
         started = time.perf_counter()
-        sources = {index: counted(cut.dataset.repeat(), batched=cut.batched) for index, cut in enumerate(cuts)}
+        sources = {i: counted(cut.dataset.repeat(), batched=cut.batched) for i, cut in enumerate(cuts)}
         sources.update(reading_cost(cuts))
         drains = {index: self.warmup + buffered_elements(source) for index, source in sources.items()}
         # the start-ups (drained as each stream is made), before any round: a round's estimate holds none
@@ -127,8 +112,8 @@ class BottleneckRounds:
                              batched=key == "batched" or (key != "unbatched" and cuts[key].batched))
 
         # This pass's streams are fresh; its rounds continue the earlier passes' rates and their order.
-        rounds = InterleavedRounds({key: functools.partial(read, key) for key in streams}, start=len(rates[0]),
-                                   values=rates)
+        rounds = InterleavedRounds({key: functools.partial(read, key) for key in streams},
+                                   start=len(rates[0]), values=rates)
         rounds.until_decided(lambda: _bottleneck(cuts, rates).decided, driver=stage.rounds_until_decided,
                              first_estimate_s=2 * read_s * len(cuts) + start_s / 2)
         for stream in streams.values():
@@ -138,8 +123,8 @@ class BottleneckRounds:
 
 
 def reading_cost(cuts) -> dict:
-    """The reading's own cost, to take off every prefix's: counted() of datasets that do no work, the kinds the
-    prefixes are ('unbatched': an endless range; 'batched': it batched as the first batched prefix's batches)."""
+    """The reading's own cost, taken off every prefix's: counted() of datasets that do no work, of the kinds
+    the prefixes are ('unbatched': an endless range; 'batched': batched as the first batched prefix)."""
     tf = tensorflow()
     source = tf.data.Dataset.range(2 ** 62)
     twins = {"unbatched": counted(source, batched=False)}
@@ -151,8 +136,7 @@ def reading_cost(cuts) -> dict:
 
 
 def _bottleneck(cuts, rates: dict) -> Bottleneck:
-    """Each stage's share from the rounds' prefix rates, each prefix's seconds per sample less the reading's
-    own (reading_cost's, where measured) in the same round."""
+    """Each stage's share from the rounds' prefix rates, less the reading's own (reading_cost) that round."""
     rounds = len(rates[0])
     if not rounds:
         return Bottleneck(stages=(), limiting=None, decided=False)
@@ -167,8 +151,8 @@ def _bottleneck(cuts, rates: dict) -> Bottleneck:
     no_work = rounds - len(worked)
     if not worked:
         return Bottleneck(stages=(), limiting=None, decided=False, no_work_rounds=no_work)
-    shares = {i: [(per_sample[r][i] - (per_sample[r][i - 1] if i else 0.0)) / per_sample[r][-1] for r in worked]
-              for i in range(len(cuts))}
+    shares = {i: [(per_sample[r][i] - (per_sample[r][i - 1] if i else 0.0)) / per_sample[r][-1]
+                  for r in worked] for i in range(len(cuts))}
     stages = tuple(StageShare(stage=cut.stage, rate=estimate(rates[i]), share=estimate(shares[i]))
                    for i, cut in enumerate(cuts))
     top = max(range(len(stages)), key=lambda i: stages[i].share.median)

@@ -1,8 +1,5 @@
-"""The fixes stage of a diagnosis: each fix perfsuite can apply without the user's code (rewrite.py's
-prefetch, map parallelism and cache; padding.py's length bucketing) measured against the pipeline as it is,
-in rounds alternating before and after, its gain (after / before per round) decided when its interval leaves
-1.0 out. A second pass keeps the decided gains and adds rounds to the undecided ones. Its record (FixGain) is in
-verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""
+"""The fixes stage: each fix perfsuite can apply without the user's code against the pipeline as it is, in
+rounds alternating before and after, its gain (after / before per round) decided when it leaves 1.0 out."""
 
 from __future__ import annotations
 
@@ -17,12 +14,7 @@ from perfsuite.tools.diagnose.attribution import MIN_READ_S, MIN_READS, counted,
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from, worst_status
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements
 from perfsuite.tools.diagnose.targets import one_line_error
-from perfsuite.verdict.diagnosis_figures import (
-    MIN_ROUNDS,
-    TOO_SHORT,
-    RoundsEstimate,
-    estimate,
-)
+from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, TOO_SHORT, RoundsEstimate, estimate
 from perfsuite.verdict.pipeline_figures import FixGain
 from perfsuite.workload.pipeline_model import Pipeline
 
@@ -35,15 +27,15 @@ class NotApplicable(Exception):
 
 
 class RewriteComparison:
-    """A rewrite.Fix of the pipeline (the Pipeline read once): the pipeline alone (drained before each read) or,
-    with a step, the step fed by each side (a fresh iterator per read, warm-up calls untimed, then calls for at
-    least read_s, MIN_READS at least)."""
+    """A rewrite.Fix: the pipeline alone (drained before each read) or, with a step, the step fed by each side
+    (a fresh iterator per read, its warm-up calls untimed, then calls for read_s and MIN_READS at least)."""
 
     warmup_rounds = 0
 
-    def __init__(self, fix: rewrite.Fix, pipeline: Pipeline, spec: str, *, warmup: int, step: StepModel | None):
-        self.name, self.words = fix.name, fix.words
-        self.fix, self.pipeline, self.spec, self.warmup, self.step = fix, pipeline, spec, warmup, step
+    def __init__(self, fix: rewrite.Fix, pipeline: Pipeline, spec: str, *, warmup: int,
+                 step: StepModel | None):
+        self.name, self.words, self.fix, self.pipeline = fix.name, fix.words, fix, pipeline
+        self.spec, self.warmup, self.step = spec, warmup, step
         self.unit = "samples/s of the pipeline" if step is None else "steps/s of the step fed by the pipeline"
         self.sides, self.streams, self.drains = {}, {}, {}  # by side; streams and drains: the pipeline alone
 
@@ -75,39 +67,31 @@ class RewriteComparison:
 
 
 class FixRounds:
-    """The fixes stage, resumable. make(stage) -> (the comparisons to measure, the fixes considered and not
-    applied) is called once, on the first pass; each pass splits its share across the fixes still undecided, in
-    their order, as many as it holds.
-    A comparison (RewriteComparison, padding.PaddingComparison) has name, words, unit, warmup_rounds (rounds run
-    first and discarded: a step tracing new shapes), prepare() (both sides readied; NotApplicable when the fix
-    cannot apply), rate(side, read_s) (one side's rate, read for about read_s) and close()."""
+    """The fixes stage. make(stage) -> (the comparisons, the fixes not applied), called once; each pass splits
+    its share across as many undecided fixes as it holds. A comparison has name, words, unit, warmup_rounds (a
+    step tracing new shapes), prepare() (or NotApplicable), rate(side, read_s) and close()."""
 
     def __init__(self, make: Callable[[Stage], tuple[list, list[FixGain]]]):
-        self.make = make
-        self.comparisons: list | None = None
-        self.refused: list[FixGain] = []
-        self.values: dict[str, dict[str, list[float]]] = {}
+        self.make, self.comparisons, self.refused = make, None, []
+        self.values: dict[str, dict[str, list[float]]] = {}  # by fix and side
 
     def gain(self, name: str) -> RoundsEstimate | None:
-        values = self.values[name]
-        if not values["after"]:
-            return None
-        return estimate([a / b for a, b in zip(values["after"], values["before"])], GAIN_BOUNDARIES)
+        after, before = self.values[name]["after"], self.values[name]["before"]
+        return estimate([a / b for a, b in zip(after, before)], GAIN_BOUNDARIES) if after else None
 
     def decided(self, name: str) -> bool:
         gain = self.gain(name)
         return gain is not None and gain.rounds >= MIN_ROUNDS and gain.decided
 
     def more_rounds(self) -> float:
-        """Rounds more, over the fixes still undecided, for each gain's interval to leave 1.0 out."""
+        """Rounds more, over the undecided fixes, for each gain's interval to leave 1.0 out."""
         if self.comparisons is None:
             return float(MIN_ROUNDS)
         return sum(more_rounds_for(self.gain(c.name)) for c in self.comparisons if not self.decided(c.name))
 
     def figures(self) -> tuple[FixGain, ...]:
-        measured = tuple(FixGain(name=c.name, words=c.words, applied=True, unit=c.unit, gain=self.gain(c.name))
-                         for c in self.comparisons or ())
-        return tuple(self.refused) + measured
+        return tuple(self.refused) + tuple(FixGain(name=c.name, words=c.words, applied=True, unit=c.unit,
+                                                   gain=self.gain(c.name)) for c in self.comparisons or ())
 
     def run(self, stage: Stage) -> tuple[FixGain, ...]:
         if self.comparisons is None:
@@ -122,7 +106,8 @@ class FixRounds:
             return self.figures()
         later = [c.name for c in todo[fit:]]
         todo, share_s = todo[:fit], stage.left_s() / fit
-        stage.planned(f"{len(todo)} fix(es) ({', '.join(c.name for c in todo)}), before and after in alternating rounds"
+        names = ", ".join(c.name for c in todo)
+        stage.planned(f"{len(todo)} fix(es) ({names}), before and after in alternating rounds"
                       + (f"; no time left for {', '.join(later)} in this pass" if later else ""))
         statuses = [TOO_SHORT] if later else []
         for index, comparison in enumerate(todo):
@@ -138,16 +123,16 @@ class FixRounds:
             try:
                 comparison.prepare()
             except NotApplicable as why:
-                self.refused.append(FixGain(name=comparison.name, words=comparison.words, applied=False, why=str(why)))
-                continue
-            self.comparisons.append(comparison)
-            self.values[comparison.name] = {side: [] for side in SIDES}
+                self.refused.append(FixGain(name=comparison.name, words=comparison.words, applied=False,
+                                            why=str(why)))
+            else:
+                self.comparisons.append(comparison)
+                self.values[comparison.name] = {side: [] for side in SIDES}
 
     def _measure(self, stage: Stage, comparison, share_s: float) -> str:
         values = self.values[comparison.name]
         read_s = max(MIN_READ_S, share_s / (TARGET_ROUNDS * 4))
-        # This pass's rounds continue the earlier ones' values and order (before first in even measured
-        # rounds, a warm-up round in the order of the measured round after it); warm-up until one is measured.
+        # the rounds go on from earlier passes' values and order; a warm-up round until one is measured
         rounds = InterleavedRounds({side: functools.partial(comparison.rate, side, read_s) for side in SIDES},
                                    warmup_rounds=0 if values["after"] else comparison.warmup_rounds,
                                    start=len(values["after"]), values=values, count_warmup=False)

@@ -1,8 +1,5 @@
-"""diagnose's input-bound share, by measure.input_bound's
-InputBoundRounds (what the benchmarks and the fixture use), with diagnose's contract: a fresh iterator per side and
-round, dropped inside it (its start-up falls in the side's untimed steps, its teardown runs on measure.teardown's
-thread), the synthetic twin first in even rounds, rounds sized from the step's seconds per call and added until the
-share is decided or the stage's share of the budget is spent."""
+"""diagnose's input-bound share (measure.input_bound.InputBoundRounds): a fresh iterator per side and round,
+dropped in it (start-up in the untimed steps, teardown on measure.teardown's thread), the twin first."""
 
 from __future__ import annotations
 
@@ -13,14 +10,7 @@ from perfsuite.measure import stats
 from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.rounds import fitting
 from perfsuite.measure.step_model import StepModel
-from perfsuite.tools.diagnose.plan import (
-    MAX_STEP_CALLS,
-    MIN_STEP_BATCHES,
-    TARGET_ROUNDS,
-    Stage,
-    more_rounds_for,
-    status_from,
-)
+from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from
 from perfsuite.verdict.diagnosis_figures import (
     INPUT_BOUND_BOUNDARIES,
     InputBoundFigures,
@@ -28,7 +18,9 @@ from perfsuite.verdict.diagnosis_figures import (
     estimate,
 )
 
-MAX_STEP_CALLS_AGAIN = 16 * MAX_STEP_CALLS  # step calls per side of a second pass's round, at most
+MIN_STEP_BATCHES = 3  # timed steps per side of a round, at least ...
+MAX_STEP_CALLS = 64  # ... and step calls per side of a first pass's round, at most (fast step: longer rounds)
+MAX_STEP_CALLS_AGAIN = 16 * MAX_STEP_CALLS  # ... and of a second pass's round
 
 
 def twin_of(batch):
@@ -38,22 +30,21 @@ def twin_of(batch):
     return tensorflow().data.Dataset.from_tensors(batch).repeat()
 
 
-def side_steps(left_s: float, call_s: float, *, sides: int, warmup: int, most: int = MAX_STEP_CALLS) -> int:
-    """Timed steps per side (MIN_STEP_BATCHES at least) such that plan.TARGET_ROUNDS rounds of ``sides`` sides,
-    each ``warmup`` untimed steps and these, fit left_s at call_s per step (``most`` calls a side at most)."""
-    return max(MIN_STEP_BATCHES, fitting(left_s / TARGET_ROUNDS, sides * call_s, least=1, most=most) - warmup)
+def side_steps(left_s: float, call_s: float, *, warmup: int, most: int = MAX_STEP_CALLS) -> int:
+    """Timed steps per side (MIN_STEP_BATCHES at least) such that TARGET_ROUNDS rounds of two sides, each
+    ``warmup`` untimed steps and these, fit left_s at call_s per step (``most`` calls a side at most)."""
+    return max(MIN_STEP_BATCHES, fitting(left_s / TARGET_ROUNDS, 2 * call_s, least=1, most=most) - warmup)
 
 
 class InputBoundStage:
-    """The step fed by ``dataset`` vs by ``twin`` (twin_of a batch it read), in rounds of the module's contract.
-    call_s: the step's steady seconds per call, which size the first pass's rounds; fresh(dataset): a side's fresh
-    iterator. run(stage) is one pass; a second adds rounds, sized by the seconds per step measured."""
+    """The step fed by ``dataset`` vs by ``twin``; call_s (the step's steady seconds a call) sizes the first
+    pass's rounds, those measured a second's; fresh(dataset): a side's fresh iterator."""
 
     def __init__(self, step: StepModel, call_s: float, dataset, twin, *, warmup: int,
                  fresh: Callable[[object], Iterator]):
         self.call_s, self.warmup = call_s, warmup
-        self.measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, batches=MIN_STEP_BATCHES,
-                                            twin=twin, twin_first=True, fresh=fresh)
+        self.measurement = InputBoundRounds(step=step, dataset=dataset, warmup=warmup, twin=twin,
+                                            batches=MIN_STEP_BATCHES, twin_first=True, fresh=fresh)
 
     def measured(self) -> InputBound | None:
         """The rounds so far; None before the first."""
@@ -70,35 +61,33 @@ class InputBoundStage:
         return more_rounds_for(self.figure() if self.measured() is not None else None)
 
     def one_round(self, batches: int) -> None:
-        """One round, both sides, ``batches`` timed steps each."""
         self.measurement.batches = batches
         self.measurement.one_round()
 
     def run(self, stage: Stage) -> InputBoundFigures | None:
-        """One pass: rounds until the share is decided or the stage's share is spent; the figures of all passes."""
+        """One pass: rounds until the share is decided or the stage's share spent; all passes' figures."""
         warmup, so_far = self.warmup, self.measured()
-        call_s = self.call_s if so_far is None else statistics.median(so_far.real_round_s + so_far.synthetic_round_s)
-        batches = side_steps(stage.left_s(), call_s, sides=2, warmup=warmup,
+        call_s = (self.call_s if so_far is None
+                  else statistics.median(so_far.real_round_s + so_far.synthetic_round_s))
+        batches = side_steps(stage.left_s(), call_s, warmup=warmup,
                              most=MAX_STEP_CALLS if so_far is None else MAX_STEP_CALLS_AGAIN)
         round_s = 2 * (warmup + batches) * call_s
-        stage.planned(f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} untimed + "
-                       f"{batches} timed steps of about {call_s:.3g} s (about {round_s:.1f} s per round), until the "
-                       "share is decided")
+        stage.planned(f"rounds of the synthetic twin and the pipeline, each a fresh iterator, {warmup} "
+                      f"untimed + {batches} timed steps of about {call_s:.3g} s (about {round_s:.1f} s per "
+                      "round), until the share is decided")
         stage.rounds_until_decided(lambda index: self.one_round(batches), decided=self.decided,
                                    first_estimate_s=round_s)
         stage.status = status_from(self.decided(), self.measurement.rounds)
         return self.figures()
 
     def figures(self) -> InputBoundFigures | None:
-        """The rounds so far as InputBoundFigures (None before the first): the share and the wait share as
-        estimates; the class of the share's median, "undecided" while the share is undecided."""
+        """The rounds so far (None before the first); the class of the share "undecided" while it is."""
         measured = self.measured()
         if measured is None:
             return None
         share = self.figure()
-        label = stats.classify_input_bound(share.median)
-        if not share.decided:
-            label = "undecided"
+        label = stats.classify_input_bound(share.median)  # raises on a NaN median, decided or not
+        label = label if share.decided else "undecided"
         return InputBoundFigures(share=share, classification=label, t_real=measured.t_real,
                                  t_synthetic=measured.t_synthetic, real_round_s=measured.real_round_s,
                                  synthetic_round_s=measured.synthetic_round_s, batches=measured.batches,

@@ -1,12 +1,7 @@
-"""The padding fix of a diagnosis: length bucketing instead of padding to a fixed length, timed on the
-user's own step at the real length distribution (a step's cost that grows with frames is what padding wastes).
-
-The samples of PADDING_BATCHES batches are split apart on the host, each sample's audio cut to its true length
-(speech.canonical_batch's: the length tensor, or the content where that tensor says the padded length) and its
-length tensor set to it; TensorFlow's ``bucket_by_sequence_length`` then batches them again: BUCKETS buckets
-bounded at the quantiles of the true lengths, the pipeline's batch size, each batch padded (with zeros) to its
-own longest, every sample kept. Every other component goes along with its sample as sliced from its batch (text
-tokens keep their padding in that batch), padded by the same op to each new batch's longest."""
+"""The padding fix: length bucketing instead of padding to a fixed length, timed on the user's own step at the
+real lengths (a step's cost that grows with frames is what padding wastes): the samples of PADDING_BATCHES
+batches, each one's audio cut to its true length, batched again by bucket_by_sequence_length in BUCKETS
+buckets at the quantiles of the true lengths, each padded to its own longest; the rest goes as sliced."""
 
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ from perfsuite.tools.diagnose.fixes import NotApplicable
 from perfsuite.tools.diagnose.streams import Stream
 from perfsuite.tools.diagnose.targets import one_line_error
 
-PADDING_BATCHES = 16  # batches taken from the pipeline once: their samples fed to the step padded and bucketed
+PADDING_BATCHES = 16  # batches taken from the pipeline once: their samples fed to the step padded, bucketed
 BUCKETS = 4  # length buckets, bounded at the quantiles of the true lengths
 
 
@@ -33,9 +28,8 @@ def true_lengths(batches: list, layout) -> list[np.ndarray]:
 
 
 def boundaries(lengths: np.ndarray, buckets: int = BUCKETS) -> list[int]:
-    """Bucket boundaries (bucket_by_sequence_length's: bucket i holds lengths in [b[i-1], b[i])) at the
-    quantiles of lengths, strictly increasing, none at or below the shortest (no bucket left empty at the
-    bottom): at most buckets - 1 of them."""
+    """At most buckets - 1 bucket boundaries (bucket i holds lengths in [b[i-1], b[i])) at the quantiles of
+    lengths, strictly increasing, none at or below the shortest (no bucket left empty at the bottom)."""
     lengths = np.asarray(lengths)
     if lengths.size == 0:
         return []
@@ -44,9 +38,7 @@ def boundaries(lengths: np.ndarray, buckets: int = BUCKETS) -> list[int]:
 
 
 def bucketed(batches: list, layout, *, batch_size: int, buckets: int = BUCKETS) -> list:
-    """Every sample of batches, cut to its true length as the module docstring says, batched again by
-    bucket_by_sequence_length: boundaries at the quantiles of the true lengths, batch_size a batch, each padded
-    to its own longest, none dropped. Raises what TensorFlow raises when a batch does not split into samples."""
+    """Every sample of batches bucketed as the module says, batch_size a batch (TensorFlow's error if not)."""
     tf = tensorflow()
     lengths = true_lengths(batches, layout)
     edges = boundaries(np.concatenate(lengths), buckets)
@@ -76,44 +68,20 @@ def _words(buckets: int) -> str:
 
 
 class PaddingComparison:
-    """The step on the samples of PADDING_BATCHES batches of the pipeline as it pads them ('before') vs bucketed
-    by length ('after', see bucketed), after a warm-up round (a tf.function step traces each new shape once);
-    rate: samples per second of the step over whole passes of its side's batches. Not applicable without a
-    step, an audio component (not ragged) with padding past each batch's longest, batches that split into
-    samples, or when the step refuses a bucketed batch."""
+    """The step on PADDING_BATCHES batches as the pipeline pads them ('before') vs bucketed ('after'), after a
+    warm-up round (a tf.function step traces each new shape once). Applicable with a step, non-ragged audio
+    padded past each batch's longest, batches that split into samples, and a step that takes them bucketed."""
 
     name = "padding"
     warmup_rounds = 1
 
-    def __init__(self, step: StepModel | None, dataset, spec: str, *, layout, padding,
-                 buckets: int = BUCKETS):
+    def __init__(self, step: StepModel | None, dataset, spec: str, *, layout, padding):
         self.step, self.dataset, self.spec, self.layout, self.padding = step, dataset, spec, layout, padding
-        self.buckets = buckets
-        self.words = _words(buckets)
+        self.words = _words(BUCKETS)
         self.unit = f"samples/s of the step on the samples of {PADDING_BATCHES} of the pipeline's batches"
-        self.sides: dict[str, list] = {}
-        self.samples = 0  # on each side: bucketing keeps every sample
+        self.sides, self.samples = {}, 0  # samples: on each side (bucketing keeps every sample)
 
     def prepare(self) -> None:
-        self._check()
-        stream = Stream(self.dataset, self.spec)
-        padded = [stream.next() for _ in range(PADDING_BATCHES)]
-        stream.close()
-        try:
-            lengths = np.concatenate(true_lengths(padded, self.layout))
-            after = bucketed(padded, self.layout, batch_size=leading_dim(padded[0]), buckets=self.buckets)
-        except Exception as error:  # noqa: BLE001 -- a batch TensorFlow cannot split into samples: said
-            raise NotApplicable(f"the batches could not be split into samples: {one_line_error(error)}") from None
-        for batch in {_shapes(batch): batch for batch in reversed(after)}.values():  # each shape traced once now
-            try:
-                self.step.call_s(batch)
-            except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said
-                raise NotApplicable(f"the step refused the bucketed batches: {one_line_error(error)}") from None
-        self.words = _words(len(boundaries(lengths, self.buckets)) + 1)
-        self.unit = f"samples/s of the step on {lengths.size} of the pipeline's samples"
-        self.sides, self.samples = {"before": padded, "after": after}, lengths.size
-
-    def _check(self) -> None:
         if self.step is None:
             raise NotApplicable("needs --step: the gain is the step's")
         if self.layout is None or self.layout.mel is None:
@@ -122,9 +90,27 @@ class PaddingComparison:
             raise NotApplicable("the audio is ragged: its batches hold no padding")
         if self.padding is None or self.padding.beyond_longest <= 0:
             raise NotApplicable("no padding past each batch's longest clip was measured")
+        stream = Stream(self.dataset, self.spec)
+        padded = [stream.next() for _ in range(PADDING_BATCHES)]
+        stream.close()
+        try:
+            lengths = np.concatenate(true_lengths(padded, self.layout))
+            after = bucketed(padded, self.layout, batch_size=leading_dim(padded[0]))
+        except Exception as error:  # noqa: BLE001 -- a batch TensorFlow cannot split into samples: said
+            why = one_line_error(error)
+            raise NotApplicable(f"the batches could not be split into samples: {why}") from None
+        for batch in {_shapes(batch): batch for batch in reversed(after)}.values():  # each shape traced now
+            try:
+                self.step.call_s(batch)
+            except Exception as error:  # noqa: BLE001 -- the user's step may refuse another length: said
+                why = one_line_error(error)
+                raise NotApplicable(f"the step refused the bucketed batches: {why}") from None
+        self.words = _words(len(boundaries(lengths)) + 1)
+        self.unit = f"samples/s of the step on {lengths.size} of the pipeline's samples"
+        self.sides, self.samples = {"before": padded, "after": after}, lengths.size
 
     def rate(self, side: str, read_s: float) -> float:
-        """Samples per second of the step over whole passes of the side's batches, for at least read_s."""
+        """Samples per second of the step over whole passes of the side's batches, read_s at least."""
         batches, passes, seconds = self.sides[side], 0, 0.0
         while passes == 0 or seconds < read_s:
             seconds += self.step.calls(iter(batches), count=len(batches)).seconds

@@ -1,5 +1,4 @@
-"""The time budget of a diagnosis: its split across stages, the stages as they run and their rounds
-(measure.rounds.until_decided), progress events, and the log that checkpoints what was measured after each stage."""
+"""A diagnosis's time budget, its stages and their rounds, progress events, and the checkpointed stage log."""
 
 from __future__ import annotations
 
@@ -23,15 +22,11 @@ from perfsuite.verdict.diagnosis_figures import (
 
 TARGET_ROUNDS = 6  # rounds are sized so that this many fit a share: the range of 6 covers the median at 97 %
 MIN_STEP_BATCHES = 3  # timed steps per side of an input-bound round, at least ...
-MAX_STEP_CALLS = 64  # ... and step calls per side or mode of a round, at most (a fast step gets longer rounds)
-FEED_SEARCH_SHARE = 0.6  # of a pipeline's share of the feed stage: the search; the rest, a round at the step
-FEED_ROUND_SAMPLES = 32  # utilisation samples of that round: the cycle detector's minimum
-MIN_FEED_S = 0.5  # a feed-rate search needs more than this share
+MAX_STEP_CALLS = 64  # ... and step calls per side of a round, at most (a fast step gets longer rounds)
 
 
 def split_budget(total_s: float, needs: Mapping[str, float]) -> dict[str, float]:
-    """total_s split across the stages in proportion to what each needs (weights > 0), in needs' order.
-    Nothing left (total_s <= 0) gives every stage 0 s."""
+    """total_s (0 if negative) split across the stages in proportion to needs (weights > 0), in its order."""
     for name, need in needs.items():
         if not need > 0:
             raise ValueError(f"needs[{name!r}]: expected a weight > 0, found {need!r}")
@@ -40,29 +35,26 @@ def split_budget(total_s: float, needs: Mapping[str, float]) -> dict[str, float]
 
 
 def status_from(decided: bool, rounds: int) -> str:
-    """A stage's status from all its rounds (both passes of a resumed stage): DECIDED, TOO_SHORT or UNDECIDED."""
+    """A stage's status from all its rounds (both passes of a resumed stage)."""
     if decided:
         return DECIDED
     return TOO_SHORT if rounds < MIN_ROUNDS else UNDECIDED
 
 
 def status_of(outcome: RoundsOutcome) -> str:
-    """status_from of one pass's rounds."""
     return status_from(outcome.decided, outcome.rounds)
 
 
 def more_rounds(rounds: int, width: float, allowed: float) -> float:
-    """Rounds more (at least 1, and up to MIN_ROUNDS in all) that would narrow an interval of `width` over
-    `rounds` rounds to `allowed`, as an interval of the median narrows as 1/sqrt(rounds); inf when nothing
-    narrower than 0 decides it (a median on the boundary)."""
+    """Rounds more (at least 1, MIN_ROUNDS in all) to narrow an interval of `width` over `rounds` rounds to
+    `allowed`, as a median's interval narrows as 1/sqrt(rounds); inf when allowed <= 0 (on a boundary)."""
     if allowed <= 0:
         return math.inf
     return float(max(1, MIN_ROUNDS - rounds, math.ceil(max(rounds, 1) * (width / allowed) ** 2) - rounds))
 
 
 def more_rounds_for(figure) -> float:
-    """more_rounds for a RoundsEstimate judged against its boundaries (None: no round yet, MIN_ROUNDS): its
-    interval must leave the nearest boundary it straddles out."""
+    """more_rounds for a RoundsEstimate (None: no round yet) to leave out the nearest boundary it straddles"""
     if figure is None:
         return float(MIN_ROUNDS)
     if not figure.straddles:
@@ -73,8 +65,7 @@ def more_rounds_for(figure) -> float:
 
 @dataclass(frozen=True)
 class Resumable:
-    """A stage that can run again: run(stage) -> the parts it measured (all its rounds, both passes),
-    more_rounds() -> how many more rounds it is estimated to need to decide (inf: no estimate)."""
+    """A stage that runs again: run(stage) -> its parts over all passes; more_rounds() -> inf when unknown."""
 
     run: Callable[[Stage], dict]
     more_rounds: Callable[[], float]
@@ -82,9 +73,7 @@ class Resumable:
 
 @dataclass(frozen=True)
 class Event:
-    """One progress report. kind: 'plan' (the split of the budget), 'start', 'note', 'round' or 'end'.
-    share_s: the stage's share of the budget (None for the run as a whole); spent_s: seconds spent in
-    the stage; left_s: seconds left of the run's budget."""
+    """A progress report of kind 'plan', 'start', 'note', 'round' or 'end'; share_s None for the whole run."""
 
     stage: str
     kind: str
@@ -98,19 +87,15 @@ Progress = Callable[[Event], None]
 
 
 def no_progress(event: Event) -> None:
-    """The progress callback that reports nothing (the default when no one listens)."""
+    """The progress callback that reports nothing."""
 
 
 class Budget:
-    """A run's budget: its clock, the time left, and each stage's share of what is left as it starts, in
-    proportion to needs (what a stage leaves unspent goes to the stages after it)."""
+    """A run's clock and time left; each stage's share of what is left as it starts, in proportion to needs"""
 
     def __init__(self, total_s: float, needs: Mapping[str, float], clock: Callable[[], float]):
-        self.total_s = float(total_s)
-        self.clock = clock
-        self.start = clock()
-        self.needs = dict(needs)
-        self.pending = list(needs)
+        self.total_s, self.clock, self.start = float(total_s), clock, clock()
+        self.needs, self.pending = dict(needs), list(needs)
 
     def elapsed_s(self) -> float:
         return self.clock() - self.start
@@ -119,36 +104,26 @@ class Budget:
         return self.total_s - self.elapsed_s()
 
     def plan(self, held: tuple[str, ...] = ()) -> dict[str, float]:
-        """What is left split over the stages still pending and the stages `held` (ran, still undecided: their
-        part stays left for a second pass)."""
+        """What is left split over the stages pending and `held` (ran undecided: kept for a second pass)."""
         return split_budget(self.left_s(), {name: self.needs[name] for name in (*self.pending, *held)})
 
     def take(self, name: str, *, held: tuple[str, ...] = ()) -> float:
-        """name's share of what is left (plan(held)); name is then no longer pending."""
+        """name's share of plan(held); name is then no longer pending."""
         share = self.plan(held)[name]
         self.pending.remove(name)
         return share
 
 
 class Stage:
-    """A stage as it runs: its share, clock, progress reports and rounds; the stage function sets plan and status.
-    reserve_s: seconds of the share kept back from its rounds for what follows them (closing its iterators can take
-    seconds: an earlier pass's tail_s()), so that a pass ends within its share."""
+    """A stage as it runs: its share, clock, progress and rounds; its function sets plan and status.
+    reserve_s: kept from its rounds for what follows them (closing iterators: an earlier pass's tail_s())."""
 
     def __init__(self, name: str, share_s: float, budget: Budget, progress: Progress, reserve_s: float = 0.0):
-        self.name = name
-        self.share_s = share_s
-        self.reserve_s = reserve_s
-        self.plan = ""
-        self.status = DONE
-        self.rounds = 0
-        self._budget = budget
-        self._progress = progress
-        self._start = budget.clock()
-        self._in_rounds_s = 0.0
-        self._rounds_need_s: float | None = None
+        self.name, self.share_s, self.reserve_s = name, share_s, reserve_s
+        self.plan, self.status, self.rounds = "", DONE, 0
+        self._budget, self._progress, self._start = budget, progress, budget.clock()
+        self._in_rounds_s, self._rounds_need_s, self._rounds_end = 0.0, None, None
         self._running_rounds = 0  # rounds of an until_decided still going (an interrupt's record counts them)
-        self._rounds_end: float | None = None
 
     def spent_s(self) -> float:
         return self._budget.clock() - self._start
@@ -157,14 +132,14 @@ class Stage:
         return self.share_s - self.reserve_s - self.spent_s()
 
     def tail_s(self) -> float:
-        """Seconds from the end of its last rounds to now (0 without rounds)."""
+        """Seconds since its last rounds ended (0 without rounds)."""
         return 0.0 if self._rounds_end is None else self._budget.clock() - self._rounds_end
 
     def tell(self, kind: str, message: str) -> None:
         self._progress(Event(self.name, kind, message, self.share_s, self.spent_s(), self._budget.left_s()))
 
     def planned(self, plan: str, status: str | None = None) -> None:
-        """The stage's plan, in words, kept and told; status, where given, set with it."""
+        """The stage's plan in words, kept and told; status, where given, set with it."""
         self.plan = plan
         self.tell("note", plan)
         if status is not None:
@@ -173,28 +148,30 @@ class Stage:
     def rounds_until_decided(self, one_round: Callable[[int], None], *, decided: Callable[[], bool],
                              share_s: float | None = None, first_estimate_s: float | None = None,
                              warmup_rounds: int = 0, what: str = "") -> RoundsOutcome:
-        """rounds.until_decided (at least MIN_ROUNDS, at most MAX_ROUNDS) within share_s (default: what is
-        left of the stage's share), reporting each round."""
+        """rounds.until_decided within share_s (default: what is left of the share), each round told."""
         def on_round(rounds, spent_s):
             self._running_rounds = rounds
             self.tell("round", f"{what}round {rounds} measured" if rounds else f"{what}warm-up round done")
 
-        outcome = until_decided(one_round, decided=decided, limit_s=self.left_s() if share_s is None else share_s,
-                                max_rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS, clock=self._budget.clock,
-                                first_estimate_s=first_estimate_s, warmup_rounds=warmup_rounds, on_round=on_round)
+        limit_s = self.left_s() if share_s is None else share_s
+        outcome = until_decided(one_round, decided=decided, limit_s=limit_s, max_rounds=MAX_ROUNDS,
+                                min_rounds=MIN_ROUNDS, clock=self._budget.clock, on_round=on_round,
+                                first_estimate_s=first_estimate_s, warmup_rounds=warmup_rounds)
         self.rounds += outcome.rounds
         self._running_rounds = 0
         self._in_rounds_s += outcome.seconds
         self._rounds_end = self._budget.clock()
         if outcome.round_s is not None:
-            self._rounds_need_s = (self._rounds_need_s or 0.0) + (warmup_rounds + MIN_ROUNDS) * outcome.round_s
+            need_s = (warmup_rounds + MIN_ROUNDS) * outcome.round_s
+            self._rounds_need_s = (self._rounds_need_s or 0.0) + need_s
         return outcome
 
     def record(self, status: str | None = None) -> StageRecord:
-        needs = None if self._rounds_need_s is None else self.spent_s() - self._in_rounds_s + self._rounds_need_s
+        need_s = self._rounds_need_s
+        needs = None if need_s is None else self.spent_s() - self._in_rounds_s + need_s
         return StageRecord(name=self.name, share_s=self.share_s, spent_s=self.spent_s(),
-                           rounds=self.rounds + self._running_rounds, status=status or self.status, plan=self.plan,
-                           needs_s=needs)
+                           rounds=self.rounds + self._running_rounds, status=status or self.status,
+                           plan=self.plan, needs_s=needs)
 
 
 def worst_status(statuses) -> str:
@@ -204,19 +181,14 @@ def worst_status(statuses) -> str:
 
 
 class StageLog:
-    """A diagnosis as it is measured: its parts so far and the stages that ran. snapshot() is
-    make(complete=, elapsed_s=, stages=, **parts); after each stage it goes to checkpoint, so an interrupted run
-    keeps it."""
+    """A diagnosis as measured: its parts and stage records, snapshot() checkpointed after each stage."""
 
     def __init__(self, *, make: Callable[..., Any], parts: dict[str, Any], budget: Budget, progress: Progress,
                  checkpoint: Callable[[Any], None] | None):
-        self.make = make
-        self.parts = dict(parts)
-        self.budget = budget
-        self.progress = progress
+        self.make, self.parts, self.budget, self.progress = make, dict(parts), budget, progress
         self.checkpoint = checkpoint
         self.stages: list[StageRecord] = []
-        self.tails: dict[str, float] = {}  # per stage, the longest tail_s() of its passes: a later pass's reserve
+        self.tails: dict[str, float] = {}  # per stage, its passes' longest tail_s(): a later pass's reserve
 
     def snapshot(self, *, complete: bool):
         return self.make(complete=complete, elapsed_s=self.budget.elapsed_s(), stages=tuple(self.stages),
@@ -227,11 +199,11 @@ class StageLog:
             self.checkpoint(self.snapshot(complete=complete))
 
     def tell_plan(self, *, after: str = "checking the data") -> None:
-        plan = self.budget.plan()
-        split = ", ".join(f"{name.replace('_', '-')} {share:.0f} s" for name, share in plan.items())
-        self.progress(Event("plan", "plan", f"budget {self.budget.total_s:.0f} s, {self.budget.left_s():.0f} s "
-                                            f"left after {after}: {split} (a stage that decides early leaves its "
-                                            "time to the next)", None, 0.0, self.budget.left_s()))
+        budget = self.budget
+        split = ", ".join(f"{name.replace('_', '-')} {share:.0f} s" for name, share in budget.plan().items())
+        message = (f"budget {budget.total_s:.0f} s, {budget.left_s():.0f} s left after {after}: {split} "
+                   "(a stage that decides early leaves its time to the next)")
+        self.progress(Event("plan", "plan", message, None, 0.0, budget.left_s()))
 
     def stage(self, name: str, *, held: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[Stage]:
         """The stage `name` with its share of what is left (the stages `held` keep their part of it)."""
@@ -239,33 +211,32 @@ class StageLog:
         return self._running(stage, f"share {stage.share_s:.0f} s", index=len(self.stages))
 
     def undecided(self) -> list[str]:
-        """The stages that ended with too few rounds or a figure undecided, in the order they ran."""
+        """The stages that ended TOO_SHORT or UNDECIDED, in the order they ran."""
         return [record.name for record in self.stages if record.status in (TOO_SHORT, UNDECIDED)]
 
     def again(self, name: str, *, share_s: float | None = None) -> contextlib.AbstractContextManager[Stage]:
-        """The undecided stage `name` once more, with share_s (default: all the budget left); its record becomes
-        one record of both passes (shares, time and rounds added, the last status)."""
+        """The undecided stage `name` once more, with share_s (default: all the budget left)."""
         stage = Stage(name, self.budget.left_s() if share_s is None else share_s, self.budget, self.progress,
                       reserve_s=self.tails.get(name, 0.0))
         index = next(i for i, record in enumerate(self.stages) if record.name == name)
         kept = (f", {stage.reserve_s:.0f} s of it kept for what followed its rounds last time"
                 if stage.reserve_s >= 1 else "")
-        return self._running(stage, f"again, with {stage.share_s:.0f} s of the time the other stages left{kept}",
-                             index=index, first=self.stages[index])
+        start = f"again, with {stage.share_s:.0f} s of the time the other stages left{kept}"
+        return self._running(stage, start, index=index, first=self.stages[index])
 
     @contextlib.contextmanager
     def _running(self, stage: Stage, start: str, *, index: int, first: StageRecord | None = None
                  ) -> Iterator[Stage]:
-        """stage as it runs; its record is kept at index and checkpointed when it ends, also when it is interrupted
-        (then marked INTERRUPTED and the interrupt goes on). After a first pass, one record of both: shares, seconds
-        and rounds added, the second's status, and the time it needs (it knows the longest round) plus the first's."""
+        """stage as it runs, its record kept at index and checkpointed as it ends or is interrupted (then
+        INTERRUPTED, raised on). After a first pass, one record of both: shares, seconds and rounds added, the
+        second's status, needs_s the second's (it knows the longest round) after the first's seconds."""
         def keep(status: str | None = None) -> StageRecord:
             self.tails[stage.name] = max(self.tails.get(stage.name, 0.0), stage.tail_s())
             record = stage.record(status)
             if first is not None:
-                record = replace(record, share_s=first.share_s + record.share_s, spent_s=first.spent_s + record.spent_s,
-                                 rounds=first.rounds + record.rounds,
-                                 plan=f"{first.plan}; then again: {record.plan}" if record.plan else first.plan,
+                plan = f"{first.plan}; then again: {record.plan}" if record.plan else first.plan
+                record = replace(record, share_s=first.share_s + record.share_s, plan=plan,
+                                 spent_s=first.spent_s + record.spent_s, rounds=first.rounds + record.rounds,
                                  needs_s=None if record.needs_s is None else first.spent_s + record.needs_s)
             self.stages[index:index + 1] = [record]
             self.save()
@@ -282,11 +253,9 @@ class StageLog:
                    + ("" if first is None else ", both passes"))
 
     def resume(self, passes: Mapping[str, Resumable]) -> None:
-        """The budget left after every stage ran, spent on the undecided stages among `passes`: the nearest to
-        deciding first (its estimated seconds to decide), each given what is left less what the stages after it
-        are estimated to need; a stage that decides sooner leaves the rest to the next. A stage with no estimate
-        gets at least a fair part of what is left: one with no round yet goes first, one whose figure sits on a
-        boundary goes last. A stage still undecided then records the time it is estimated to need (needs_s)."""
+        """The budget left spent on the undecided stages among `passes`, nearest to deciding first, each given
+        what is left less what those after it need; one with no estimate gets a fair part at least (no round
+        yet: first; on a boundary: last). One still undecided records what it needs (needs_s)."""
         pending = [name for name in self.undecided() if name in passes]
         while pending and self.budget.left_s() > 0:
             needs = {name: self._seconds_to_decide(self._record(name), passes[name]) for name in pending}
@@ -297,8 +266,9 @@ class StageLog:
             if math.isinf(needs[name]):  # on a boundary: what is left, shared with the other such stages
                 share = fair
             else:
-                share = max(min(needs[name], left), left - sum(needs[n] for n in pending if math.isfinite(needs[n])))
-                share = share if self._record(name).rounds else max(share, fair)  # no round yet: no estimate either
+                after = sum(needs[n] for n in pending if math.isfinite(needs[n]))
+                share = max(min(needs[name], left), left - after)
+                share = share if self._record(name).rounds else max(share, fair)  # no round: no estimate
             with self.again(name, share_s=share) as stage:
                 self.parts.update(passes[name].run(stage))
         for index, record in enumerate(self.stages):
@@ -312,8 +282,7 @@ class StageLog:
 
     @staticmethod
     def _seconds_to_decide(record: StageRecord, resumable: Resumable) -> float:
-        """The rounds the stage is estimated to need more, at the seconds its rounds took so far (inf: no
-        estimate; 0 with no round yet: it goes first)."""
+        """Seconds of the rounds it needs more at its rounds' pace so far (inf: no estimate; 0: no round)."""
         if not record.rounds:
             return 0.0
         more = resumable.more_rounds()

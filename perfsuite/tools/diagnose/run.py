@@ -253,8 +253,7 @@ def _feed_stage(stage: Stage, start: Startup, settings: DiagnoseSettings, throug
         stream = Stream(start.pipeline.dataset.repeat(), start.name, drain=start.drain)
         return (canonical_batch(batch, layout) for batch in stream) if canonical else stream
 
-    figures = feed_stage(stage, {start.name: batches}, step_time=settings.step_time)
-    return figures[0] if figures else None
+    return feed_stage(stage, start.name, batches, step_time=settings.step_time)
 
 
 def _with_verdicts(diagnosis: Diagnosis) -> Diagnosis:

@@ -1,5 +1,4 @@
-"""Stages of a diagnosis that are functions of their Stage, returning their figures as records: the emulated
-feed, the preset's sweep, the profiler trace; and GPU sampling around a stage."""
+"""The stages that are functions of their Stage (the emulated feed, the sweep, the trace); GPU sampling."""
 
 from __future__ import annotations
 
@@ -10,26 +9,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from perfsuite.measure.emulated import (  # no TensorFlow
-    DEFAULT_MEL,
-    MIN_INTERVAL_S,
-    EmulatedRunConfig,
-    FeedRateConfig,
-    emulated_stats,
-    feed_rate,
-    parse_step_time,
-    run_emulated,
-)
+from perfsuite.measure import emulated  # no TensorFlow
 from perfsuite.measure.rounds import InterleavedRounds
-from perfsuite.tools.diagnose.plan import (
-    FEED_ROUND_SAMPLES,
-    FEED_SEARCH_SHARE,
-    MIN_FEED_S,
-    Stage,
-    split_budget,
-    status_of,
-    worst_status,
-)
+from perfsuite.tools.diagnose.plan import Stage, split_budget, status_of, worst_status
 from perfsuite.verdict.diagnosis import feed_words
 from perfsuite.verdict.diagnosis_figures import (
     DECIDED,
@@ -48,68 +30,51 @@ from perfsuite.verdict.diagnosis_figures import (
     estimate,
 )
 
-
-def _dataset_rounds(reads: dict, *, warmup: int) -> InterleavedRounds:
-    """Interleaved rounds (A B C, C B A, ...) of reads, {label: (name, dataset, timed batches)}: each a fresh
-    iterator, its first `warmup` batches untimed (timing.measure_dataset). The first round of all is a short
-    warm-up (start-up, first file reads: one batch each), whose time only sizes the next round."""
-    from perfsuite.measure import timing
-
-    def measure(label):
-        name, dataset, batches = reads[label]
-        return timing.measure_dataset(dataset=dataset, name=name, warmup_batches=warmup,
-                                      measure_batches=1 if rounds.warming_up else batches)
-
-    rounds = InterleavedRounds({label: functools.partial(measure, label) for label in reads}, warmup_rounds=1)
-    return rounds
+FEED_SEARCH_SHARE = 0.6  # of the feed stage's share: the search; the rest, a round at the step
+FEED_ROUND_SAMPLES = 32  # utilisation samples of that round: the cycle detector's minimum
+MIN_FEED_S = 0.5  # a feed-rate search needs more than this share
 
 
-def feed_stage(stage: Stage, sources: dict[str, Callable[[], Iterator]], *, step_time: str | None,
-               mel_config=DEFAULT_MEL) -> tuple[FeedFigures, ...]:
-    """Each source ({label: a function that starts its endless batch iterator}) against an emulated accelerator:
-    its feed rate, then a round at step_time; what is left of the share, once the iterator is started (a
-    pipeline's may drain its buffers first), split evenly over the sources still to measure. A source left with
-    MIN_FEED_S or less ends the stage TOO_SHORT, saying so."""
-    stage.planned(f"{len(sources)} pipeline(s): a feed-rate search each, then a round at the {step_time} step")
-    out = []
-    for index, (label, start) in enumerate(sources.items()):
-        batches = start()
-        share_s = stage.left_s() / (len(sources) - index)
-        if share_s <= MIN_FEED_S:
-            stage.planned(f"{label}: no time left for a feed-rate search once its iterator started (draining its "
-                          f"buffers, where it does, can take the whole share): {stage.left_s():.1f} s left", TOO_SHORT)
-            return tuple(out)
-        figures = feed_figures(batches, label=label, step_time=step_time, share_s=share_s, mel_config=mel_config)
-        out.append(figures)
-        stage.rounds += 1
-        stage.tell("round", f"{label}: {feed_words(figures)}")
-    stage.status = DECIDED if all(f.keeps_busy is not None for f in out) else UNDECIDED
-    return tuple(out)
+def feed_stage(stage: Stage, label: str, start: Callable[[], Iterator], *, step_time: str | None
+               ) -> FeedFigures | None:
+    """feed_figures of the batches start() gives in what is left once it started (it may drain buffers
+    first); MIN_FEED_S or less left ends the stage TOO_SHORT, saying so."""
+    stage.planned(f"1 pipeline(s): a feed-rate search each, then a round at the {step_time} step")
+    batches = start()
+    share_s = stage.left_s()
+    if share_s <= MIN_FEED_S:
+        stage.planned(f"{label}: no time left for a feed-rate search once its iterator started (draining its "
+                      "buffers, where it does, can take the whole share): "
+                      f"{stage.left_s():.1f} s left", TOO_SHORT)
+        return None
+    figures = feed_figures(batches, label=label, step_time=step_time, share_s=share_s)
+    stage.rounds += 1
+    stage.tell("round", f"{label}: {feed_words(figures)}")
+    stage.status = DECIDED if figures.keeps_busy is not None else UNDECIDED
+    return figures
 
 
-def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s: float,
-                 mel_config=DEFAULT_MEL) -> FeedFigures:
-    """The feed rate of an endless batch iterator (a search of FEED_SEARCH_SHARE of share_s), then one
-    round at step_time (None: no round), of FEED_ROUND_SAMPLES utilisation samples where the rest of
-    share_s holds them, else of its minimum batches (too short to detect a cycle). A step the batches
-    cannot give (a per-frame preset on batches without mel_len) leaves the round out, with the reason."""
-    result = feed_rate(source, config=FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s), mel_config=mel_config)
+def feed_figures(source: Iterator, *, label: str, step_time: str | None, share_s: float) -> FeedFigures:
+    """An endless batch iterator's feed rate (FEED_SEARCH_SHARE of share_s), then a round at step_time (None:
+    none) of FEED_ROUND_SAMPLES samples where the rest holds them; a step it cannot give says why."""
+    result = emulated.feed_rate(source, config=emulated.FeedRateConfig(budget_s=FEED_SEARCH_SHARE * share_s))
     no_round = functools.partial(FeedFigures, pipeline=label, feed=result, step_time=step_time, step_s=None,
                                  keeps_busy=None, round=None, stats=None, timeline=None)
     if step_time is None:
         return no_round(reason="no step time given (--step-time)")
-    step = parse_step_time(step_time)
+    step = emulated.parse_step_time(step_time)
     try:
         first_step_s = step.seconds(next(source))
     except ValueError as error:
         return no_round(reason=f"step {step_time}: {error}; give --step-time SECONDS for a fixed step")
-    fits = FEED_ROUND_SAMPLES * max(first_step_s, MIN_INTERVAL_S) <= (1 - FEED_SEARCH_SHARE) * share_s
-    run = run_emulated(source, step=step, mel_config=mel_config, config=EmulatedRunConfig(
+    round_s = FEED_ROUND_SAMPLES * max(first_step_s, emulated.MIN_INTERVAL_S)
+    fits = round_s <= (1 - FEED_SEARCH_SHARE) * share_s
+    run = emulated.run_emulated(source, step=step, config=emulated.EmulatedRunConfig(
         batches=8, warmup_batches=1, min_samples=FEED_ROUND_SAMPLES if fits else 0))
     step_s = statistics.median(run.step_s)
     return FeedFigures(pipeline=label, feed=result, step_time=step_time, step_s=step_s,
                        keeps_busy=keeps_busy(result.step_s, result.step_low_s, result.step_high_s, step_s),
-                       round=run.figures(), stats=emulated_stats(run), timeline=run.timeline)
+                       round=run.figures(), stats=emulated.emulated_stats(run), timeline=run.timeline)
 
 
 def keeps_busy(fed_s: float | None, low_s: float | None, high_s: float | None, step_s: float) -> bool | None:
@@ -135,26 +100,34 @@ def sweep_stage(stage: Stage, loader, settings: DiagnoseSettings) -> tuple[Sweep
     """Both SWEEP_AXES, the stage's share split between them by their number of points."""
     weights = {axis: float(len(sweep_points(axis, settings))) for axis in SWEEP_AXES}
     stage.planned(f"tf_native WAV samples/s at {int(weights['workers'])} worker counts, then at "
-                   f"{int(weights['batch_size'])} batch sizes, in interleaved rounds after a warm-up round; the "
-                   "share split by points")
+                  f"{int(weights['batch_size'])} batch sizes, in interleaved rounds after a warm-up round; "
+                  "the share split by points")
     found = []
     for axis in SWEEP_AXES:
-        share = split_budget(stage.left_s(), weights)[axis]
+        found.append(_sweep_axis(stage, axis, loader, settings, split_budget(stage.left_s(), weights)[axis]))
         weights.pop(axis)
-        found.append(_sweep_axis(stage, axis, loader, settings, share))
     stage.status = worst_status(status for _, status in found)
     return tuple(figures for figures, _ in found if figures is not None)
 
 
 def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, share_s: float):
-    """(SweepAxis or None without a measured round, status): tf_native WAV samples/s at every point of the axis
-    in interleaved rounds until every point's ratio to the current one is decided or share_s is spent. On the
-    batch-size axis a round reads about as many samples at every point (2 batches at least), so they take as long."""
+    """(SweepAxis or None, status): samples/s at every point of the axis in interleaved rounds of fresh
+    iterators, after a warm-up round of a batch a point (start-up, reads) that sizes the next, until every
+    ratio to the current point is decided. Batch sizes read about as many samples (2 batches at least)."""
+    from perfsuite.measure import timing
+
     points, current = sweep_points(axis, settings), getattr(settings, axis)
-    batches = {point: settings.batches if axis == "workers" else max(2, round(settings.batches * current / point))
-               for point in points}
-    rounds = _dataset_rounds({point: (f"sweep-{axis}-{point}", loader(**{axis: point}),
-                                      batches[point]) for point in points}, warmup=settings.warmup)
+    batches = {point: settings.batches if axis == "workers" else
+               max(2, round(settings.batches * current / point)) for point in points}
+    datasets = {point: loader(**{axis: point}) for point in points}
+
+    def measure(point):
+        return timing.measure_dataset(dataset=datasets[point], name=f"sweep-{axis}-{point}",
+                                      warmup_batches=settings.warmup,
+                                      measure_batches=1 if rounds.warming_up else batches[point])
+
+    rounds = InterleavedRounds({point: functools.partial(measure, point) for point in points},
+                               warmup_rounds=1)
 
     def figures() -> SweepAxis | None:
         if not rounds.orders:
@@ -170,12 +143,10 @@ def _sweep_axis(stage: Stage, axis: str, loader, settings: DiagnoseSettings, sha
     return figures(), status_of(outcome)
 
 
-def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: dict | None = None) -> SweepAxis:
-    """One sweep axis from per-round samples/s ({point: [per round]}, the same rounds for every point):
-    per point the median, range, relative spread and interval over the rounds and, for every point but
-    the current one, the same-round ratios to the current point with their paired test (stats.paired_gain:
-    significant means faster beyond the round-to-round noise) and their RoundsEstimate against
-    SWEEP_BOUNDARIES. order: the points' order in each round; batches: {point: steady batches per round}."""
+def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: dict | None = None
+                  ) -> SweepAxis:
+    """One sweep axis from samples/s {point: [per round]}: per point their figures and, but for the current
+    point, the same rounds' ratios to it, paired (stats.paired_gain) and against SWEEP_BOUNDARIES."""
     from perfsuite.measure import stats
 
     if current not in values:
@@ -186,23 +157,21 @@ def sweep_figures(*, axis: str, current: int, values: dict, order=(), batches: d
         median = float(statistics.median(per_round))
         gain = ratio = None
         if point != current:
-            paired = stats.paired_gain(candidate=per_round, reference=values[current], alpha=SWEEP_ALPHA,
-                                       min_effect=SWEEP_MIN_GAIN, min_win_share=SWEEP_MIN_WIN_SHARE)
-            gain, ratio = paired, estimate(paired.ratios, SWEEP_BOUNDARIES)
+            gain = stats.paired_gain(candidate=per_round, reference=values[current], alpha=SWEEP_ALPHA,
+                                     min_effect=SWEEP_MIN_GAIN, min_win_share=SWEEP_MIN_WIN_SHARE)
+            ratio = estimate(gain.ratios, SWEEP_BOUNDARIES)
+        low, high = min(per_round), max(per_round)
         points.append(SweepPoint(point=point, current=point == current, batches=(batches or {}).get(point),
-                                 samples_per_s=median, samples_per_s_low=min(per_round),
-                                 samples_per_s_high=max(per_round),
-                                 samples_per_s_spread=(max(per_round) - min(per_round)) / median,
-                                 samples_per_s_rounds=per_round, interval=estimate(per_round), vs_current=gain,
-                                 ratio=ratio))
+                                 samples_per_s=median, samples_per_s_low=low, samples_per_s_high=high,
+                                 samples_per_s_spread=(high - low) / median, samples_per_s_rounds=per_round,
+                                 interval=estimate(per_round), vs_current=gain, ratio=ratio))
     return SweepAxis(axis=axis, current=current, rounds=len(values[current]), min_gain=SWEEP_MIN_GAIN,
                      min_win_share=SWEEP_MIN_WIN_SHARE, alpha=SWEEP_ALPHA, points=tuple(points),
                      order=tuple(tuple(labels) for labels in order))
 
 
 def trace_stage(stage: Stage, step, call_s: float, dataset, trace_dir: Path, steps: int) -> str | None:
-    """A TensorBoard profiler trace of `steps` steady steps (two untimed steps first) when they fit the share;
-    otherwise TOO_SHORT and no trace."""
+    """A profiler trace of `steps` steady steps after two untimed where they fit the share, else TOO_SHORT."""
     from perfsuite._tensorflow import tensorflow
 
     need_s = (2 + steps) * call_s
@@ -239,8 +208,8 @@ def gpu_sampled(work: Callable[[], Any]) -> tuple[Any, GpuFigures]:
         result = work()
     if sampler is None:
         return result, GpuFigures(available=False, reason=reason)
+    timeline = sampler.timeline
     try:
-        return result, GpuFigures(available=True, stats=gpu_stats(sampler.timeline), timeline=sampler.timeline)
+        return result, GpuFigures(available=True, stats=gpu_stats(timeline), timeline=timeline)
     except ValueError as error:  # sampled, but no utilisation sample fell in the window
-        return result, GpuFigures(available=True, reason=str(error), timeline=sampler.timeline)
-
+        return result, GpuFigures(available=True, reason=str(error), timeline=timeline)

@@ -1,8 +1,5 @@
-"""Reading a user's dataset in its steady state, never a buffer (docs/diagnose.md, "Steady state, not a
-buffer"): a stage reads an iterator made for it, first drained untimed of the warm-up batches and of what its
-buffers hold ready (buffered_elements); one that sat idle between rounds is drained again before each round.
-Read as fast as it can be, a buffer only empties.
-"""
+"""A user's dataset read in its steady state, never a buffer (docs/diagnose.md): an iterator per stage,
+drained untimed of the warm-up and of what its buffers hold ready, and again before a round after idling."""
 
 from __future__ import annotations
 
@@ -16,22 +13,16 @@ from perfsuite.workload.pipeline_model import read_pipeline
 
 
 def buffered_elements(dataset) -> int:
-    """At most how many elements the buffers of a tf.data.Dataset or a Pipeline already read hold ready
-    (PipelineModel.buffered_elements)."""
-    pipeline = read_pipeline(dataset)
-    return pipeline.model.buffered_elements()
+    """At most how many elements the buffers of a tf.data.Dataset or a Pipeline already read hold ready."""
+    return read_pipeline(dataset).model.buffered_elements()
 
 
 class Stream:
-    """Batches of a dataset from one iterator, made when the Stream is and then drained of `drain` elements
-    (what a stage times comes after them); a new pass begins when it ends (counted in restarts); an error inside
-    the user's pipeline becomes a TargetError naming it."""
+    """Batches of a dataset from one iterator, made with the Stream and drained of `drain` elements; a new
+    pass begins when one ends (restarts); an error in the user's pipeline becomes a TargetError naming it."""
 
     def __init__(self, dataset, spec: str, *, drain: int = 0):
-        self._dataset = dataset
-        self._spec = spec
-        self._iterator = iterate(dataset)
-        self.restarts = 0
+        self._dataset, self._spec, self._iterator, self.restarts = dataset, spec, iterate(dataset), 0
         self.drain(drain)
 
     def __iter__(self):
@@ -39,8 +30,7 @@ class Stream:
 
     @property
     def iterator(self):
-        """The tf.data iterator now read (None once closed), for what it reports of itself (tf.data's model); not
-        to be kept: its teardown in the background needs the only reference."""
+        """The tf.data iterator read (None if closed); not to keep: its teardown needs the only reference."""
         iterator = self._iterator
         return iterator._iterator if isinstance(iterator, BackgroundTeardown) else iterator
 
@@ -56,18 +46,18 @@ class Stream:
             except Exception as error:  # noqa: BLE001 -- the user's pipeline may raise anything: named
                 raise TargetError("--pipeline", self._spec, "a dataset whose batches can be read",
                                   one_line_error(error)) from None
-        raise TargetError("--pipeline", self._spec, "a dataset that yields at least one batch", "an empty dataset")
+        raise TargetError("--pipeline", self._spec, "a dataset that yields at least one batch",
+                          "an empty dataset")
 
     next = __next__
 
     def drain(self, count: int) -> None:
-        """count elements read and dropped, untimed (what the buffers filled while the iterator waited)."""
+        """count elements read and dropped, untimed."""
         for _ in range(count):
             self.next()
 
     def close(self) -> None:
-        """The iterator dropped now; its teardown (tens of seconds at times: docs/measurement.md, "Iterator
-        teardowns off the main thread") runs on measure.teardown's thread, so no stage's time waits for it."""
+        """The iterator dropped now; its teardown, seconds at times, runs on measure.teardown's thread."""
         self._iterator = None
 
 

@@ -1,12 +1,6 @@
-"""The pipeline alone, as diagnose measures it: steady throughput in rounds of a fresh, drained
-iterator (the start-up and the step's first calls kept apart); its record (Throughput) is in
-verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py.
-
-A round reads its batches back to back and its rate is samples per wall-clock second over the round. The
-batches' content (padding, audio) is read after the round, from every batch (evenly spaced ones where they
-would hold more than ANALYSED_BYTES); the buffers refill meanwhile, so before the next round the iterator is
-drained of what they can have refilled (the analysis's seconds at the round's batch rate, at most what they
-hold)."""
+"""The pipeline's steady throughput: rounds of batches read back to back from a fresh, drained iterator, their
+content (padding, audio) read after the round (evenly spaced batches beyond ANALYSED_BYTES); the next round
+first drains what the buffers can have refilled meanwhile (at its batch rate, at most what they hold)."""
 
 from __future__ import annotations
 
@@ -20,12 +14,7 @@ from perfsuite.measure.speech import FrameCounter
 from perfsuite.measure.stats import detect_cycle
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, samples_in, timed_next
-from perfsuite.verdict.diagnosis_figures import (
-    MIN_ROUNDS,
-    VARIATION_BOUNDARIES,
-    RoundsEstimate,
-    estimate,
-)
+from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, VARIATION_BOUNDARIES, RoundsEstimate, estimate
 from perfsuite.verdict.pipeline_figures import Throughput
 
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
@@ -35,16 +24,15 @@ ANALYSED_BYTES = 256 * 2**20  # a round's batches kept for their content read af
 
 
 class ThroughputRounds:
-    """Rounds of steady batches from a fresh iterator made when a pass starts, until the per-round rate is
-    known to within THROUGHPUT_PRECISION or the share is spent. A second pass adds rounds to the first."""
+    """Rounds of steady batches until the rate is known within THROUGHPUT_PRECISION; run() is one pass."""
 
-    def __init__(self, dataset, spec: str, first_s: float, warmup_s: tuple[float, ...], *, layout: BatchLayout,
-                 drain: int):
-        self.dataset, self.spec, self.first_s, self.warmup_s, self.drain = dataset, spec, first_s, warmup_s, drain
-        self.layout, self.frames, self.unit, self.restarts = layout, FrameCounter(layout=layout), "batches", 0
+    def __init__(self, dataset, spec: str, first_s: float, warmup_s: tuple[float, ...], *,
+                 layout: BatchLayout, drain: int):
+        self.dataset, self.spec, self.first_s, self.warmup_s = dataset, spec, first_s, warmup_s
+        self.layout, self.frames, self.drain = layout, FrameCounter(layout=layout), drain
+        self.unit, self.restarts, self.batches = "batches", 0, None  # batches: a round's, once a pass sets it
         self.rounds: list[list[float]] = []  # per round: its rate, then each batch's seconds
         self.audio: list[float] = []
-        self.batches: int | None = None
 
     def _rate(self) -> RoundsEstimate | None:
         return estimate([r[0] for r in self.rounds]) if self.rounds else None
@@ -67,9 +55,10 @@ class ThroughputRounds:
         batch_s_estimate = statistics.median(measured)
         self.batches = batches = fitting(stage.left_s() / TARGET_ROUNDS, batch_s_estimate,
                                          least=MIN_THROUGHPUT_BATCHES, most=MAX_THROUGHPUT_BATCHES)
-        stage.planned(f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), then "
-                       f"rounds of {batches} steady batches, about {batches * batch_s_estimate:.1f} s each, until the "
-                       f"rate is known to within ±{THROUGHPUT_PRECISION:.0%}")
+        round_s = batches * batch_s_estimate
+        stage.planned(f"a fresh iterator, {self.drain} batches drained (warm-up and what its buffers hold), "
+                      f"then rounds of {batches} steady batches, about {round_s:.1f} s each, until the rate "
+                      f"is known to within ±{THROUGHPUT_PRECISION:.0%}")
         stream = Stream(self.dataset, self.spec, drain=self.drain)
         refilled = [0]  # batches the buffers may have refilled while the last round's batches were analysed
 
@@ -91,16 +80,17 @@ class ThroughputRounds:
             self.rounds.append([rate, *times])
             analysed = time.perf_counter()
             self._analyse(kept, rate)
-            refilled[0] = min(self.drain, math.ceil((time.perf_counter() - analysed) * batches / spent) + 1)
+            analysed_s = time.perf_counter() - analysed
+            refilled[0] = min(self.drain, math.ceil(analysed_s * batches / spent) + 1)
 
-        stage.rounds_until_decided(one_round, decided=self.precise, first_estimate_s=batches * batch_s_estimate)
+        stage.rounds_until_decided(one_round, decided=self.precise, first_estimate_s=round_s)
         stream.close()
         self.restarts += stream.restarts
         stage.status = status_from(self.precise(), len(self.rounds))
         return self.figures()
 
     def _analyse(self, kept: list, rate: float) -> None:
-        """The kept batches' frames; the round's audio seconds per second: its rate x their audio per sample."""
+        """The kept batches' frames; the round's audio seconds a second: its rate x their audio a sample."""
         noted, seen = len(self.frames.real), 0
         for batch in kept:
             seen += self.frames(batch)
@@ -110,13 +100,14 @@ class ThroughputRounds:
     def figures(self) -> Throughput:
         rounds, frames = self.rounds, self.frames
         batch_s = tuple(s for r in rounds for s in r[1:])
-        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit, rate=self._rate(),
-                          variation=estimate([statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds],
-                                             VARIATION_BOUNDARIES) if rounds else None,
-                          batches_per_round=self.batches or 0, batch_s=batch_s,
-                          round_batches=tuple(len(r) - 1 for r in rounds),
-                          cycle=detect_cycle(batch_s) if batch_s else None, restarts=self.restarts,
-                          audio_s_per_s=estimate(self.audio) if rounds and len(self.audio) == len(rounds) else None,
+        variation = [statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds]
+        audio = rounds and len(self.audio) == len(rounds)
+        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit,
+                          rate=self._rate(), batches_per_round=self.batches or 0, batch_s=batch_s,
+                          variation=estimate(variation, VARIATION_BOUNDARIES) if rounds else None,
+                          round_batches=tuple(len(r) - 1 for r in rounds), restarts=self.restarts,
+                          cycle=detect_cycle(batch_s) if batch_s else None,
+                          audio_s_per_s=estimate(self.audio) if audio else None,
                           padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
                           padding=frames.figures())
 
