@@ -1,7 +1,6 @@
 """The one round driver: the orders of interleaved runs, and rounds added until decided within a limit."""
 
 import ast
-import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +22,7 @@ from perfsuite.measure.rounds import (
     rotated,
     until_decided,
 )
+from perfsuite.pytest_plugin import recorder as recorder_module
 from perfsuite.pytest_plugin.profiles import PROFILES
 from perfsuite.pytest_plugin.recorder import Recorder, SessionContext
 
@@ -173,12 +173,20 @@ def _recorder(profile, *, undecided: bool) -> Recorder:
 
 
 def _compare_order(recorder, *, warm: bool) -> tuple[list[str], list[str]]:
-    calls = []
+    """The compare's rounds on a fake clock that each side moves by its seconds: the budget's arithmetic,
+    not this machine's load, decides how many rounds run."""
+    calls, clock = [], FakeClock()
 
     def side(label, seconds):
-        return lambda: calls.append(label) or time.sleep(seconds) or seconds
+        def run():
+            calls.append(label)
+            clock.now += seconds
+            return seconds
+        return run
 
-    result = recorder.compare("xla_over_graph_ratio", a=side("a", 0.002), b=side("b", 0.004), warm=warm)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recorder_module, "time", SimpleNamespace(perf_counter=clock))
+        result = recorder.compare("xla_over_graph_ratio", a=side("a", 0.002), b=side("b", 0.004), warm=warm)
     return ["".join(calls[i:i + 2]).upper() for i in range(0, len(calls), 2)], list(result.order)
 
 
