@@ -384,11 +384,6 @@ def _not_material(gain: RoundsEstimate) -> str:
     return f"too small to call for a change: its interval does not lie above {MATERIAL_GAIN:.2f}x"
 
 
-def fix_refused_finding(name: str, why: str | None) -> DiagnosisFinding:
-    """A change perfsuite considered and could not apply to this pipeline, with why."""
-    return DiagnosisFinding(f"{FIX_TOPIC}{name}", f"{name}: not applied ({why})", {"applied": False}, None)
-
-
 def declined(gain: RoundsEstimate | None) -> bool:
     """Whether a measured gain was found not worth its change: enough rounds to decide, and not material."""
     return gain is not None and gain.rounds >= MIN_ROUNDS and not material(gain)
