@@ -104,10 +104,8 @@ def _more_budget(stage: fig.StageRecord, budget_s: float, what: str = f"for {MIN
 
 def input_bound_finding(topic: str, name: str, figures: fig.InputBoundFigures,
                         recommendation: str) -> DiagnosisFinding:
-    """The input-bound share of the step fed by name with the wait share beside it; recommendation only for a
-    share decided input-bound, and an undecided share says why."""
-    figure, label = figures.share, figures.classification
-    share = figure.median
+    """The input-bound share of the step fed by name; recommendation only for a share decided input-bound."""
+    figure, label, share = figures.share, figures.classification, figures.share.median
     evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
     why = why_undecided(figure, percent)
     if why:
@@ -122,8 +120,8 @@ def input_bound_finding(topic: str, name: str, figures: fig.InputBoundFigures,
 
 
 def wait_words(figures: fig.InputBoundFigures) -> str:
-    """The wait share beside the input-bound share (schema 8 on): a share the step does not wait for is the
-    pipeline's CPU contention."""
+    """The wait share beside the input-bound share (schema 8 on): on a CPU-only machine, a share the step does
+    not wait for is the pipeline's CPU contention."""
     if figures.wait is None:
         return ""
     wait = figures.wait.median
@@ -141,7 +139,10 @@ def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, bat
     said, suffix = ("", "") if name is None else (f"{name}: ", f"-{name}")
     evidence = {**(estimate_evidence("variation", variation) if variation is not None else {}), "batches": batches,
                 "cycle_period": None if cycle is None else cycle.period}
-    explained = _structure_of(cycle, structure or {})
+    explained = None
+    if cycle is not None and cycle.significant and cycle.period:  # at a period of structure, or a multiple
+        explained = next((words for period, words in sorted((structure or {}).items())
+                          if any(cycle.period == period * k for k in STRUCTURE_MULTIPLES)), None)
     if explained is not None:
         return DiagnosisFinding(f"cycle{suffix}", f"{said}per-batch times repeat every {cycle.period} batches: the "
                                 f"pipeline's own structure, {explained}; not a stall",
@@ -160,14 +161,6 @@ def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, bat
 
 
 STRUCTURE_MULTIPLES = (1, 2, 3)  # a cycle at a structure's period times one of these is that structure
-
-
-def _structure_of(cycle: Cycle | None, structure: dict[int, str]) -> str | None:
-    """The structure (in words) whose period a significant cycle has, or a small multiple of; None otherwise."""
-    if cycle is None or not cycle.significant or not cycle.period:
-        return None
-    return next((words for period, words in sorted(structure.items())
-                 if any(cycle.period == period * k for k in STRUCTURE_MULTIPLES)), None)
 
 
 def point_label(axis: str, point: int) -> str:
@@ -222,8 +215,7 @@ def _sweep_verdict(figures: fig.SweepAxis) -> DiagnosisFinding | None:
 
 
 def feed_verdict(figures: fig.FeedFigures) -> DiagnosisFinding:
-    """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval, the
-    round at the step as evidence; a stand-in step (stand_in_step) is said first."""
+    """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval."""
     label, feed = figures.pipeline, figures.feed
     evidence = {"feed_step_s": feed.step_s, "feed_step_low_s": feed.step_low_s, "feed_step_high_s": feed.step_high_s,
                 "feed_steps_per_s": feed.steps_per_s, "feed_audio_s_per_s": feed.audio_s_per_s}
@@ -282,26 +274,16 @@ PER_AUDIO_SECOND = ("audio_s_per_s", "float_ops_per_audio_s", "feed_audio_s_per_
 # What each recommendation pushes, by its finding's topic (a key ending in '-' covers every topic it begins). A
 # finding that recommends must have its topic here: contradictions() refuses one that does not.
 PUSHES: dict[str, tuple[str, ...]] = {
-    "batch": ("perfsuite-options",),
-    "stage-": ("longer-budget",),
-    "input-bound": ("faster-input",),
-    "bottleneck": ("longer-budget", "quiet-machine"),
-    "fix-prefetch": ("more-prefetch",),
-    "fix-map-parallelism": ("more-parallelism",),
-    "fix-cache": ("cache", "more-memory"),
-    "fix-padding": ("less-padding",),
-    "python-op": ("graph-ops",),
-    "prefetch": ("more-prefetch",),
-    "prefetch-to-device": ("prefetch-to-device-last",),
-    "parallelism": ("more-parallelism",),
-    "read-parallelism": ("parallel-reads",),
-    "fix-read-parallelism": ("parallel-reads",),
+    "batch": ("perfsuite-options",), "stage-": ("longer-budget",), "input-bound": ("faster-input",),
+    "bottleneck": ("longer-budget", "quiet-machine"), "python-op": ("graph-ops",),
+    "prefetch": ("more-prefetch",), "fix-prefetch": ("more-prefetch",),
+    "parallelism": ("more-parallelism",), "fix-map-parallelism": ("more-parallelism",),
+    "read-parallelism": ("parallel-reads",), "fix-read-parallelism": ("parallel-reads",),
+    "fixed-padding": ("less-padding",), "fix-padding": ("less-padding",),
+    "cache-order": ("cache-before-repeat",), "fix-cache": ("cache", "more-memory"),
     "fix-capacity-split": ("parallelism-split",),  # the capacity model's calls per stage: more or fewer
-    "cache-order": ("cache-before-repeat",),
-    "fixed-padding": ("less-padding",),
-    "retracing": ("fewer-traces",),
-    "cycle": ("more-prefetch", "more-parallelism"),
-    "feed-": ("faster-input", "more-parallelism", "more-prefetch"),
+    "prefetch-to-device": ("prefetch-to-device-last",), "cycle": ("more-prefetch", "more-parallelism"),
+    "retracing": ("fewer-traces",), "feed-": ("faster-input", "more-parallelism", "more-prefetch"),
 }
 # The step retraced (the retracing finding, pipeline_findings.py): one trace for every length, never padding back
 # to a fixed shape, which [fixed-padding] and the padding fix push against.
@@ -336,8 +318,7 @@ def gain_words(gain: RoundsEstimate) -> str:
 
 
 def fix_finding(name: str, words: str, unit: str | None, gain: RoundsEstimate | None) -> DiagnosisFinding:
-    """A change applied to the pipeline and measured (gain: after / before per round; None: no round fit):
-    'apply it' only for a material gain, else why not."""
+    """A change applied and measured (gain: after / before per round): 'apply it' only for a material gain."""
     topic = f"{FIX_TOPIC}{name}"
     if gain is None:
         return DiagnosisFinding(topic, f"{words}: applied, but no measured round fit the time left",
@@ -402,8 +383,7 @@ def pushes(finding: DiagnosisFinding) -> tuple[str, ...] | None:
 
 
 def deferred_to_measured(findings: list[DiagnosisFinding]) -> list[DiagnosisFinding]:
-    """findings, a recommendation pushing where a measured change went dropped if every such change was
-    declined, else naming the measurement."""
+    """findings, a recommendation pushing where a measured change went dropped if declined, else naming it."""
     changes = [f for f in findings if measured_change(f)]
     return [_deferred(f, changes) if not measured_change(f) else f for f in findings]
 
@@ -445,8 +425,7 @@ def stand_in_step(figures: fig.FeedFigures) -> bool:
 
 
 def frame_assumed(finding: DiagnosisFinding, layout: BatchLayout | None) -> DiagnosisFinding:
-    """finding opened with the seconds per frame assumed, where a figure rests on them (PER_AUDIO_SECOND) and
-    the user gave none (--frame-hop-s)."""
+    """finding opened with the seconds per frame assumed, where a figure rests on them and none was given."""
     if (layout is None or layout.frame_source == FRAME_GIVEN
             or all(finding.evidence.get(key) is None for key in PER_AUDIO_SECOND)):
         return finding

@@ -9,12 +9,7 @@ from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.verdict import diagnosis as wording
 from perfsuite.verdict.capacity import capacity_verdicts
-from perfsuite.verdict.diagnosis_figures import (
-    DiagnosisFinding,
-    InputBoundFigures,
-    RoundsEstimate,
-    format_figure,
-)
+from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate, format_figure
 from perfsuite.verdict.diagnosis_record import Diagnosis
 from perfsuite.verdict.pipeline_figures import (
     Bottleneck,
@@ -38,12 +33,11 @@ INCONSISTENT_SHARE = 0.5
 
 
 def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
-    """The findings of a diagnosis, the changes measured on this pipeline first (ranked_changes). A graph
-    finding recommends its change only when the step is measured to wait for input, and defers to a change
-    measured here that went its way; the feed verdict at a stand-in step is left out when --step is given."""
+    """The findings of a diagnosis, the changes measured on this pipeline first (ranked_changes); a graph
+    finding recommends its change only when the step is measured to wait for input (when_waiting)."""
     bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
     waits = None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
-    judged = {"waits": waits, "why_not": _no_change_because(bound, target),
+    judged = {"waits": waits, "why_not": _no_change_because(diagnosis),
               "share": None if bound is None else bound.share}
     out = [*(wording.data_verdicts(diagnosis.data) if diagnosis.data is not None else []),
            *wording.stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)]
@@ -78,9 +72,10 @@ def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
     return changes + rest
 
 
-def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
+def _no_change_because(diagnosis: Diagnosis) -> str:
     """Why a graph finding calls for no change: the input-bound share not measured, undecided, or low."""
-    if target.step is None:
+    bound = diagnosis.input_bound
+    if diagnosis.target.step is None:
         return "whether it costs training time needs --step (the input-bound share)"
     if bound is None:
         return "the input-bound share was not measured (no time)"
@@ -279,8 +274,7 @@ def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
 def graph_findings(graph: GraphFindings, *, padding: PaddingFigures | None, not_measured: str | None = None,
                    waits: bool | None = None, why_not: str = "", share: RoundsEstimate | None = None,
                    ) -> list[DiagnosisFinding]:
-    """The graph as it runs and what in it to change; waits, why_not and share as when_waiting takes them,
-    not_measured as fixed_padding_finding takes it."""
+    """The graph as it runs and what in it to change; waits, why_not and share as when_waiting takes them."""
     found = [DiagnosisFinding("graph", f"as it runs: {graph.chain_words()}",
                               {"last_stage": graph.last_stage, "read_from": graph.read_from}, None)]
     if after := graph.after_prefetch_to_device:
@@ -312,10 +306,9 @@ def graph_findings(graph: GraphFindings, *, padding: PaddingFigures | None, not_
 
 def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[str, ...],
                           not_measured: str | None = None, *, buckets: bool = False) -> DiagnosisFinding | None:
-    """Padding to a fixed length when at least FIXED_PADDING_WASTE of the padded frames lie past each
-    batch's longest sample, else None; graph_shapes (the graph's fixed padded_batch stages in words) are
-    named without a figure where no batches were measured (not_measured says why). buckets: the pipeline
-    already batches by length, so it is never told to bucket."""
+    """Padding to a fixed length when at least FIXED_PADDING_WASTE of the padded frames lie past each batch's
+    longest sample, else None; graph_shapes (fixed padded_batch stages) are named without a figure where no
+    batches were measured (not_measured says why). With buckets, the pipeline is never told to bucket."""
     shapes = "; ".join(graph_shapes)
     evidence = {"padded_batch": shapes or None}
     if padding is None:
