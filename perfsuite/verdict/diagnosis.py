@@ -62,8 +62,7 @@ STOPPED_EARLY = 0.8  # an undecided stage at its most rounds that spent less of 
 
 
 def stage_verdicts(stages: tuple[fig.StageRecord, ...], *, budget_s: float) -> list[DiagnosisFinding]:
-    """A finding for each stage interrupted, too short, or undecided (its share spent, or its rounds at their
-    most with time left, when no longer budget would decide it)."""
+    """A finding for each stage interrupted, too short or undecided, with the budget to decide it if any."""
     out = []
     for stage in stages:
         share, rounds, narrows = f"{stage.share_s:.0f} s share", stage.rounds, "a longer --budget narrows the intervals"
@@ -254,7 +253,7 @@ def gpu_verdicts(gpu: fig.GpuFigures) -> list[DiagnosisFinding]:
 
 
 def feed_words(figures: fig.FeedFigures) -> str:
-    """'feeds steps down to 3.1 ms (327 steps/s, interval 275-463)' or why there is no figure."""
+    """The feed rate in words ('feeds steps down to ... ms (... steps/s, ...)') or why there is no figure."""
     feed = figures.feed
     if feed.step_s is None:
         return f"kept no step up to {feed.step_low_s * 1e3:.4g} ms >= 90 % busy"
@@ -432,6 +431,5 @@ def frame_assumed(finding: DiagnosisFinding, layout: BatchLayout | None) -> Diag
     hint = "" if "--frame-hop-s" in layout.frame_source else "; --frame-hop-s gives yours"
     assumed = f"assuming {layout.frame_s:.4g} s of audio per frame ({layout.frame_source}{hint})"
     words = finding.finding
-    words = (f"{assumed}, and {words.removeprefix('assuming ')}" if words.startswith("assuming ")
-             else f"{assumed}: {words}")
-    return replace(finding, finding=words)
+    return replace(finding, finding=f"{assumed}, and {words.removeprefix('assuming ')}"
+                   if words.startswith("assuming ") else f"{assumed}: {words}")

@@ -16,8 +16,6 @@ from perfsuite.verdict.pipeline_figures import (
     FixGain,
     GraphFindings,
     StageShare,
-    StepRun,
-    Target,
     Throughput,
     WorkFigures,
 )
@@ -29,9 +27,6 @@ FIXED_PADDING_WASTE = 0.10  # padded frames past each batch's longest sample, as
 INCONSISTENT_SHARE = 0.5
 
 
-# -------------------------------------------------------------------------------------- a diagnosis
-
-
 def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
     """The findings of a diagnosis, the changes measured on this pipeline first (ranked_changes); a graph
     finding recommends its change only when the step is measured to wait for input (when_waiting)."""
@@ -41,11 +36,9 @@ def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
               "share": None if bound is None else bound.share}
     out = [*(wording.data_verdicts(diagnosis.data) if diagnosis.data is not None else []),
            *wording.stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)]
-    if layout is not None:
-        out.append(layout_finding(layout))
+    out.append(layout_finding(layout) if layout is not None else None)
     out += _startup_verdicts(diagnosis)
-    if diagnosis.throughput is not None:
-        out += throughput_verdicts(diagnosis.throughput, graph.stages)
+    out += throughput_verdicts(diagnosis.throughput, graph.stages) if diagnosis.throughput is not None else []
     if target.step is None:
         out.append(DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to "
                                     "feed (--step MODULE:FUNCTION); throughput only", {}, None))
@@ -61,7 +54,7 @@ def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
     out += graph_findings(graph, padding=None if diagnosis.throughput is None else diagnosis.throughput.padding,
                           not_measured=layout.mel_rule if layout is not None and layout.mel is None
                           else "the throughput stage read no batches", **judged)
-    out += _shape_verdicts(graph, diagnosis.step, target)
+    out += _shape_verdicts(diagnosis)
     out += wording.sweep_verdicts(diagnosis.sweep)
     out += wording.gpu_verdicts(diagnosis.gpu) if diagnosis.gpu is not None else []
     if diagnosis.feed is not None and not (target.step and wording.stand_in_step(diagnosis.feed)):
@@ -100,7 +93,8 @@ def _startup_verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
                              "them", evidence, None)]
 
 
-def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[DiagnosisFinding]:
+def _shape_verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
+    graph, step, target = diagnosis.graph, diagnosis.step, diagnosis.target
     shapes, retraces = graph.dynamic_shapes, None if step is None else step.retraces
     if not shapes and not retraces:
         return []
@@ -206,16 +200,14 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
             continue
         words = ", ".join(f"{format_figure(value)} {key.replace('_', ' ')}" for key, value in fingerprint.work.items()
                           if key.startswith("float_ops"))
-        python = fingerprint.work.get("python_work_per_sample")
-        if python:
+        if python := fingerprint.work.get("python_work_per_sample"):
             words += f", {format_figure(python)} array elements through library calls per sample in Python bodies"
         evidence = dict(fingerprint.work)
         if per_audio_s is not None:
             evidence["float_ops_per_audio_s"] = per_audio_s
             words += f", {format_figure(per_audio_s)} float ops per audio s (measured audio)"
         finding = f"the {label}'s work: {words} (counted as {fingerprint.method.split('(')[0].strip()})"
-        unresolved = fingerprint.structure.get("unresolved_float_ops") or {}
-        if unresolved:
+        if unresolved := fingerprint.structure.get("unresolved_float_ops"):
             evidence["unresolved_float_ops"] = sum(unresolved.values())
             finding += ("; not counted, so the figure is a lower bound: "
                         + ", ".join(f"{count} {op}" for op, count in sorted(unresolved.items())))
@@ -252,8 +244,7 @@ def padding_source_words(padding: PaddingFigures) -> str:
 
 def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
                    fmt: Callable[[float], str] = format_figure, efficiency: float | None = None) -> DiagnosisFinding:
-    """Audio seconds per second (when measured) and the padding efficiency with the lengths' source; padding
-    None: a file from before the layout was recorded, with only its efficiency."""
+    """Audio seconds per second (when measured) and the padding efficiency; padding None: an older file's."""
     evidence, source = {"padding_efficiency": efficiency}, ""
     if padding is not None:
         evidence = {"padding_efficiency": padding.efficiency, "real_frames": padding.real_frames,
@@ -311,11 +302,10 @@ def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[st
     batches were measured (not_measured says why). With buckets, the pipeline is never told to bucket."""
     shapes = "; ".join(graph_shapes)
     evidence = {"padded_batch": shapes or None}
-    if padding is None:
-        if not shapes:
-            return None
-        return DiagnosisFinding("fixed-padding", f"{shapes} pads to a fixed length; its waste is not measured: "
-                                f"{not_measured or 'no batches were read'}", evidence, None)
+    if padding is None:  # no batches measured: the graph's fixed padded_batch stages alone, if any
+        return None if not shapes else DiagnosisFinding(
+            "fixed-padding", f"{shapes} pads to a fixed length; its waste is not measured: "
+            f"{not_measured or 'no batches were read'}", evidence, None)
     if padding.beyond_longest < FIXED_PADDING_WASTE:
         return None
     lengths = " or ".join(str(t) for t in padding.time_axes)
@@ -359,8 +349,7 @@ def python_op_finding(op: PythonOp, waits: bool | None, why_not: str,
 
 def prefetch_finding(last_stage: str | None, ends_with_prefetch: bool, inject_prefetch: bool, waits: bool | None,
                      why_not: str, share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """No prefetch after last_stage, the last real stage (None: no stage), as when_waiting words it; none is
-    recommended with inject_prefetch on, as tf.data then adds one at run time."""
+    """No prefetch after last_stage, the last real stage (None: no stage), as when_waiting words it."""
     if ends_with_prefetch or last_stage is None:
         return None
     finding = f"no prefetch at the end of the pipeline (the last real stage is {last_stage})"
