@@ -10,38 +10,17 @@ from dataclasses import replace
 from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.emulated import STEP_PRESETS
 from perfsuite.measure.stats import MODERATELY_INPUT_BOUND, Cycle
-from perfsuite.verdict.diagnosis_figures import (
-    GPU_IDLE_MEDIAN_PCT,
-    INTERRUPTED,
-    MATERIAL_GAIN,
-    MAX_ROUNDS,
-    MIN_ROUNDS,
-    SWEEP_ALPHA,
-    SWEEP_MIN_GAIN,
-    SWEEP_MIN_WIN_SHARE,
-    TOO_SHORT,
-    UNDECIDED,
-    UNSTABLE_VARIATION,
-    DataSummary,
-    DiagnosisFinding,
-    FeedFigures,
-    GpuFigures,
-    InputBoundFigures,
-    RoundsEstimate,
-    StageRecord,
-    SweepAxis,
-    format_figure,
-)
+from perfsuite.verdict import diagnosis_figures as fig
+from perfsuite.verdict.diagnosis_figures import MATERIAL_GAIN, MIN_ROUNDS, DiagnosisFinding, RoundsEstimate
 
 _times = "{:.2f}x".format
 percent = "{:.0%}".format  # a share in words: '12%'
 
 
-def why_undecided(figure: RoundsEstimate, fmt: Callable[[float], str] = format_figure) -> str | None:
-    """In words, why figure does not decide its class (too few rounds, or a boundary inside its
-    interval); None when it does."""
+def why_undecided(figure: RoundsEstimate, fmt: Callable[[float], str] = fig.format_figure) -> str | None:
+    """Why figure does not decide its class (too few rounds, a boundary in its interval); None if it does."""
     if figure.rounds < MIN_ROUNDS:
-        return f"{TOO_SHORT} ({figure.rounds} round(s); a decision needs {MIN_ROUNDS})"
+        return f"{fig.TOO_SHORT} ({figure.rounds} round(s); a decision needs {MIN_ROUNDS})"
     if figure.straddles:
         edges = " and ".join(fmt(b) for b in figure.straddles)
         return f"undecided: its interval {fmt(figure.low)}–{fmt(figure.high)} straddles the {edges} boundary"
@@ -57,7 +36,7 @@ def estimate_evidence(name: str, figure: RoundsEstimate) -> dict:
             "coverage": round(figure.coverage, 3)}
 
 
-def data_verdicts(data: DataSummary) -> list[DiagnosisFinding]:
+def data_verdicts(data: fig.DataSummary) -> list[DiagnosisFinding]:
     out = []
     if data.skipped:
         out.append(DiagnosisFinding("data", f"{data.skipped} unreadable file(s) skipped; measured on the rest",
@@ -82,23 +61,23 @@ MOST_BUDGET_FACTOR = 10  # a budget estimated beyond this many times the run's i
 STOPPED_EARLY = 0.8  # an undecided stage at its most rounds that spent less of its share stopped there, not at its time
 
 
-def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[DiagnosisFinding]:
-    """A finding for each stage that was interrupted, had too little time, or ended undecided: its share
-    spent, or its rounds at their most with time left (no longer budget would decide it then)."""
+def stage_verdicts(stages: tuple[fig.StageRecord, ...], *, budget_s: float) -> list[DiagnosisFinding]:
+    """A finding for each stage interrupted, too short or undecided, with the budget to decide it if any."""
     out = []
     for stage in stages:
         share, rounds, narrows = f"{stage.share_s:.0f} s share", stage.rounds, "a longer --budget narrows the intervals"
-        if stage.status == INTERRUPTED:
+        if stage.status == fig.INTERRUPTED:
             words, recommendation = "interrupted: the figures of this stage are missing", None
-        elif stage.status == TOO_SHORT:
-            words = f"{TOO_SHORT}: {rounds} round(s) in its {share}; a decision needs {MIN_ROUNDS}" + (
+        elif stage.status == fig.TOO_SHORT:
+            words = f"{fig.TOO_SHORT}: {rounds} round(s) in its {share}; a decision needs {MIN_ROUNDS}" + (
                 " for each of its figures" if rounds >= MIN_ROUNDS else "")  # split over parts (sweep axes, fixes)
             recommendation = _more_budget(stage, budget_s)
-        elif stage.status == UNDECIDED and rounds >= MAX_ROUNDS and stage.spent_s < STOPPED_EARLY * stage.share_s:
+        elif (stage.status == fig.UNDECIDED and rounds >= fig.MAX_ROUNDS
+              and stage.spent_s < STOPPED_EARLY * stage.share_s):
             words = (f"undecided after {rounds} rounds, the most its rounds take, in {stage.spent_s:.0f} s of its "
                      f"{share}: a figure sits on a class boundary (see the findings below)")
             recommendation = None
-        elif stage.status == UNDECIDED:
+        elif stage.status == fig.UNDECIDED:
             words = (f"its {share} was spent after {rounds} rounds, before every figure was decided (see the "
                      "findings below)")
             recommendation = (_more_budget(stage, budget_s, "to decide, as its intervals narrow", narrows)
@@ -111,7 +90,7 @@ def stage_verdicts(stages: tuple[StageRecord, ...], *, budget_s: float) -> list[
     return out
 
 
-def _more_budget(stage: StageRecord, budget_s: float, what: str = f"for {MIN_ROUNDS} rounds",
+def _more_budget(stage: fig.StageRecord, budget_s: float, what: str = f"for {MIN_ROUNDS} rounds",
                  otherwise: str = "raise --budget") -> str:
     if stage.needs_s is None or stage.share_s <= 0 or stage.needs_s <= stage.share_s:
         return otherwise
@@ -122,15 +101,14 @@ def _more_budget(stage: StageRecord, budget_s: float, what: str = f"for {MIN_ROU
     return f"raise --budget to about {budget} s (this stage needs about {stage.needs_s:.0f} s {what} on this machine)"
 
 
-def input_bound_finding(topic: str, name: str, figures: InputBoundFigures, recommendation: str) -> DiagnosisFinding:
-    """The input-bound share of the step fed by name: its class and interval, the wait share beside it, and
-    recommendation only for a share decided input-bound; an undecided share says why, with its median."""
-    figure, label = figures.share, figures.classification
-    share = figure.median
+def input_bound_finding(topic: str, name: str, figures: fig.InputBoundFigures,
+                        recommendation: str) -> DiagnosisFinding:
+    """The input-bound share of the step fed by name; recommendation only for a share decided input-bound."""
+    figure, label, share = figures.share, figures.classification, figures.share.median
     evidence = {**estimate_evidence("share", figure), "t_real_s": figures.t_real, "t_synthetic_s": figures.t_synthetic}
     why = why_undecided(figure, percent)
     if why:
-        at_median = "" if label == UNDECIDED else f" ({label} at the median)"
+        at_median = "" if label == fig.UNDECIDED else f" ({label} at the median)"
         return DiagnosisFinding(topic, f"{name}: {why}; median share {share:.0%}{at_median}{wait_words(figures)}",
                                 evidence, None, figure)
     lost = "waits for input" if figures.wait is None else "lost to input"  # a file before schema 8: its old words
@@ -140,9 +118,9 @@ def input_bound_finding(topic: str, name: str, figures: InputBoundFigures, recom
                             evidence, None if label == "not input-bound" else recommendation, figure)
 
 
-def wait_words(figures: InputBoundFigures) -> str:
-    """The wait share beside the input-bound share, where the run measured it (schema 8 on): on a
-    CPU-only machine a share the step does not wait for is the pipeline's CPU contention."""
+def wait_words(figures: fig.InputBoundFigures) -> str:
+    """The wait share beside the input-bound share (schema 8 on): on a CPU-only machine, a share the step does
+    not wait for is the pipeline's CPU contention."""
     if figures.wait is None:
         return ""
     wait = figures.wait.median
@@ -154,14 +132,16 @@ def wait_words(figures: InputBoundFigures) -> str:
 
 def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, batches: int,
                       name: str | None = None, structure: dict[int, str] | None = None) -> DiagnosisFinding | None:
-    """A significant cycle in the times of `batches` steady batches, else their per-round variation at or
-    above UNSTABLE_VARIATION; None for neither. name: a loader's, said first and ending the topic. structure:
-    the periods the pipeline's own structure makes (pipeline_model.structural_periods): a cycle at one of them,
-    or at a small multiple, is named as that structure, with no fix advised."""
+    """A significant cycle in the times of `batches` steady batches, else their variation at or above
+    UNSTABLE_VARIATION; None for neither. name: a loader's, said first and ending the topic. A cycle at
+    a period of structure (pipeline_model.structural_periods) or a small multiple is named as it, no fix."""
     said, suffix = ("", "") if name is None else (f"{name}: ", f"-{name}")
     evidence = {**(estimate_evidence("variation", variation) if variation is not None else {}), "batches": batches,
                 "cycle_period": None if cycle is None else cycle.period}
-    explained = _structure_of(cycle, structure or {})
+    explained = None
+    if cycle is not None and cycle.significant and cycle.period:  # at a period of structure, or a multiple
+        explained = next((words for period, words in sorted((structure or {}).items())
+                          if any(cycle.period == period * k for k in STRUCTURE_MULTIPLES)), None)
     if explained is not None:
         return DiagnosisFinding(f"cycle{suffix}", f"{said}per-batch times repeat every {cycle.period} batches: the "
                                 f"pipeline's own structure, {explained}; not a stall",
@@ -172,7 +152,7 @@ def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, bat
                                 {**evidence, "cycle_strength": cycle.strength, "cycle_threshold": cycle.threshold},
                                 "periodic stalls: a slow element every period (long files, GC, a shared disk); raise "
                                 "prefetch or parallelism so the stall is hidden")
-    if variation is None or variation.median < UNSTABLE_VARIATION:
+    if variation is None or variation.median < fig.UNSTABLE_VARIATION:
         return None
     return DiagnosisFinding(f"variation{suffix}", f"{said}per-batch times vary by {variation.median:.0%} of the mean "
                             f"({why_undecided(variation, percent) or span_words(variation, percent)})", evidence,
@@ -182,14 +162,6 @@ def variation_finding(cycle: Cycle | None, variation: RoundsEstimate | None, bat
 STRUCTURE_MULTIPLES = (1, 2, 3)  # a cycle at a structure's period times one of these is that structure
 
 
-def _structure_of(cycle: Cycle | None, structure: dict[int, str]) -> str | None:
-    """The structure (in words) whose period a significant cycle has, or a small multiple of; None otherwise."""
-    if cycle is None or not cycle.significant or not cycle.period:
-        return None
-    return next((words for period, words in sorted(structure.items())
-                 if any(cycle.period == period * k for k in STRUCTURE_MULTIPLES)), None)
-
-
 def point_label(axis: str, point: int) -> str:
     """A sweep point in words: '2 workers', 'AUTOTUNE workers', 'batch 16'."""
     if axis == "workers":
@@ -197,11 +169,11 @@ def point_label(axis: str, point: int) -> str:
     return f"batch {point}"
 
 
-def sweep_verdicts(sweep: tuple[SweepAxis, ...]) -> list[DiagnosisFinding]:
+def sweep_verdicts(sweep: tuple[fig.SweepAxis, ...]) -> list[DiagnosisFinding]:
     return [verdict for verdict in map(_sweep_verdict, sweep) if verdict is not None]
 
 
-def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
+def _sweep_verdict(figures: fig.SweepAxis) -> DiagnosisFinding | None:
     axis, rounds = figures.axis, figures.rounds
     compared = [point for point in figures.points if point.vs_current is not None]
     if not compared:
@@ -236,15 +208,13 @@ def _sweep_verdict(figures: SweepAxis) -> DiagnosisFinding | None:
                  f"{per_round}){undecided}")
     else:
         words = (f"no {setting} beats the current {now} beyond the round-to-round noise (best: {best} at "
-                 f"{per_round}; a recommendation needs a median gain >= {SWEEP_MIN_GAIN:.0%}, >= "
-                 f"{SWEEP_MIN_WIN_SHARE:.0%} of rounds faster and p < {SWEEP_ALPHA}){undecided}")
+                 f"{per_round}; a recommendation needs a median gain >= {fig.SWEEP_MIN_GAIN:.0%}, >= "
+                 f"{fig.SWEEP_MIN_WIN_SHARE:.0%} of rounds faster and p < {fig.SWEEP_ALPHA}){undecided}")
     return DiagnosisFinding(axis, words, evidence, None, figure)
 
 
-def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
-    """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval;
-    the round at the step is the evidence (its busy fraction, idle share, oscillation). A stand-in step (a
-    STEP_PRESETS name, not seconds the user gave) is said first: 'assuming a stand-in step, ...'."""
+def feed_verdict(figures: fig.FeedFigures) -> DiagnosisFinding:
+    """Would this pipeline keep a GPU of the step asked for busy? Decided from the feed rate's interval."""
     label, feed = figures.pipeline, figures.feed
     evidence = {"feed_step_s": feed.step_s, "feed_step_low_s": feed.step_low_s, "feed_step_high_s": feed.step_high_s,
                 "feed_steps_per_s": feed.steps_per_s, "feed_audio_s_per_s": feed.audio_s_per_s}
@@ -270,20 +240,20 @@ def feed_verdict(figures: FeedFigures) -> DiagnosisFinding:
                             starves if figures.keeps_busy is False else None)
 
 
-def gpu_verdicts(gpu: GpuFigures) -> list[DiagnosisFinding]:
+def gpu_verdicts(gpu: fig.GpuFigures) -> list[DiagnosisFinding]:
     if not gpu.available or gpu.stats is None:
         return []
     stats = gpu.stats
     evidence = {"util_median_pct": stats.util_median, "idle_fraction": stats.idle_fraction,
                 "oscillation_period_s": stats.oscillation_period_s}
-    if stats.util_median < GPU_IDLE_MEDIAN_PCT:
+    if stats.util_median < fig.GPU_IDLE_MEDIAN_PCT:
         return [DiagnosisFinding("gpu", f"GPU busy only {stats.util_median:.0f}% (median) while training", evidence,
                                  "the GPU waits: see the input-bound findings above")]
     return [DiagnosisFinding("gpu", f"GPU busy {stats.util_median:.0f}% (median)", evidence, None)]
 
 
-def feed_words(figures: FeedFigures) -> str:
-    """'feeds steps down to 3.1 ms (327 steps/s, interval 275-463)' or why there is no figure."""
+def feed_words(figures: fig.FeedFigures) -> str:
+    """The feed rate in words ('feeds steps down to ... ms (... steps/s, ...)') or why there is no figure."""
     feed = figures.feed
     if feed.step_s is None:
         return f"kept no step up to {feed.step_low_s * 1e3:.4g} ms >= 90 % busy"
@@ -303,26 +273,16 @@ PER_AUDIO_SECOND = ("audio_s_per_s", "float_ops_per_audio_s", "feed_audio_s_per_
 # What each recommendation pushes, by its finding's topic (a key ending in '-' covers every topic it begins). A
 # finding that recommends must have its topic here: contradictions() refuses one that does not.
 PUSHES: dict[str, tuple[str, ...]] = {
-    "batch": ("perfsuite-options",),
-    "stage-": ("longer-budget",),
-    "input-bound": ("faster-input",),
-    "bottleneck": ("longer-budget", "quiet-machine"),
-    "fix-prefetch": ("more-prefetch",),
-    "fix-map-parallelism": ("more-parallelism",),
-    "fix-cache": ("cache", "more-memory"),
-    "fix-padding": ("less-padding",),
-    "python-op": ("graph-ops",),
-    "prefetch": ("more-prefetch",),
-    "prefetch-to-device": ("prefetch-to-device-last",),
-    "parallelism": ("more-parallelism",),
-    "read-parallelism": ("parallel-reads",),
-    "fix-read-parallelism": ("parallel-reads",),
+    "batch": ("perfsuite-options",), "stage-": ("longer-budget",), "input-bound": ("faster-input",),
+    "bottleneck": ("longer-budget", "quiet-machine"), "python-op": ("graph-ops",),
+    "prefetch": ("more-prefetch",), "fix-prefetch": ("more-prefetch",),
+    "parallelism": ("more-parallelism",), "fix-map-parallelism": ("more-parallelism",),
+    "read-parallelism": ("parallel-reads",), "fix-read-parallelism": ("parallel-reads",),
+    "fixed-padding": ("less-padding",), "fix-padding": ("less-padding",),
+    "cache-order": ("cache-before-repeat",), "fix-cache": ("cache", "more-memory"),
     "fix-capacity-split": ("parallelism-split",),  # the capacity model's calls per stage: more or fewer
-    "cache-order": ("cache-before-repeat",),
-    "fixed-padding": ("less-padding",),
-    "retracing": ("fewer-traces",),
-    "cycle": ("more-prefetch", "more-parallelism"),
-    "feed-": ("faster-input", "more-parallelism", "more-prefetch"),
+    "prefetch-to-device": ("prefetch-to-device-last",), "cycle": ("more-prefetch", "more-parallelism"),
+    "retracing": ("fewer-traces",), "feed-": ("faster-input", "more-parallelism", "more-prefetch"),
 }
 # The step retraced (the retracing finding, pipeline_findings.py): one trace for every length, never padding back
 # to a fixed shape, which [fixed-padding] and the padding fix push against.
@@ -347,8 +307,7 @@ OPPOSED: tuple[tuple[str, str], ...] = (("fixed-shapes", "less-padding"), ("more
 
 
 def material(gain: RoundsEstimate | None) -> bool:
-    """Whether a measured gain calls for its change: MIN_ROUNDS rounds at least, its whole interval at or above
-    MATERIAL_GAIN."""
+    """Whether a measured gain calls for its change: MIN_ROUNDS rounds, its interval >= MATERIAL_GAIN."""
     return gain is not None and gain.rounds >= MIN_ROUNDS and gain.low >= MATERIAL_GAIN
 
 
@@ -358,8 +317,7 @@ def gain_words(gain: RoundsEstimate) -> str:
 
 
 def fix_finding(name: str, words: str, unit: str | None, gain: RoundsEstimate | None) -> DiagnosisFinding:
-    """A change perfsuite applied to the pipeline and measured (gain: after / before per round; None: no round
-    fit): 'apply it' only for a material gain, otherwise why no change is called for."""
+    """A change applied and measured (gain: after / before per round): 'apply it' only for a material gain."""
     topic = f"{FIX_TOPIC}{name}"
     if gain is None:
         return DiagnosisFinding(topic, f"{words}: applied, but no measured round fit the time left",
@@ -384,11 +342,6 @@ def _not_material(gain: RoundsEstimate) -> str:
     return f"too small to call for a change: its interval does not lie above {MATERIAL_GAIN:.2f}x"
 
 
-def fix_refused_finding(name: str, why: str | None) -> DiagnosisFinding:
-    """A change perfsuite considered and could not apply to this pipeline, with why."""
-    return DiagnosisFinding(f"{FIX_TOPIC}{name}", f"{name}: not applied ({why})", {"applied": False}, None)
-
-
 def declined(gain: RoundsEstimate | None) -> bool:
     """Whether a measured gain was found not worth its change: enough rounds to decide, and not material."""
     return gain is not None and gain.rounds >= MIN_ROUNDS and not material(gain)
@@ -400,8 +353,7 @@ def measured_change(finding: DiagnosisFinding) -> bool:
 
 
 def ranked_changes(findings: list[DiagnosisFinding]) -> tuple[list[DiagnosisFinding], list[DiagnosisFinding]]:
-    """(the changes measured on this pipeline: those to apply first, each group by median gain, highest first;
-    every other finding, in its order)."""
+    """(the changes measured here, those to apply first, each group by median gain; the rest, in order)."""
     changes = sorted((f for f in findings if measured_change(f)),
                      key=lambda f: (not material(f.interval), -f.interval.median))
     return changes, [f for f in findings if not measured_change(f)]
@@ -420,8 +372,7 @@ def change_first_words(changes: list[DiagnosisFinding]) -> str:
 
 
 def pushes(finding: DiagnosisFinding) -> tuple[str, ...] | None:
-    """The directions finding's recommendation pushes (PUSHES, by its topic); () when it recommends nothing,
-    None when its topic declares none."""
+    """The directions finding's recommendation pushes (PUSHES); () if none, None if its topic is not there."""
     if not finding.recommendation:
         return ()
     if finding.topic in PUSHES:
@@ -431,8 +382,7 @@ def pushes(finding: DiagnosisFinding) -> tuple[str, ...] | None:
 
 
 def deferred_to_measured(findings: list[DiagnosisFinding]) -> list[DiagnosisFinding]:
-    """findings, each recommendation that pushes where a change measured on this pipeline went deferring to
-    the measurement: dropped where every such change was declined, else kept naming the measurement."""
+    """findings, a recommendation pushing where a measured change went dropped if declined, else naming it."""
     changes = [f for f in findings if measured_change(f)]
     return [_deferred(f, changes) if not measured_change(f) else f for f in findings]
 
@@ -468,21 +418,18 @@ def contradictions(findings: list[DiagnosisFinding]) -> list[str]:
     return found
 
 
-def stand_in_step(figures: FeedFigures) -> bool:
-    """Whether the feed verdict's step is a stand-in: a published model's GPU step (a STEP_PRESETS name), not
-    seconds the user gave."""
+def stand_in_step(figures: fig.FeedFigures) -> bool:
+    """Whether the feed verdict's step is a published model's (STEP_PRESETS), not seconds the user gave."""
     return figures.step_time in STEP_PRESETS
 
 
 def frame_assumed(finding: DiagnosisFinding, layout: BatchLayout | None) -> DiagnosisFinding:
-    """finding, its words opened with the seconds per frame assumed, where one of its figures rests on them
-    (PER_AUDIO_SECOND in its evidence) and the user gave none (--frame-hop-s)."""
+    """finding opened with the seconds per frame assumed, where a figure rests on them and none was given."""
     if (layout is None or layout.frame_source == FRAME_GIVEN
             or all(finding.evidence.get(key) is None for key in PER_AUDIO_SECOND)):
         return finding
     hint = "" if "--frame-hop-s" in layout.frame_source else "; --frame-hop-s gives yours"
     assumed = f"assuming {layout.frame_s:.4g} s of audio per frame ({layout.frame_source}{hint})"
     words = finding.finding
-    words = (f"{assumed}, and {words.removeprefix('assuming ')}" if words.startswith("assuming ")
-             else f"{assumed}: {words}")
-    return replace(finding, finding=words)
+    return replace(finding, finding=f"{assumed}, and {words.removeprefix('assuming ')}"
+                   if words.startswith("assuming ") else f"{assumed}: {words}")

@@ -1,6 +1,5 @@
-"""The findings of a diagnosis in words: verdicts() of the one record (verdict/diagnosis_record.py) and those of its
-pipeline parts, the graph's recommended only when the step waits for input (when_waiting). The wording shared with
-the other parts, the ranking and the directions of recommendations are in perfsuite.verdict.diagnosis."""
+"""The findings of a diagnosis in words: verdicts() of the one record (verdict/diagnosis_record.py) and of its
+pipeline parts; the shared wording, the ranking and the directions are in perfsuite.verdict.diagnosis."""
 
 from __future__ import annotations
 
@@ -8,41 +7,15 @@ from collections.abc import Callable
 
 from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.speech import PaddingFigures
+from perfsuite.verdict import diagnosis as wording
 from perfsuite.verdict.capacity import capacity_verdicts
-from perfsuite.verdict.diagnosis import (
-    data_verdicts,
-    deferred_to_measured,
-    estimate_evidence,
-    feed_verdict,
-    fix_finding,
-    fix_refused_finding,
-    frame_assumed,
-    gpu_verdicts,
-    input_bound_finding,
-    percent,
-    ranked_changes,
-    retrace_recommendation,
-    span_words,
-    stage_verdicts,
-    stand_in_step,
-    sweep_verdicts,
-    variation_finding,
-    why_undecided,
-)
-from perfsuite.verdict.diagnosis_figures import (
-    DiagnosisFinding,
-    InputBoundFigures,
-    RoundsEstimate,
-    format_figure,
-)
+from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate, format_figure
 from perfsuite.verdict.diagnosis_record import Diagnosis
 from perfsuite.verdict.pipeline_figures import (
     Bottleneck,
     FixGain,
     GraphFindings,
     StageShare,
-    StepRun,
-    Target,
     Throughput,
     WorkFigures,
 )
@@ -54,32 +27,24 @@ FIXED_PADDING_WASTE = 0.10  # padded frames past each batch's longest sample, as
 INCONSISTENT_SHARE = 0.5
 
 
-# -------------------------------------------------------------------------------------- a diagnosis
-
-
 def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
-    """The findings of a diagnosis, whatever was diagnosed. The graph findings are judged by the measured figures (a
-    Python op or a missing prefetch is worth changing only when the step is measured to wait for input), and by the
-    changes measured here where one went their way. The changes measured on this pipeline (fixes and alternatives)
-    come first, ranked by gain (verdict.diagnosis.ranked_changes), then the rest. A figure resting on the assumed
-    seconds per frame says so first; the feed verdict at a stand-in step is left out where the step is measured."""
+    """The findings of a diagnosis, the changes measured on this pipeline first (ranked_changes); a graph
+    finding recommends its change only when the step is measured to wait for input (when_waiting)."""
     bound, graph, target, layout = diagnosis.input_bound, diagnosis.graph, diagnosis.target, diagnosis.layout
     waits = None if bound is None or not bound.share.decided else bound.classification != "not input-bound"
-    judged = {"waits": waits, "why_not": _no_change_because(bound, target),
+    judged = {"waits": waits, "why_not": _no_change_because(diagnosis),
               "share": None if bound is None else bound.share}
-    out = [*(data_verdicts(diagnosis.data) if diagnosis.data is not None else []),
-           *stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)]
-    if layout is not None:
-        out.append(layout_finding(layout))
+    out = [*(wording.data_verdicts(diagnosis.data) if diagnosis.data is not None else []),
+           *wording.stage_verdicts(diagnosis.stages, budget_s=diagnosis.settings.budget_s)]
+    out.append(layout_finding(layout) if layout is not None else None)
     out += _startup_verdicts(diagnosis)
-    if diagnosis.throughput is not None:
-        out += throughput_verdicts(diagnosis.throughput, graph.stages)
+    out += throughput_verdicts(diagnosis.throughput, graph.stages) if diagnosis.throughput is not None else []
     if target.step is None:
         out.append(DiagnosisFinding("input-bound", "not measured: the input-bound share needs a training step to "
                                     "feed (--step MODULE:FUNCTION); throughput only", {}, None))
     elif bound is not None:
-        out.append(input_bound_finding("input-bound", "the pipeline", bound, "the step waits for input: see the "
-                                       "Python-function, prefetch and parallelism findings"))
+        waiting = "the step waits for input: see the Python-function, prefetch and parallelism findings"
+        out.append(wording.input_bound_finding("input-bound", "the pipeline", bound, waiting))
     out += bottleneck_verdicts(diagnosis.bottleneck)
     out += capacity_verdicts(diagnosis.capacity)
     out += fix_verdicts(diagnosis.fixes)
@@ -89,23 +54,25 @@ def verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
     out += graph_findings(graph, padding=None if diagnosis.throughput is None else diagnosis.throughput.padding,
                           not_measured=layout.mel_rule if layout is not None and layout.mel is None
                           else "the throughput stage read no batches", **judged)
-    out += _shape_verdicts(graph, diagnosis.step, target)
-    out += sweep_verdicts(diagnosis.sweep)
-    out += gpu_verdicts(diagnosis.gpu) if diagnosis.gpu is not None else []
-    if diagnosis.feed is not None and not (target.step and stand_in_step(diagnosis.feed)):
-        out.append(feed_verdict(diagnosis.feed))
+    out += _shape_verdicts(diagnosis)
+    out += wording.sweep_verdicts(diagnosis.sweep)
+    out += wording.gpu_verdicts(diagnosis.gpu) if diagnosis.gpu is not None else []
+    if diagnosis.feed is not None and not (target.step and wording.stand_in_step(diagnosis.feed)):
+        out.append(wording.feed_verdict(diagnosis.feed))
     out += work_verdicts(diagnosis.work)
-    changes, rest = ranked_changes(deferred_to_measured([frame_assumed(f, layout) for f in out if f is not None]))
+    changes, rest = wording.ranked_changes(wording.deferred_to_measured(
+        [wording.frame_assumed(f, layout) for f in out if f is not None]))
     return changes + rest
 
 
-def _no_change_because(bound: InputBoundFigures | None, target: Target) -> str:
+def _no_change_because(diagnosis: Diagnosis) -> str:
     """Why a graph finding calls for no change: the input-bound share not measured, undecided, or low."""
-    if target.step is None:
+    bound = diagnosis.input_bound
+    if diagnosis.target.step is None:
         return "whether it costs training time needs --step (the input-bound share)"
     if bound is None:
         return "the input-bound share was not measured (no time)"
-    why = why_undecided(bound.share, percent)
+    why = wording.why_undecided(bound.share, wording.percent)
     if why:
         return f"whether it costs training time is {why}"
     return f"the step does not wait for input (share {bound.share.median:.0%}): no change needed here"
@@ -126,7 +93,8 @@ def _startup_verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
                              "them", evidence, None)]
 
 
-def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) -> list[DiagnosisFinding]:
+def _shape_verdicts(diagnosis: Diagnosis) -> list[DiagnosisFinding]:
+    graph, step, target = diagnosis.graph, diagnosis.step, diagnosis.target
     shapes, retraces = graph.dynamic_shapes, None if step is None else step.retraces
     if not shapes and not retraces:
         return []
@@ -137,8 +105,9 @@ def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) 
     elif retraces is None:
         finding = f"dynamic shapes ({where}); the step is not a tf.function, so its retraces cannot be counted"
     elif retraces:
-        return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls in this "
-                                 f"run; dynamic shapes: {where}", evidence, retrace_recommendation(graph.buckets))]
+        return [DiagnosisFinding("retracing", f"the step retraced {retraces} time(s) over {step.calls} calls "
+                                 f"in this run; dynamic shapes: {where}", evidence,
+                                 wording.retrace_recommendation(graph.buckets))]
     else:
         finding = f"dynamic shapes ({where}), but the step did not retrace over {step.calls} calls in this run"
     return [DiagnosisFinding("shapes", finding, evidence, None)]
@@ -148,20 +117,19 @@ def _shape_verdicts(graph: GraphFindings, step: StepRun | None, target: Target) 
 
 
 def throughput_verdicts(figures: Throughput, stages=()) -> list[DiagnosisFinding]:
-    """The steady rate, the audio it carries and its padding, and a cycle or a large variation of batch times (a
-    cycle the pipeline's own stages make named as them)."""
+    """The steady rate, its audio and padding, and a cycle (named as the stages that make it) or variation."""
     rate, unit = figures.rate, figures.unit
     if rate is None:
         return []
-    evidence = {**estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
+    evidence = {**wording.estimate_evidence(f"{unit}_per_s", rate), "first_batch_s": figures.first_batch_s,
                 "batches_per_round": figures.batches_per_round, "restarts": figures.restarts}
     out = [DiagnosisFinding("throughput", f"steady throughput {fmt_rate(rate.median)} {unit} per wall-clock second "
-                            f"over a round ({span_words(rate, fmt_rate)}); the first batch took "
+                            f"over a round ({wording.span_words(rate, fmt_rate)}); the first batch took "
                             f"{figures.first_batch_s:.2f} s (start-up, kept apart)", evidence, None, rate)]
     if figures.padding is not None or figures.audio_s_per_s is not None:  # a file before the layout: audio alone
         out.append(speech_finding(figures.audio_s_per_s, figures.padding, fmt_rate, figures.padding_efficiency))
-    out.append(variation_finding(figures.cycle, figures.variation, len(figures.batch_s),
-                                 structure=structural_periods(stages)))
+    out.append(wording.variation_finding(figures.cycle, figures.variation, len(figures.batch_s),
+                                         structure=structural_periods(stages)))
     return [finding for finding in out if finding is not None]
 
 
@@ -209,16 +177,15 @@ def bottleneck_verdicts(bottleneck: Bottleneck | None) -> list[DiagnosisFinding]
 
 
 def consistent(stages: tuple[StageShare, ...]) -> bool:
-    """Whether the prefixes' rates tell one story: no stage's median share below -INCONSISTENT_SHARE (a
-    longer prefix read much faster than a shorter one it contains: noise from a busy machine, not work)."""
+    """Whether no stage's median share lies below -INCONSISTENT_SHARE (a busy machine's noise, not work)."""
     return all(stage.share.median >= -INCONSISTENT_SHARE for stage in stages)
 
 
 def fix_verdicts(fixes: tuple[FixGain, ...]) -> list[DiagnosisFinding]:
-    """Each fix measured (its gain and interval: 'apply it' only above verdict.diagnosis_figures.MATERIAL_GAIN;
-    otherwise why no change is called for), and each fix not applied, why; worded by verdict.diagnosis."""
-    return [fix_finding(fix.name, fix.words, fix.unit, fix.gain) if fix.applied else
-            fix_refused_finding(fix.name, fix.why) for fix in fixes]
+    """Each fix measured (wording.fix_finding), and each fix not applied with why."""
+    return [wording.fix_finding(fix.name, fix.words, fix.unit, fix.gain) if fix.applied else
+            DiagnosisFinding(f"{wording.FIX_TOPIC}{fix.name}", f"{fix.name}: not applied ({fix.why})",
+                             {"applied": False}, None) for fix in fixes]
 
 
 def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
@@ -233,16 +200,14 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
             continue
         words = ", ".join(f"{format_figure(value)} {key.replace('_', ' ')}" for key, value in fingerprint.work.items()
                           if key.startswith("float_ops"))
-        python = fingerprint.work.get("python_work_per_sample")
-        if python:
+        if python := fingerprint.work.get("python_work_per_sample"):
             words += f", {format_figure(python)} array elements through library calls per sample in Python bodies"
         evidence = dict(fingerprint.work)
         if per_audio_s is not None:
             evidence["float_ops_per_audio_s"] = per_audio_s
             words += f", {format_figure(per_audio_s)} float ops per audio s (measured audio)"
         finding = f"the {label}'s work: {words} (counted as {fingerprint.method.split('(')[0].strip()})"
-        unresolved = fingerprint.structure.get("unresolved_float_ops") or {}
-        if unresolved:
+        if unresolved := fingerprint.structure.get("unresolved_float_ops"):
             evidence["unresolved_float_ops"] = sum(unresolved.values())
             finding += ("; not counted, so the figure is a lower bound: "
                         + ", ".join(f"{count} {op}" for op, count in sorted(unresolved.items())))
@@ -258,8 +223,7 @@ def work_verdicts(figures: WorkFigures | None) -> list[DiagnosisFinding]:
 
 
 def layout_finding(layout: BatchLayout) -> DiagnosisFinding:
-    """Which components were read as the audio and its lengths, by which rule; or, when none qualified,
-    that audio seconds and padding are not measured."""
+    """Which components were read as the audio and its lengths, by which rule; or why none was."""
     evidence = {"structure": layout.structure, "mel": layout.mel, "mel_len": layout.mel_len,
                 "frame_s": layout.frame_s, "frame_source": layout.frame_source}
     if layout.mel is None:
@@ -280,8 +244,7 @@ def padding_source_words(padding: PaddingFigures) -> str:
 
 def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
                    fmt: Callable[[float], str] = format_figure, efficiency: float | None = None) -> DiagnosisFinding:
-    """Audio seconds per second (when measured) and the padding efficiency with the lengths' source; padding
-    None: a file written before the layout was recorded, with only its efficiency."""
+    """Audio seconds per second (when measured) and the padding efficiency; padding None: an older file's."""
     evidence, source = {"padding_efficiency": efficiency}, ""
     if padding is not None:
         evidence = {"padding_efficiency": padding.efficiency, "real_frames": padding.real_frames,
@@ -291,8 +254,9 @@ def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
     words = f"batches are {efficiency:.0%} real frames, the rest padding{source}"
     if audio is None:
         return DiagnosisFinding("speech", words, evidence, None)
-    return DiagnosisFinding("speech", f"{fmt(audio.median)} seconds of audio per second ({span_words(audio, fmt)}); "
-                            f"{words}", {**estimate_evidence("audio_s_per_s", audio), **evidence}, None, audio)
+    return DiagnosisFinding("speech", f"{fmt(audio.median)} seconds of audio per second "
+                            f"({wording.span_words(audio, fmt)}); {words}",
+                            {**wording.estimate_evidence("audio_s_per_s", audio), **evidence}, None, audio)
 
 
 # ---------------------------------------------------------------------------------------- the graph
@@ -301,32 +265,47 @@ def speech_finding(audio: RoundsEstimate | None, padding: PaddingFigures | None,
 def graph_findings(graph: GraphFindings, *, padding: PaddingFigures | None, not_measured: str | None = None,
                    waits: bool | None = None, why_not: str = "", share: RoundsEstimate | None = None,
                    ) -> list[DiagnosisFinding]:
-    """The graph's findings (verdict/pipeline_findings.py words them); waits, why_not and share as
-    when_waiting takes them, not_measured as fixed_padding_finding takes it."""
+    """The graph as it runs and what in it to change; waits, why_not and share as when_waiting takes them."""
+    found = [DiagnosisFinding("graph", f"as it runs: {graph.chain_words()}",
+                              {"last_stage": graph.last_stage, "read_from": graph.read_from}, None)]
+    if after := graph.after_prefetch_to_device:
+        found.append(DiagnosisFinding(
+            "prefetch-to-device", f"prefetch_to_device is not the last transformation: {' -> '.join(after)} "
+            "follow(s) it; TensorFlow requires it last, so the stages after it undo what it does",
+            {"after": list(after)},
+            "move prefetch_to_device to the very end of the pipeline (after with_options is fine)"))
+    if maps := tuple(s.node for s in graph.sequential_maps()):
+        found.append(when_waiting("parallelism", f"{len(maps)} map(s) run one element at a time (no "
+                                  f"num_parallel_calls): {', '.join(maps)}", {"maps": list(maps)},
+                                  "give each map num_parallel_calls=tf.data.AUTOTUNE", waits, why_not, share))
+    if reads := graph.sequential_reads:  # an interleave or flat_map over file readers without parallel calls
+        found.append(when_waiting("read-parallelism", f"files read one at a time: {'; '.join(reads)}",
+                                  {"reads": list(reads)}, "read files in parallel: interleave(..., "
+                                  "num_parallel_calls=tf.data.AUTOTUNE) or TFRecordDataset(files, "
+                                  "num_parallel_reads=tf.data.AUTOTUNE)", waits, why_not, share))
+    if caches := graph.caches_after_endless_repeat:
+        found.append(DiagnosisFinding(
+            "cache-order", f"{'; '.join(caches)} comes after an endless repeat: it never completes a pass, "
+            "so it never serves an element from the cache, and it holds every element it reads until memory "
+            "runs out",
+            {"caches": list(caches)}, "move .cache() before .repeat()"))
     fixed = tuple(f"{s.method} {s.node} ({', '.join(shape_words(p) for p in s.padded_shapes)})"
                   for s in graph.fixed_padding())
-    found = [graph_finding(graph.chain_words(), graph.last_stage, graph.read_from),
-             prefetch_to_device_finding(graph.after_prefetch_to_device),
-             sequential_map_finding(tuple(s.node for s in graph.sequential_maps()), waits, why_not, share),
-             sequential_read_finding(graph.sequential_reads, waits, why_not, share),
-             cache_after_repeat_finding(graph.caches_after_endless_repeat),
-             fixed_padding_finding(padding, fixed, not_measured, buckets=graph.buckets)]
-    return [finding for finding in found if finding is not None]
+    padded = fixed_padding_finding(padding, fixed, not_measured, buckets=graph.buckets)
+    return [*found, padded] if padded is not None else found
 
 
 def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[str, ...],
                           not_measured: str | None = None, *, buckets: bool = False) -> DiagnosisFinding | None:
-    """Padding to a fixed length, named when at least FIXED_PADDING_WASTE of the padded frames lie past each
-    batch's longest sample; graph_shapes: the graph's fixed padded_batch stages, in words, named without a
-    figure when no batches were measured (not_measured says why). None: no such padding. buckets: the
-    pipeline already batches by length, so it is never told to bucket."""
+    """Padding to a fixed length when at least FIXED_PADDING_WASTE of the padded frames lie past each batch's
+    longest sample, else None; graph_shapes (fixed padded_batch stages) are named without a figure where no
+    batches were measured (not_measured says why). With buckets, the pipeline is never told to bucket."""
     shapes = "; ".join(graph_shapes)
     evidence = {"padded_batch": shapes or None}
-    if padding is None:
-        if not shapes:
-            return None
-        return DiagnosisFinding("fixed-padding", f"{shapes} pads to a fixed length; its waste is not measured: "
-                                f"{not_measured or 'no batches were read'}", evidence, None)
+    if padding is None:  # no batches measured: the graph's fixed padded_batch stages alone, if any
+        return None if not shapes else DiagnosisFinding(
+            "fixed-padding", f"{shapes} pads to a fixed length; its waste is not measured: "
+            f"{not_measured or 'no batches were read'}", evidence, None)
     if padding.beyond_longest < FIXED_PADDING_WASTE:
         return None
     lengths = " or ".join(str(t) for t in padding.time_axes)
@@ -344,30 +323,10 @@ def fixed_padding_finding(padding: PaddingFigures | None, graph_shapes: tuple[st
         f"({padding_source_words(padding)})", evidence, f"{less}, and keep the true lengths in the length tensor")
 
 
-def prefetch_to_device_finding(after: tuple[str, ...]) -> DiagnosisFinding | None:
-    """prefetch_to_device followed by real stages (TensorFlow requires it to be the last transformation)."""
-    if not after:
-        return None
-    return DiagnosisFinding("prefetch-to-device", f"prefetch_to_device is not the last transformation: "
-                            f"{' -> '.join(after)} follow(s) it; TensorFlow requires it last, so the stages after it "
-                            "undo what it does", {"after": list(after)},
-                            "move prefetch_to_device to the very end of the pipeline (after with_options is fine)")
-
-
-def sequential_map_finding(maps: tuple[str, ...], waits: bool | None, why_not: str,
-                           share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """Maps without num_parallel_calls (one element at a time), as when_waiting words them."""
-    if not maps:
-        return None
-    return when_waiting("parallelism", f"{len(maps)} map(s) run one element at a time (no num_parallel_calls): "
-                        f"{', '.join(maps)}", {"maps": list(maps)},
-                        "give each map num_parallel_calls=tf.data.AUTOTUNE", waits, why_not, share)
-
-
 def when_waiting(topic: str, finding: str, evidence: dict, recommendation: str | None, waits: bool | None,
                  why_not: str, share: RoundsEstimate | None) -> DiagnosisFinding:
-    """A graph finding whose change (recommendation) is recommended only when the step is measured to wait
-    for input (waits), else why_not says why not; the input-bound share, where measured, is its interval."""
+    """A graph finding recommending its change only when the step is measured to wait for input (waits), else
+    saying why_not; the input-bound share, where measured, is its interval."""
     if share is not None:
         evidence = {**evidence, "input_bound_share": share.median}
     if waits and recommendation:
@@ -390,8 +349,7 @@ def python_op_finding(op: PythonOp, waits: bool | None, why_not: str,
 
 def prefetch_finding(last_stage: str | None, ends_with_prefetch: bool, inject_prefetch: bool, waits: bool | None,
                      why_not: str, share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """No prefetch after last_stage, the last real stage (None: no stage), as when_waiting words it; none is
-    recommended with inject_prefetch on, as tf.data then adds one at run time."""
+    """No prefetch after last_stage, the last real stage (None: no stage), as when_waiting words it."""
     if ends_with_prefetch or last_stage is None:
         return None
     finding = f"no prefetch at the end of the pipeline (the last real stage is {last_stage})"
@@ -402,30 +360,3 @@ def prefetch_finding(last_stage: str | None, ends_with_prefetch: bool, inject_pr
     return when_waiting("prefetch", f"{finding}; inject_prefetch is off, so none is added at run time", evidence,
                         "end the pipeline with .prefetch(tf.data.AUTOTUNE), so batches are prepared while the step "
                         "runs", waits, why_not, share)
-
-
-def graph_finding(chain: str, last_stage: str | None, read_from: str) -> DiagnosisFinding:
-    """The graph as it runs, in words: its stages with their parallelism, buffers, cache and padding."""
-    return DiagnosisFinding("graph", f"as it runs: {chain}", {"last_stage": last_stage, "read_from": read_from},
-                            None)
-
-
-def sequential_read_finding(reads: tuple[str, ...], waits: bool | None, why_not: str,
-                            share: RoundsEstimate | None = None) -> DiagnosisFinding | None:
-    """Files read one at a time (an interleave or flat_map over file readers without parallel calls), as
-    when_waiting words it."""
-    if not reads:
-        return None
-    return when_waiting("read-parallelism", f"files read one at a time: {'; '.join(reads)}", {"reads": list(reads)},
-                        "read files in parallel: interleave(..., num_parallel_calls=tf.data.AUTOTUNE) or "
-                        "TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)", waits, why_not, share)
-
-
-def cache_after_repeat_finding(caches: tuple[str, ...]) -> DiagnosisFinding | None:
-    """Caches after an endless repeat, which never serve from memory and grow until memory runs out."""
-    if not caches:
-        return None
-    return DiagnosisFinding("cache-order", f"{'; '.join(caches)} comes after an endless repeat: it never completes "
-                            "a pass, so it never serves an element from the cache, and it holds every element it "
-                            "reads until memory runs out", {"caches": list(caches)},
-                            "move .cache() before .repeat()")
