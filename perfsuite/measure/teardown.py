@@ -59,6 +59,11 @@ class BackgroundTeardown:
     def __next__(self) -> Any:
         return next(self._iterator)
 
+    def close_now(self) -> None:
+        """The iterator destroyed here, its caller waiting for its threads: where what they still do must end
+        first (a failed pipeline's threads write their errors while they stop)."""
+        self._iterator = iter(())
+
     def __del__(self) -> None:
         if not sys.is_finalizing():  # no new thread at interpreter exit: torn down here, as usual
             _hand_over(self._iterator)

@@ -35,6 +35,7 @@ class Stream:
         return iterator._iterator if isinstance(iterator, BackgroundTeardown) else iterator
 
     def __next__(self):
+        failure = None
         for attempt in range(2):
             try:
                 return next(self._iterator)
@@ -44,10 +45,13 @@ class Stream:
                 self.restarts += 1
                 self._iterator = iterate(self._dataset)
             except Exception as error:  # noqa: BLE001 -- the user's pipeline may raise anything: named
-                raise TargetError("--pipeline", self._spec, "a dataset whose batches can be read",
-                                  one_line_error(error)) from None
-        raise TargetError("--pipeline", self._spec, "a dataset that yields at least one batch",
-                          "an empty dataset")
+                failure = one_line_error(error)
+                break
+        if failure is None:
+            raise TargetError("--pipeline", self._spec, "a dataset that yields at least one batch", "an empty dataset")
+        if isinstance(self._iterator, BackgroundTeardown):  # its threads stop, and say why, before the error leaves
+            self._iterator.close_now()
+        raise TargetError("--pipeline", self._spec, "a dataset whose batches can be read", failure)
 
     next = __next__
 
