@@ -1,6 +1,5 @@
-"""The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary. An
-interrupted run's parts not measured are left out, and the summary says so; every figure is shown with its
-interval and rounds. Tables go through perfsuite.tables, matplotlib through perfsuite.plotting."""
+"""The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary, every figure
+with its interval and rounds; an interrupted run's parts not measured are left out, and the summary says so."""
 
 from __future__ import annotations
 
@@ -35,14 +34,12 @@ _yes_no = {True: "yes", False: "no"}
 
 
 def write_report(diagnosis, directory: Path) -> Path:
-    """Write the PNG plots and summary.md into directory; return the summary's path. diagnosis: a Diagnosis or
-    the dict of its JSON (a file of either older kind through its migrations)."""
+    """Write the PNG plots and summary.md into directory; return its path. diagnosis: a Diagnosis or its JSON dict."""
     if isinstance(diagnosis, dict):
         diagnosis = Diagnosis.from_dict(diagnosis)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    throughput = diagnosis.throughput
-    plots = []
+    plots, throughput, capacity = [], diagnosis.throughput, diagnosis.capacity
     if throughput is not None and throughput.batch_s:
         per_round = throughput.batches_per_round
         plots.append(plot_batch_timeline([(diagnosis.target.pipeline, throughput.batch_s, throughput.rate.median,
@@ -51,7 +48,6 @@ def write_report(diagnosis, directory: Path) -> Path:
     plots += [plot_sweep(axis, directory / f"throughput_vs_{axis.axis}.png") for axis in diagnosis.sweep]
     if diagnosis.gpu is not None and diagnosis.gpu.available and diagnosis.gpu.timeline:
         plots.append(plot_gpu_timeline(diagnosis.gpu.timeline, directory / "gpu_utilisation.png"))
-    capacity = diagnosis.capacity
     if capacity is not None and any(stage.cost is not None for stage in capacity.stages):
         plots.append(plot_capacity(capacity, directory / "capacity.png"))
     if (feed := diagnosis.feed) is not None and feed.timeline:
@@ -76,9 +72,8 @@ def plot_batch_timeline(timelines: list[tuple], path: Path) -> Path:
 
 
 def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
-    """tf_native WAV samples/s against workers or batch size: left, each point's median over the rounds
-    with its per-round values and range; right, each round's ratio to the current setting, with the
-    no-change line and the minimum gain a recommendation needs."""
+    """tf_native WAV samples/s against workers or batch size: left, each point's median, range and per-round values;
+    right, each round's ratio to the current setting, with the no-change line and the minimum gain."""
     plt = pyplot()
     points = sweep.points
     names = [point_label(sweep.axis, point.point) for point in points]
@@ -126,9 +121,7 @@ def plot_gpu_timeline(timeline: GpuTimeline, path: Path, title: str | None = Non
         ax.set_title(title, fontsize=9)
     for device in timeline.devices:
         ax.plot([t - timeline.start for t in device.util_timestamps], device.util, label=f"GPU {device.index}")
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("utilisation %")
-    ax.set_ylim(0, 100)
+    ax.set(xlabel="seconds", ylabel="utilisation %", ylim=(0, 100))
     ax.legend(fontsize=8)
     return save(plt, figure, path)
 
@@ -149,8 +142,8 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
     for rank, change in enumerate(changes, 1):
         lines += _finding_lines(change, f"{rank}. ")
     lines += [f"- {line}" for line in change_first_lines(diagnosis.capacity)]
-    lines += ["", *_stage_lines(diagnosis), *_data_lines(diagnosis.data),
-              *_findings_lines("## The other findings", rest)]
+    lines += ["", *_stage_lines(diagnosis), *_data_lines(diagnosis.data), "## The other findings", "",
+              *(line for verdict in rest for line in _finding_lines(verdict, "- "))]
     if graph is not None:
         lines += [*_section("Dataset graph", f"Transformations: {' -> '.join(graph.transformations)}", "",
                             f"Element: `{graph.element_spec}`"), ""]
@@ -175,12 +168,11 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
             f"- share: {interval_cell(bound.share, _percent)} ({bound.classification} at the median); wait share "
             f"{interval_cell(bound.wait, _percent)}; s/step fed {bound.t_real:.4f}, synthetic "
             f"{bound.t_synthetic:.4f}; {bound.warmup} untimed + {bound.batches} timed steps per side"))
-    lines += capacity_lines(diagnosis.capacity)
-    lines += _feed_lines(diagnosis.feed)
-    lines += [*_sweep_drift_note(diagnosis), *(line for sweep in diagnosis.sweep for line in _sweep_lines(sweep))]
+    lines += [*capacity_lines(diagnosis.capacity), *_feed_lines(diagnosis.feed), *_sweep_drift_note(diagnosis),
+              *(line for sweep in diagnosis.sweep for line in _sweep_lines(sweep))]
     if diagnosis.gpu is not None:
         lines += _section("GPU", "sampled" if diagnosis.gpu.available else f"not available: {diagnosis.gpu.reason}")
-    return "\n".join([*lines, "", *_plot_lines(plot_names)])
+    return "\n".join([*lines, "", "## Plots", "", *(f"![{name}]({name})" for name in plot_names), ""])
 
 
 def _markdown(headers, rows, alignments=()) -> str:
@@ -191,10 +183,6 @@ def _markdown(headers, rows, alignments=()) -> str:
 def _section(title: str, *lines: str) -> list[str]:
     """A '## title' section: a blank line, the heading, a blank line, then lines."""
     return ["", f"## {title}", "", *lines]
-
-
-def _plot_lines(plot_names: list[str]) -> list[str]:
-    return ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
 
 
 def _stage_lines(diagnosis) -> list[str]:
@@ -223,11 +211,6 @@ def _data_lines(data: DataSummary | None) -> list[str]:
                    f"utterance was listed {repeat.copies} times ({repeat.utterances_measured} per pass, "
                    "epochs repeated) so that batches are full."), ""]
     return lines
-
-
-def _findings_lines(heading: str, verdicts) -> list[str]:
-    """A heading and each finding as a bullet."""
-    return [heading, "", *(line for verdict in verdicts for line in _finding_lines(verdict, "- "))]
 
 
 def _finding_lines(verdict, marker: str) -> list[str]:
@@ -264,9 +247,8 @@ def _feed_row(figures: FeedFigures) -> tuple:
 
 
 def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
-    """The preset's loader at the current setting is measured three times, a minute or so apart: by the throughput
-    stage and in both sweeps. When the figures differ, say so: it shows how far absolute figures drift on this
-    machine, and why the verdicts use same-round ratios."""
+    """The preset's loader at the current setting is measured three times (throughput stage, both sweeps): when
+    the figures differ, say so, to show how far absolute figures drift here and why verdicts use same-round ratios."""
     rate = None if diagnosis.throughput is None else diagnosis.throughput.rate
     figures = {"the throughput stage": rate.median} if rate is not None and diagnosis.sweep else {}
     figures.update({f"the {sweep.axis.replace('_', '-')} sweep": next(

@@ -1,6 +1,5 @@
-"""The parts of a diagnosis (verdict/diagnosis_record.py) that read the pipeline: what was diagnosed, the step's
-first calls, the graph, the throughput, the bottleneck, the fixes and the work. The wording of their findings is
-in verdict/pipeline_findings.py."""
+"""The parts of a diagnosis (diagnosis_record.py) that read the pipeline: the target, the step's first calls, the
+graph, the throughput, the bottleneck, the fixes and the work; their findings' words: pipeline_findings.py."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ from perfsuite.workload.pipeline_model import Stage as GraphStage
 
 @dataclass(frozen=True)
 class Target(Record):
-    """What was diagnosed: the --pipeline and --step specs and the --arg values; for the dataset preset, its
-    directory, and its loader and step in words."""
+    """What was diagnosed: --pipeline, --step, the --arg values; for the dataset preset, its directory, and its
+    loader and step in words."""
 
     pipeline: str
     step: str | None
@@ -30,9 +29,8 @@ class Target(Record):
 
 @dataclass(frozen=True)
 class StepRun(Record):
-    """The user's step: first_s (its first call on the first batch: trace, compile), first_steady_s (the
-    call after), calls (made after the first), and, for a tf.function, traces over the run and retraces
-    (traces after the first call). None: the step is not a tf.function, so its traces cannot be counted."""
+    """The user's step: first_s (its first call: trace, compile), first_steady_s (the call after), calls (after
+    the first); traces over the run and retraces (after the first call): None unless a tf.function."""
 
     first_s: float
     first_steady_s: float
@@ -41,13 +39,10 @@ class StepRun(Record):
     retraces: int | None
 
 
-# ---------------------------------------------------------------------------------------- its parts
-
-
 @dataclass(frozen=True)
 class DynamicShape(Record):
-    """An element component whose static shape leaves dimensions open: its path in element_spec ('' for
-    a single tensor), its shape in words, and the open dimensions (None: not even the rank is known)."""
+    """An element component with open dimensions: its path in element_spec ('' for a single tensor), its shape
+    in words, and the open dimensions (None: not even the rank is known)."""
 
     component: str
     shape: str
@@ -92,22 +87,20 @@ def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
     """Components of element_spec whose static shape has open dimensions (or an unknown rank)."""
     out = []
     for path, spec in leaves(element_spec):
-        shape = getattr(spec, "shape", None)
-        if shape is not None and shape.rank is None:
+        if (shape := getattr(spec, "shape", None)) is not None and shape.rank is None:
             out.append(DynamicShape(component=path, shape="<unknown rank>", dims=None))
-        elif shape is not None and None in shape.as_list():
-            dims = tuple(i for i, dim in enumerate(shape.as_list()) if dim is None)
-            out.append(DynamicShape(component=path, shape=str(tuple(shape.as_list())), dims=dims))
+        elif shape is not None and None in (dims := shape.as_list()):
+            out.append(DynamicShape(component=path, shape=str(tuple(dims)),
+                                    dims=tuple(i for i, dim in enumerate(dims) if dim is None)))
     return tuple(out)
 
 
 @dataclass(frozen=True)
 class Throughput(Record):
-    """first_batch_s (start-up) and warmup_s apart, then the rounds (batches_per_round: the last pass's;
-    round_batches: each round's). unit: 'samples' (the leading dimension of a batch) or 'batches' when a
-    batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the batch
-    times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s; restarts: times
-    the dataset ended and a new pass began (a finite dataset, measured as it is)."""
+    """first_batch_s (start-up) and warmup_s apart, then the rounds (batches_per_round: the last pass's). unit:
+    'samples' (a batch's leading dimension) or 'batches' when it has none. rate: per-round units/s; variation:
+    per-round stdev / mean of the batch times; batch_s: every steady batch, rounds joined; cycle: batch_s's;
+    restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
 
     first_batch_s: float
     warmup_s: tuple[float, ...]
@@ -126,9 +119,8 @@ class Throughput(Record):
 
 @dataclass(frozen=True)
 class StageShare(Record):
-    """One stage of the pipeline: its words, the rate of the pipeline cut after it (samples/s) and the
-    share of the whole pipeline's time per sample it adds (per round: its prefix's seconds per sample minus
-    the previous prefix's, over the last prefix's)."""
+    """One stage: its words, the samples/s of the pipeline cut after it, and the share of the time per sample it
+    adds (per round: its prefix's seconds per sample minus the previous prefix's, over the last prefix's)."""
 
     stage: str
     rate: RoundsEstimate
@@ -137,9 +129,9 @@ class StageShare(Record):
 
 @dataclass(frozen=True)
 class Bottleneck(Record):
-    """The stages in order and the one that limits throughput (the largest share), decided when its share's
-    interval lies above every other stage's. no_work_rounds: rounds in which the whole pipeline read no slower
-    per sample than a dataset that does no work; their shares are undefined, so the stages come from the rest."""
+    """The stages in order and the one that limits throughput (largest share), decided when its share's interval
+    lies above every other's. no_work_rounds: rounds where the pipeline read no slower per sample than a dataset
+    doing no work (shares undefined: the stages come from the other rounds)."""
 
     stages: tuple[StageShare, ...]
     limiting: str | None
@@ -149,8 +141,8 @@ class Bottleneck(Record):
 
 @dataclass(frozen=True)
 class FixGain(Record):
-    """A fix measured: its name and words, what was compared (units: 'samples/s of the pipeline' or 'steps/s
-    of the step fed by it'), and the per-round after/before ratio; applied False with why when it was not."""
+    """A fix measured: name, words, what was compared (unit: 'samples/s of the pipeline' or 'steps/s of the step
+    fed by it'), the per-round after/before ratio; applied False with why when it was not."""
 
     name: str
     words: str

@@ -1,8 +1,6 @@
-"""A user's dataset changed without the user's code: its stages (the prefixes a bottleneck search cuts),
-and the fixes perfsuite can apply to it (prefetch, map parallelism, read parallelism, cache: docs/diagnose.md,
-"What is measured"), each a new dataset rebuilt from the serialized graph (tf.raw_ops.DatasetFromGraph) or
-the dataset with a transformation added at its end.
-"""
+"""A user's dataset changed without the user's code: the prefixes a bottleneck search cuts, and the fixes
+(prefetch, map and read parallelism, cache: docs/diagnose.md, "What is measured"), each the dataset with a
+transformation added at its end or rebuilt from its rewritten serialized graph (tf.raw_ops.DatasetFromGraph)."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ MEMORY_SHARE = 0.25  # a cache is tried only when one pass of its prefix takes a
 
 @dataclass(frozen=True)
 class Prefix:
-    """The dataset cut after one stage: the stage's words, the Python dataset, whether its elements
-    are batches (a batching stage is at or before the cut, and no unbatch after it)."""
+    """The dataset cut after one stage: the stage's words, the Python dataset, whether its elements are batches."""
 
     stage: str
     dataset: Any
@@ -53,8 +50,7 @@ def stage_words(dataset) -> str:
 
 
 def prefixes(dataset) -> list[Prefix]:
-    """dataset (or a Pipeline already read) cut after each stage that does work, from the source on; whether
-    its elements are batches asked of the pipeline model (PipelineModel.batched)."""
+    """dataset (or a Pipeline already read) cut after each stage that does work, from the source on."""
     pipeline = read_pipeline(dataset)
     return [Prefix(stage=stage_words(node), dataset=node, batched=batched)
             for node, batched in zip(pipeline.python_chain, chain_batched(pipeline)) if _works(node)]
@@ -65,13 +61,10 @@ def _works(node) -> bool:
     return kind_of(op_of_class(node)).family not in NO_WORK_FAMILIES
 
 
-# ------------------------------------------------------------------------------------------ the fixes
-
-
 @dataclass(frozen=True)
 class Fix:
-    """A fix perfsuite can apply: its name, what it does in words, and build(pipeline) -> (the fixed dataset,
-    a callable that readies it before it is measured, e.g. fills a cache), pipeline the Pipeline read once."""
+    """A fix: its name, words, and build(the Pipeline read once) -> (the fixed dataset, a callable that readies it
+    before it is measured, e.g. fills a cache)."""
 
     name: str
     words: str
@@ -88,18 +81,26 @@ class NotApplied:
 
 def _graph(pipeline: Pipeline):
     """A copy of the pipeline's serialized graph, to rewrite."""
-    graph = pipeline.graph_def
-    if graph is None:
+    if pipeline.graph_def is None:
         raise ValueError("TensorFlow cannot serialize this dataset's graph")
     copy = tensorflow().compat.v1.GraphDef()
-    copy.CopyFrom(graph)
+    copy.CopyFrom(pipeline.graph_def)
     return copy
 
 
-def _from_graph(graph, element_spec):
+def _from_graph(graph, pipeline: Pipeline):
+    """The dataset of a rewritten graph, with nothing to ready before measuring it."""
     tf = tensorflow()
     variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
-    return tf.data.experimental.from_variant(variant, element_spec)
+    return tf.data.experimental.from_variant(variant, pipeline.dataset.element_spec), _nothing
+
+
+def _add_const(graph, name: str, value: int, dtype) -> str:
+    """A Const node of value appended to graph; its name."""
+    const = graph.node.add(name=name, op="Const")
+    const.attr["dtype"].type = dtype.as_datatype_enum
+    const.attr["value"].tensor.CopyFrom(tensorflow().make_tensor_proto(value, dtype))
+    return const.name
 
 
 def _nothing() -> None:
@@ -113,29 +114,22 @@ def add_prefetch(pipeline: Pipeline):
 def _made_parallel(pipeline: Pipeline, stages, op: str, inputs: Callable):
     """The pipeline rebuilt from its graph with the nodes of stages (its model's) made deterministic `op` nodes,
     each input (name, int64 value) of inputs(node) a Const appended to the node's inputs."""
-    tf = tensorflow()
-    graph = _graph(pipeline)
-    names = {stage.node for stage in stages}
+    graph, names = _graph(pipeline), {stage.node for stage in stages}
     for node in [node for node in graph.node if node.name in names]:
         for name, value in inputs(node):
-            const = graph.node.add(name=f"{node.name}/perfsuite_{name}", op="Const")
-            const.attr["dtype"].type = tf.int64.as_datatype_enum
-            const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
-            node.input.append(const.name)
+            node.input.append(_add_const(graph, f"{node.name}/perfsuite_{name}", value, tensorflow().int64))
         node.op = op
         if "force_synchronous" in node.attr:  # a sequential map's; the parallel op has none
             del node.attr["force_synchronous"]
         node.attr["deterministic"].s = b"true"
-    return _from_graph(graph, pipeline.dataset.element_spec), _nothing
+    return _from_graph(graph, pipeline)
 
 
 def with_parallel_calls(pipeline: Pipeline, calls: dict[str, int]):
-    """The pipeline rebuilt from its graph with each named node's num_parallel_calls input a Const of calls[node]
-    (a parallel map, interleave, batch or filter: what the capacity model's split sets); ValueError for a named
-    node that has no such input."""
+    """The pipeline rebuilt with each named node's num_parallel_calls input a Const of calls[node] (what the
+    capacity model's split sets); ValueError for a named node that has no such input."""
     from tensorflow.python.framework import op_def_registry
 
-    tf = tensorflow()
     graph = _graph(pipeline)
     for node in [node for node in graph.node if node.name in calls]:
         op_def = op_def_registry.get(node.op)
@@ -147,12 +141,9 @@ def with_parallel_calls(pipeline: Pipeline, calls: dict[str, int]):
                 len(node.attr[arg.type_list_attr].list.type) if arg.type_list_attr else 1
         else:
             raise ValueError(f"{node.name} ({node.op}) has no num_parallel_calls input")
-        dtype = tf.as_dtype(arg.type)
-        const = graph.node.add(name=f"{node.name}/perfsuite_split_calls", op="Const")
-        const.attr["dtype"].type = dtype.as_datatype_enum
-        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(int(calls[node.name]), dtype))
-        node.input[position] = const.name
-    return _from_graph(graph, pipeline.dataset.element_spec), _nothing
+        node.input[position] = _add_const(graph, f"{node.name}/perfsuite_split_calls", int(calls[node.name]),
+                                          tensorflow().as_dtype(arg.type))
+    return _from_graph(graph, pipeline)
 
 
 def parallel_maps(pipeline: Pipeline):
@@ -175,9 +166,8 @@ def parallel_reads(pipeline: Pipeline):
 
 
 def cache_after(pipeline: Pipeline, prefix):
-    """The pipeline rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and
-    the callable that fills the cache by reading prefix.cache() once (the rebuilt graph reads the same
-    cache resource)."""
+    """The pipeline rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and the
+    callable that fills it by reading prefix.cache() once (the rebuilt graph reads the same cache resource)."""
     cached = prefix.cache()
     cache_model = read_pipeline(cached)
     cache_nodes = {node.name: node for node in cache_model.graph_def.node}
@@ -200,7 +190,7 @@ def cache_after(pipeline: Pipeline, prefix):
         const.CopyFrom(cache_nodes[name.split(":")[0]])
         const.name = f"perfsuite_cache/{const.name}"
         inserted.input.append(const.name)
-    fixed = _from_graph(graph, pipeline.dataset.element_spec)
+    fixed, _ = _from_graph(graph, pipeline)
 
     def fill() -> None:
         for _ in cached:
@@ -211,9 +201,8 @@ def cache_after(pipeline: Pipeline, prefix):
 
 
 def deterministic_prefix(pipeline: Pipeline) -> tuple[Any | None, str]:
-    """(the longest prefix of the pipeline's chain whose stages are deterministic (PipelineModel.deterministic),
-    ending before its first repeat; or None) and why it ends where it does. A Python dataset with no stage of
-    its own in the model (a TFRecordDataset around its readers, a restructured dataset) has none to judge."""
+    """(the longest prefix of the chain with deterministic stages, before its first repeat; or None) and why it
+    ends there. A Python dataset with no stage of its own in the model (a TFRecordDataset) has none to judge."""
     last = None
     for node, stage in zip(pipeline.python_chain, chain_stages(pipeline)):
         if stage is not None and stage.family == "repeat":
@@ -248,9 +237,8 @@ def free_memory_bytes() -> int | None:
 
 def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float | None = None,
                      fill_limit_s: float | None = None) -> tuple[list[Fix], list[NotApplied]]:
-    """The fixes that apply to dataset (a tf.data.Dataset or a Pipeline already read) and, for the rest
-    considered, why not. samples_per_s (the pipeline's measured throughput) estimates how long filling a
-    cache takes; over fill_limit_s it is not tried."""
+    """The fixes that apply to dataset (or a Pipeline already read) and why the rest do not. samples_per_s (the
+    measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
     pipeline = read_pipeline(dataset)
     found = [NotApplied("prefetch", "the pipeline already ends with a prefetch") if ends_with_prefetch
              else Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch)]

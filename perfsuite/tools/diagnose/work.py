@@ -1,8 +1,6 @@
 """diagnose's work: the work fingerprints of the user's pipeline and step (measure/work.py, the same on every
-machine) set against this run's rates: the float ops per second each achieved, as a share of this machine's
-measured matmul peak (measure/peak.py). A share near 1 says only less work makes it faster; a small share
-says time goes elsewhere (waiting, Python, memory, small kernels). Its record (WorkFigures) is in
-verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""
+machine) set against this run's rates, as a share of this machine's matmul peak (measure/peak.py): near 1, only
+less work makes it faster; small, time goes elsewhere (waiting, Python, memory, small kernels)."""
 
 from __future__ import annotations
 
@@ -35,14 +33,6 @@ def with_rates(work: WorkFigures, *, audio_s_per_sample: float | None, samples_p
     return replace(work, pipeline_float_ops_per_s=pipeline_rate, step_float_ops_per_s=step_rate,
                    pipeline_float_ops_per_audio_s=per_sample / audio_s_per_sample if per_sample and audio_s_per_sample
                    else None, peak=measure_peak() if pipeline_rate or step_rate else None)
-
-
-def measure_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None,
-                 audio_s_per_sample: float | None, samples_per_s: float | None,
-                 step_s: float | None) -> WorkFigures:
-    """read_work, then with_rates."""
-    return with_rates(read_work(dataset, step, batch, pipeline_name=pipeline_name, step_name=step_name),
-                      audio_s_per_sample=audio_s_per_sample, samples_per_s=samples_per_s, step_s=step_s)
 
 
 def _read(fingerprint, unavailable: list) -> WorkFingerprint | None:
