@@ -12,7 +12,8 @@ tf = pytest.importorskip("tensorflow")
 
 def measure_work(dataset, step, batch, *, pipeline_name, step_name, **rates):
     """The work read, then set against the run's rates, as diagnose's run does."""
-    return with_rates(read_work(dataset, step, batch, pipeline_name=pipeline_name, step_name=step_name), **rates)
+    work = read_work(dataset, step, batch, pipeline_name=pipeline_name, step_name=step_name)
+    return with_rates(work, **rates)
 
 
 def _tuple_pipeline():

@@ -1,5 +1,5 @@
-"""The parts of a diagnosis that any pipeline's run holds: settings, figures, stages, findings and thresholds (the
-record: diagnosis_record.py; wording: diagnosis.py; why each threshold: docs/diagnose.md)."""
+"""The parts of a diagnosis that any pipeline's run holds: settings, figures, stages, findings, thresholds
+(the record: diagnosis_record.py; wording: diagnosis.py; why each threshold: docs/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class RoundsEstimate(Record):
 
 
 def estimate(values, boundaries: tuple[float, ...] = ()) -> RoundsEstimate:
-    """The RoundsEstimate of per-round values (at least one); a boundary b is straddled when low < b <= high."""
+    """The RoundsEstimate of per-round values (at least one); boundary b is straddled if low < b <= high."""
     interval = median_interval([float(v) for v in values])
     straddles = tuple(b for b in boundaries if interval.low < b <= interval.high)
     return RoundsEstimate(median=interval.median, low=interval.low, high=interval.high, coverage=interval.coverage,
@@ -78,9 +78,9 @@ def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> st
 
 @dataclass(frozen=True)
 class DiagnoseSettings(Record):
-    """What a diagnosis measures and how long it may take. budget_s: the whole run, start-up included. warmup:
-    batches (and step calls per side of an input-bound round) untimed after the first. From batch_size on: the
-    dataset preset's loaders, step model, sweep (batches per round; axes always hold the current setting), trace."""
+    """What a diagnosis measures and how long it may take. budget_s: the whole run, start-up included.
+    warmup: batches (and step calls per side of an input-bound round) untimed after the first. From
+    batch_size on: the dataset preset's loaders, step model, sweep (axes hold the current setting), trace."""
 
     budget_s: float = DEFAULT_BUDGET_S
     warmup: int = 2
@@ -161,9 +161,9 @@ class StaticShapes(Record):
 
 @dataclass(frozen=True)
 class InputBoundFigures(Record):
-    """The compiled step fed by one pipeline vs by its synthetic twin (one cached batch repeated), same rounds.
-    wait: the per-round share of the fed step's time spent fetching its batch (the profiler's input time; on a
-    CPU-only machine the share also holds the pipeline's CPU contention, the wait does not)."""
+    """The compiled step fed by one pipeline vs by its synthetic twin (a cached batch repeated), same rounds.
+    wait: the per-round share of the fed step's time spent fetching its batch (the profiler's input time; on
+    a CPU-only machine the share also holds the pipeline's CPU contention, the wait does not)."""
 
     share: RoundsEstimate  # per-round 1 - t_synthetic / t_real, against INPUT_BOUND_BOUNDARIES
     classification: str  # of the share's median (TF's profiler classes)
@@ -178,8 +178,8 @@ class InputBoundFigures(Record):
 
 @dataclass(frozen=True)
 class SweepPoint(Record):
-    """tf_native WAV samples/s at one sweep point: median, range, relative spread, per round, interval. vs_current,
-    ratio (against SWEEP_BOUNDARIES): against the current setting in the same rounds; None for the current point."""
+    """tf_native WAV samples/s at one sweep point: median, range, spread, per round, interval. vs_current,
+    ratio (against SWEEP_BOUNDARIES): against the current setting, same rounds; None for the current point."""
 
     point: int
     current: bool
@@ -196,7 +196,7 @@ class SweepPoint(Record):
 
 @dataclass(frozen=True)
 class SweepAxis(Record):
-    """One sweep axis (SWEEP_AXES): its points in the same interleaved rounds, the thresholds, each round's order."""
+    """One sweep axis (SWEEP_AXES): its points in the same interleaved rounds, thresholds, rounds' order."""
 
     axis: str
     current: int
@@ -210,7 +210,7 @@ class SweepAxis(Record):
 
 @dataclass(frozen=True)
 class GpuFigures(Record):
-    """GPU utilisation while the input-bound steps ran: stats, the sampled timeline, or why they are missing."""
+    """GPU utilisation while the input-bound steps ran: stats, the sampled timeline, or why not (reason)."""
 
     available: bool
     reason: str | None = None
@@ -220,8 +220,8 @@ class GpuFigures(Record):
 
 @dataclass(frozen=True)
 class FeedFigures(Record):
-    """One pipeline feeding an emulated accelerator (measure.emulated). keeps_busy: step_s at or above the feed
-    interval (True), below (False), inside (None). round, stats, timeline: one round at the step (None: reason)."""
+    """One pipeline feeding an emulated accelerator (measure.emulated). keeps_busy: step_s at or above the
+    feed interval (True), below (False), inside (None). round, stats, timeline: one round at the step."""
 
     pipeline: str
     feed: FeedRate  # the shortest step the pipeline keeps >= 90 % busy, with its interval
@@ -236,8 +236,8 @@ class FeedFigures(Record):
 
 @dataclass(frozen=True)
 class StageRecord(Record):
-    """One stage as it ran. needs_s: about the seconds it needs here (None: unknown), quoted by "raise --budget":
-    for MIN_ROUNDS rounds, or for an undecided --pipeline stage, its rounds plus plan.more_rounds' estimate."""
+    """One stage as it ran. needs_s: about the seconds it needs here (None: unknown), for "raise --budget":
+    for MIN_ROUNDS rounds or, for an undecided --pipeline stage, its rounds and plan.more_rounds' estimate."""
 
     name: str
     share_s: float  # of the budget, when it started
@@ -258,10 +258,13 @@ class DiagnosisFinding(Record):
     recommendation: str | None  # None when the figures call for no change or do not decide
     interval: RoundsEstimate | None = None  # the figure it rests on; None for counts and tests (such as the cycle)
 
+    def evidence_words(self) -> str:
+        """The figures behind it: 'key=value, ...'."""
+        return ", ".join(f"{key}={format_figure(value)}" for key, value in self.evidence.items())
+
     def lines(self) -> list[str]:
         """For the terminal: '[topic] finding', then its evidence, interval and recommendation indented."""
-        figures = ", ".join(f"{key}={format_figure(value)}" for key, value in self.evidence.items())
-        out = [f"[{self.topic}] {self.finding}", f"    evidence: {figures}"]
+        out = [f"[{self.topic}] {self.finding}", f"    evidence: {self.evidence_words()}"]
         if (figure := self.interval) is not None:
             straddles = "; straddles " + ", ".join(f"{b:.4g}" for b in figure.straddles) if figure.straddles else ""
             out.append(f"    interval: {figure.low:.4g}–{figure.high:.4g} (median {figure.median:.4g}), "

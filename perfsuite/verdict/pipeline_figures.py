@@ -1,5 +1,5 @@
-"""The parts of a diagnosis (diagnosis_record.py) that read the pipeline: the target, the step's first calls, the
-graph, the throughput, the bottleneck, the fixes and the work; their findings' words: pipeline_findings.py."""
+"""The parts of a diagnosis (diagnosis_record.py) that read the pipeline: the target, the step's first
+calls, the graph, the throughput, the bottleneck, the fixes and the work (worded: pipeline_findings.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from perfsuite.workload.pipeline_model import Stage as GraphStage
 
 @dataclass(frozen=True)
 class Target(Record):
-    """What was diagnosed: --pipeline, --step, the --arg values; for the dataset preset, its directory, and its
-    loader and step in words."""
+    """What was diagnosed: --pipeline, --step, the --arg values; for the dataset preset, its directory, and
+    its loader and step in words."""
 
     pipeline: str
     step: str | None
@@ -29,8 +29,8 @@ class Target(Record):
 
 @dataclass(frozen=True)
 class StepRun(Record):
-    """The user's step: first_s (its first call: trace, compile), first_steady_s (the call after), calls (after
-    the first); traces over the run and retraces (after the first call): None unless a tf.function."""
+    """The user's step: first_s (its first call: trace, compile), first_steady_s (the call after), calls
+    (after the first); traces over the run and retraces (after the first call): None unless a tf.function."""
 
     first_s: float
     first_steady_s: float
@@ -97,10 +97,10 @@ def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
 
 @dataclass(frozen=True)
 class Throughput(Record):
-    """first_batch_s (start-up) and warmup_s apart, then the rounds (batches_per_round: the last pass's). unit:
-    'samples' (a batch's leading dimension) or 'batches' when it has none. rate: per-round units/s; variation:
-    per-round stdev / mean of the batch times; batch_s: every steady batch, rounds joined; cycle: batch_s's;
-    restarts: times the dataset ended and a new pass began (a finite dataset, measured as it is)."""
+    """first_batch_s (start-up) and warmup_s apart, then the rounds (batches_per_round: the last pass's).
+    unit: 'samples' (a batch's leading dimension) or 'batches' when it has none. rate: per-round units/s;
+    variation: per-round stdev / mean of the batch times; batch_s: every steady batch, rounds joined; cycle:
+    batch_s's; restarts: times the dataset ended and a new pass began (a finite dataset, measured as is)."""
 
     first_batch_s: float
     warmup_s: tuple[float, ...]
@@ -119,8 +119,8 @@ class Throughput(Record):
 
 @dataclass(frozen=True)
 class StageShare(Record):
-    """One stage: its words, the samples/s of the pipeline cut after it, and the share of the time per sample it
-    adds (per round: its prefix's seconds per sample minus the previous prefix's, over the last prefix's)."""
+    """One stage: its words, the samples/s of the pipeline cut after it, and the share of the time per sample
+    it adds (per round: its prefix's seconds per sample minus the previous prefix's, over the last one's)."""
 
     stage: str
     rate: RoundsEstimate
@@ -129,9 +129,9 @@ class StageShare(Record):
 
 @dataclass(frozen=True)
 class Bottleneck(Record):
-    """The stages in order and the one that limits throughput (largest share), decided when its share's interval
-    lies above every other's. no_work_rounds: rounds where the pipeline read no slower per sample than a dataset
-    doing no work (shares undefined: the stages come from the other rounds)."""
+    """The stages in order and the one that limits throughput (largest share), decided when its share's
+    interval lies above every other's. no_work_rounds: rounds where the pipeline read no slower per sample
+    than a dataset doing no work (shares undefined: the stages come from the other rounds)."""
 
     stages: tuple[StageShare, ...]
     limiting: str | None
@@ -141,8 +141,8 @@ class Bottleneck(Record):
 
 @dataclass(frozen=True)
 class FixGain(Record):
-    """A fix measured: name, words, what was compared (unit: 'samples/s of the pipeline' or 'steps/s of the step
-    fed by it'), the per-round after/before ratio; applied False with why when it was not."""
+    """A fix measured: name, words, what was compared (unit: 'samples/s of the pipeline' or 'steps/s of the
+    step fed by it'), the per-round after/before ratio; applied False with why when it was not."""
 
     name: str
     words: str

@@ -30,7 +30,8 @@ def inspect_graph(dataset) -> GraphFindings:
 
 
 def _after_copy_to_device(stages: tuple[GraphStage, ...]) -> tuple[str, ...]:
-    """The real stages after the last copy_to_device, its own prefetch (prefetch_to_device's second half) left out."""
+    """The real stages after the last copy_to_device, its own prefetch (prefetch_to_device's second
+    half) left out."""
     positions = [i for i, s in enumerate(stages) if s.family == "copy"]
     if not positions:
         return ()

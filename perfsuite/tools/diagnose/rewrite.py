@@ -1,6 +1,6 @@
 """A user's dataset changed without the user's code: the prefixes a bottleneck search cuts, and the fixes
 (prefetch, map and read parallelism, cache: docs/diagnose.md, "What is measured"), each the dataset with a
-transformation added at its end or rebuilt from its rewritten serialized graph (tf.raw_ops.DatasetFromGraph)."""
+transformation added at its end or rebuilt from its rewritten graph (tf.raw_ops.DatasetFromGraph)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ MEMORY_SHARE = 0.25  # a cache is tried only when one pass of its prefix takes a
 
 @dataclass(frozen=True)
 class Prefix:
-    """The dataset cut after one stage: the stage's words, the Python dataset, whether its elements are batches."""
+    """The dataset cut after one stage: the stage's words, the Python dataset, whether it yields batches."""
 
     stage: str
     dataset: Any
@@ -41,12 +41,8 @@ class Prefix:
 
 def stage_words(dataset) -> str:
     """A stage in words: its tf.data method (from the Python class) and the function it maps when known."""
-    words = class_words(dataset)
-    function = getattr(getattr(dataset, "_map_func", None), "_func", None)
-    label = getattr(function, "__name__", None)
-    if label and label != "<lambda>":
-        words += f"({label})"
-    return words
+    label = getattr(getattr(getattr(dataset, "_map_func", None), "_func", None), "__name__", None)
+    return class_words(dataset) + (f"({label})" if label and label != "<lambda>" else "")
 
 
 def prefixes(dataset) -> list[Prefix]:
@@ -63,8 +59,8 @@ def _works(node) -> bool:
 
 @dataclass(frozen=True)
 class Fix:
-    """A fix: its name, words, and build(the Pipeline read once) -> (the fixed dataset, a callable that readies it
-    before it is measured, e.g. fills a cache)."""
+    """A fix: its name, words, and build(the Pipeline read once) -> (the fixed dataset, a callable that
+    readies it before it is measured, e.g. fills a cache)."""
 
     name: str
     words: str
@@ -92,7 +88,7 @@ def _from_graph(graph, pipeline: Pipeline):
     """The dataset of a rewritten graph, with nothing to ready before measuring it."""
     tf = tensorflow()
     variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
-    return tf.data.experimental.from_variant(variant, pipeline.dataset.element_spec), _nothing
+    return tf.data.experimental.from_variant(variant, pipeline.dataset.element_spec), lambda: None
 
 
 def _add_const(graph, name: str, value: int, dtype) -> str:
@@ -103,12 +99,8 @@ def _add_const(graph, name: str, value: int, dtype) -> str:
     return const.name
 
 
-def _nothing() -> None:
-    """Nothing to ready before measuring."""
-
-
 def add_prefetch(pipeline: Pipeline):
-    return pipeline.dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
+    return pipeline.dataset.prefetch(tensorflow().data.AUTOTUNE), lambda: None
 
 
 def _made_parallel(pipeline: Pipeline, stages, op: str, inputs: Callable):
@@ -156,18 +148,16 @@ def parallel_reads(pipeline: Pipeline):
     """The pipeline rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
     of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a time, one element each in
     turn, so its order differs; an interleave keeps its cycle and order)."""
-    def inputs(node) -> list:
-        cycle = [("cycle_length", -1), ("block_length", 1)] if node.op == FLAT_MAP_OP else []
-        return cycle + [(name, -1) for name in ("buffer_output_elements", "prefetch_input_elements",
-                                                "num_parallel_calls")]
-
-    return _made_parallel(pipeline, [stage for stage, _ in pipeline.model.sequential_reads()],
-                          PARALLEL_INTERLEAVE_OP, inputs)
+    flat_map = [("cycle_length", -1), ("block_length", 1)]
+    rest = [(n, -1) for n in ("buffer_output_elements", "prefetch_input_elements", "num_parallel_calls")]
+    reads = [stage for stage, _ in pipeline.model.sequential_reads()]
+    return _made_parallel(pipeline, reads, PARALLEL_INTERLEAVE_OP,
+                          lambda node: (flat_map if node.op == FLAT_MAP_OP else []) + rest)
 
 
 def cache_after(pipeline: Pipeline, prefix):
-    """The pipeline rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and the
-    callable that fills it by reading prefix.cache() once (the rebuilt graph reads the same cache resource)."""
+    """The pipeline rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and
+    the callable that fills it by reading prefix.cache() once (the rebuilt graph reads the same resource)."""
     cached = prefix.cache()
     cache_model = read_pipeline(cached)
     cache_nodes = {node.name: node for node in cache_model.graph_def.node}
@@ -201,8 +191,8 @@ def cache_after(pipeline: Pipeline, prefix):
 
 
 def deterministic_prefix(pipeline: Pipeline) -> tuple[Any | None, str]:
-    """(the longest prefix of the chain with deterministic stages, before its first repeat; or None) and why it
-    ends there. A Python dataset with no stage of its own in the model (a TFRecordDataset) has none to judge."""
+    """(the longest prefix of the chain with deterministic stages, before its first repeat; or None) and why
+    it ends there. A dataset with no stage of its own in the model (a TFRecordDataset) has none to judge."""
     last = None
     for node, stage in zip(pipeline.python_chain, chain_stages(pipeline)):
         if stage is not None and stage.family == "repeat":
@@ -237,8 +227,8 @@ def free_memory_bytes() -> int | None:
 
 def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float | None = None,
                      fill_limit_s: float | None = None) -> tuple[list[Fix], list[NotApplied]]:
-    """The fixes that apply to dataset (or a Pipeline already read) and why the rest do not. samples_per_s (the
-    measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
+    """The fixes that apply to dataset (or a Pipeline already read) and why the rest do not. samples_per_s
+    (the measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
     pipeline = read_pipeline(dataset)
     found = [NotApplied("prefetch", "the pipeline already ends with a prefetch") if ends_with_prefetch
              else Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch)]

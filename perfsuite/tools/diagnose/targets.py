@@ -1,5 +1,5 @@
-"""The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: the user's dataset
-factory and step imported, the factory called; TargetError otherwise (inspect_graph re-exported for callers)."""
+"""The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: the user's
+dataset factory and step imported, the factory called, or TargetError (inspect_graph kept for callers)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def load_callable(spec: str, option: str) -> Callable:
 
 
 def load_step(spec: str, tell: Callable[[str], None]) -> Callable:
-    """The training step named by --step: the step itself (one required parameter, the batch) or a zero-argument
-    factory that returns it (the usual shape of model code), told apart by signature; tell() says which."""
+    """The training step named by --step: the step itself (one required parameter, the batch) or a factory
+    of no arguments that returns it (as model code does), told apart by signature; tell() says which."""
     found = load_callable(spec, "--step")
     required = _required_parameters(found, spec)
     if required == 1:

@@ -29,9 +29,9 @@ def readable_utterances(dataset_dir: Path, mel_config) -> list:
 @contextlib.contextmanager
 def measured_data(dataset_dir: Path, cache_dir: Path | None, ids: list[str], copies: int, mel_config,
                   note: Callable[[str], None]) -> Iterator[tuple[Path, Path, CacheUse]]:
-    """(dataset dir, cache dir, the cache used) to measure. The cache: the given one, the default one, or one built
-    in a temporary directory from a view of the readable utterances only (build_cache stops at the first unreadable
-    WAV). The data: the dataset, or a temporary view listing each of ids `copies` times."""
+    """(dataset dir, cache dir, the cache used) to measure. The cache: the given one, the default one, or one
+    built in a temporary directory from a view of the readable utterances (build_cache stops at the first
+    unreadable WAV). The data: the dataset, or a temporary view listing each of ids `copies` times."""
     from perfsuite.data.corpus import build_cache, default_cache_dir
 
     cache = Path(cache_dir or default_cache_dir(dataset_dir, mel_config))
@@ -59,9 +59,9 @@ def round_samples(settings: DiagnoseSettings) -> int:
 
 
 def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
-    """How many times each usable utterance is listed: 1 when they fill one round (round_samples), else the fewest
-    copies that do with a total divisible by every batch size measured (a partial batch at each pass's end would
-    recur in every round: a period to cycle detection), or, if that more than doubles the total, the fewest that do."""
+    """How often each usable utterance is listed: 1 when they fill one round (round_samples), else the fewest
+    copies that do with a total divisible by every batch size measured (a partial batch at each pass's end
+    would recur in every round: a period to cycle detection) or, if that more than doubles it, the fewest."""
     if usable < 1:
         raise ValueError(f"usable: expected >= 1 utterance, found {usable}")
     needed = round_samples(settings)
@@ -75,7 +75,7 @@ def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
 
 def write_repeated_view(dataset_dir: Path, cache_dir: Path | None, *, ids: list[str], copies: int, root: Path,
                         view_cache: Path | None) -> list[str]:
-    """An LJSpeech-layout view at root listing each of ids `copies` times as `<id>__r<k>`; returns those ids."""
+    """An LJSpeech-layout view at root listing each of ids `copies` times as `<id>__r<k>`; returns those."""
     width = len(str(copies - 1))
     entries = [(f"{uid}__r{copy:0{width}d}", uid) for copy in range(copies) for uid in ids]
     _write_view(dataset_dir, cache_dir, entries=entries, root=root, view_cache=view_cache)
@@ -84,8 +84,8 @@ def write_repeated_view(dataset_dir: Path, cache_dir: Path | None, *, ids: list[
 
 def _write_view(dataset_dir: Path, cache_dir: Path | None, *, entries: list[tuple[str, str]], root: Path,
                 view_cache: Path | None) -> None:
-    """An LJSpeech-layout directory at root listing one utterance per (view id, original id) entry, its WAV (and,
-    given cache_dir and view_cache, its cache entries) a link to the original file."""
+    """An LJSpeech-layout directory at root listing one utterance per (view id, original id) entry, its WAV
+    (and, given cache_dir and view_cache, its cache entries) a link to the original file."""
     from perfsuite.data.corpus import cache_paths, read_metadata, wav_path
 
     utterances = {utt.id: utt for utt in read_metadata(dataset_dir)}

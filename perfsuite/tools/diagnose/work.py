@@ -1,6 +1,6 @@
 """diagnose's work: the work fingerprints of the user's pipeline and step (measure/work.py, the same on every
-machine) set against this run's rates, as a share of this machine's matmul peak (measure/peak.py): near 1, only
-less work makes it faster; small, time goes elsewhere (waiting, Python, memory, small kernels)."""
+machine) set against this run's rates, as a share of this machine's matmul peak (measure/peak.py): near 1,
+only less work makes it faster; small, time goes elsewhere (waiting, Python, memory, small kernels)."""
 
 from __future__ import annotations
 
