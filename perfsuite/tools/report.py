@@ -18,13 +18,7 @@ from perfsuite.verdict.diagnosis import (
     ranked_changes,
     stand_in_step,
 )
-from perfsuite.verdict.diagnosis_figures import (
-    MIN_ROUNDS,
-    DataSummary,
-    FeedFigures,
-    SweepAxis,
-    interval_cell,
-)
+from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, DataSummary, FeedFigures, SweepAxis, interval_cell
 from perfsuite.verdict.diagnosis_record import Diagnosis
 
 _percent = "{:.1%}".format
@@ -50,17 +44,15 @@ def write_report(diagnosis, directory: Path) -> Path:
     if capacity is not None and any(stage.cost is not None for stage in capacity.stages):
         plots.append(plot_capacity(capacity, directory / "capacity.png"))
     if (feed := diagnosis.feed) is not None and feed.timeline:
-        plots.append(plot_gpu_timeline(feed.timeline, directory / "emulated_feed.png",
-                                       title=f"{feed.pipeline} feeding a {feed.step_s * 1e3:.3g} ms step "
-                                             f"({feed.step_time})"))
+        title = f"{feed.pipeline} feeding a {feed.step_s * 1e3:.3g} ms step ({feed.step_time})"
+        plots.append(plot_gpu_timeline(feed.timeline, directory / "emulated_feed.png", title=title))
     summary = directory / "summary.md"
     summary.write_text(markdown_summary(diagnosis, [p.name for p in plots]), encoding="utf-8")
     return summary
 
 
 def plot_batch_timeline(timelines: list[tuple], path: Path) -> Path:
-    """One panel of per-batch times per (label, batch_s, samples/s, stats.Cycle or None, batches per round);
-    a significant cycle's period marked by dotted lines, the rounds' boundaries by grey ones."""
+    """One panel of batch times per (label, batch_s, samples/s, stats.Cycle or None, batches per round)."""
     plt = pyplot()
     figure, axes = plt.subplots(len(timelines), 1, figsize=(9, 0.4 + 2.2 * len(timelines)), squeeze=False)
     for ax, (label, batch_s, rate, cycle, rounds) in zip(axes[:, 0], timelines):
@@ -74,10 +66,9 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
     """tf_native WAV samples/s against workers or batch size: left, each point's median, range and rounds;
     right, each round's ratio to the current setting, with the no-change line and the minimum gain."""
     plt = pyplot()
-    points = sweep.points
+    points, label = sweep.points, sweep.axis.replace("_", " ")
     names = [point_label(sweep.axis, point.point) for point in points]
     xs = list(range(len(points)))
-    label = sweep.axis.replace("_", " ")
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     errors = [[point.samples_per_s - point.samples_per_s_low for point in points],
               [point.samples_per_s_high - point.samples_per_s for point in points]]

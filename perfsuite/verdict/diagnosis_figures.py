@@ -42,16 +42,15 @@ DONE = "done"  # a stage with nothing to decide (the trace)
 
 @dataclass(frozen=True)
 class RoundsEstimate(Record):
-    """A figure over rounds: the median of its per-round values, its distribution-free interval
-    (stats.median_interval) and coverage, the rounds; boundaries: its verdict's; straddles: those inside."""
+    """A figure over rounds: the median of its per-round values and its interval (stats.median_interval)."""
 
     median: float
     low: float
     high: float
     coverage: float
     rounds: int
-    boundaries: tuple[float, ...]
-    straddles: tuple[float, ...]
+    boundaries: tuple[float, ...]  # the class boundaries of the verdict that reads it
+    straddles: tuple[float, ...]  # those inside the interval
 
     @property
     def decided(self) -> bool:
@@ -78,12 +77,11 @@ def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> st
 
 @dataclass(frozen=True)
 class DiagnoseSettings(Record):
-    """What a diagnosis measures and how long it may take. budget_s: the whole run, start-up included.
-    warmup: batches (and step calls per side of an input-bound round) untimed after the first. From
-    batch_size on: the dataset preset's loaders, step model, sweep (axes hold the current setting), trace."""
+    """What a diagnosis measures and how long it may take; from batch_size on, for the dataset preset only:
+    its loaders, step model, sweep (its axes always hold the current setting) and profiler trace."""
 
-    budget_s: float = DEFAULT_BUDGET_S
-    warmup: int = 2
+    budget_s: float = DEFAULT_BUDGET_S  # the whole run, start-up included
+    warmup: int = 2  # batches (and step calls per side of an input-bound round) untimed after the first
     step_time: str | None = DEFAULT_STEP_PRESET  # the emulated GPU step: a STEP_PRESETS name or seconds
     frame_s: float | None = None  # seconds of audio per frame (--frame-hop-s); None: perfsuite's mel definition
     batch_spec: BatchSpec = BatchSpec()  # --batch-spec: the audio and its lengths (batch_spec.find_layout)
@@ -178,8 +176,7 @@ class InputBoundFigures(Record):
 
 @dataclass(frozen=True)
 class SweepPoint(Record):
-    """tf_native WAV samples/s at one sweep point: median, range, spread, per round, interval. vs_current,
-    ratio (against SWEEP_BOUNDARIES): against the current setting, same rounds; None for the current point."""
+    """tf_native WAV samples/s at one point of a sweep axis over the rounds."""
 
     point: int
     current: bool
@@ -190,8 +187,8 @@ class SweepPoint(Record):
     samples_per_s_spread: float
     samples_per_s_rounds: tuple[float, ...]
     interval: RoundsEstimate
-    vs_current: PairedGain | None
-    ratio: RoundsEstimate | None
+    vs_current: PairedGain | None  # against the current setting in the same rounds; None for the current one
+    ratio: RoundsEstimate | None  # vs_current's ratio against SWEEP_BOUNDARIES; None for the current one
 
 
 @dataclass(frozen=True)
@@ -220,16 +217,15 @@ class GpuFigures(Record):
 
 @dataclass(frozen=True)
 class FeedFigures(Record):
-    """One pipeline feeding an emulated accelerator (measure.emulated). keeps_busy: step_s at or above the
-    feed interval (True), below (False), inside (None). round, stats, timeline: one round at the step."""
+    """One pipeline feeding an emulated accelerator (measure.emulated)."""
 
     pipeline: str
     feed: FeedRate  # the shortest step the pipeline keeps >= 90 % busy, with its interval
     step_time: str | None  # the step asked for: a preset or seconds
     step_s: float | None  # that step on this data (the median over a round's batches)
-    keeps_busy: bool | None
-    round: RunFigures | None  # EmulatedRun.figures()
-    stats: GpuStats | None
+    keeps_busy: bool | None  # step_s at or above the feed interval (True), below it (False), inside it (None)
+    round: RunFigures | None  # one round at the step (EmulatedRun.figures())
+    stats: GpuStats | None  # its utilisation statistics (emulated_stats)
     timeline: GpuTimeline | None
     reason: str | None = None  # why the round at the step is missing
 

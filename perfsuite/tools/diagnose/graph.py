@@ -1,5 +1,4 @@
-"""The user's tf.data graph as diagnose reads it, asked of the pipeline model: a GraphFindings (worded in
-verdict/pipeline_findings.py; the rules: docs/diagnose.md, "The graph read as it runs")."""
+"""The user's tf.data graph as diagnose reads it (rules: docs/diagnose.md, "The graph read as it runs")."""
 
 from __future__ import annotations
 

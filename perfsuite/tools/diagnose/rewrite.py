@@ -1,6 +1,5 @@
 """A user's dataset changed without the user's code: the prefixes a bottleneck search cuts, and the fixes
-(prefetch, map and read parallelism, cache: docs/diagnose.md, "What is measured"), each the dataset with a
-transformation added at its end or rebuilt from its rewritten graph (tf.raw_ops.DatasetFromGraph)."""
+(docs/diagnose.md, "What is measured"), each a transformation added at its end or its graph rewritten."""
 
 from __future__ import annotations
 
@@ -145,9 +144,8 @@ def parallel_maps(pipeline: Pipeline):
 
 
 def parallel_reads(pipeline: Pipeline):
-    """The pipeline rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
-    of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a time, one element each in
-    turn, so its order differs; an interleave keeps its cycle and order)."""
+    """The pipeline rebuilt with each interleave or flat_map reading files one at a time a parallel interleave
+    of AUTOTUNE calls and buffers (a flat_map's order changes: AUTOTUNE files, one element each in turn)."""
     flat_map = [("cycle_length", -1), ("block_length", 1)]
     rest = [(n, -1) for n in ("buffer_output_elements", "prefetch_input_elements", "num_parallel_calls")]
     reads = [stage for stage, _ in pipeline.model.sequential_reads()]
@@ -208,8 +206,7 @@ def _cardinality(dataset) -> int:
 
 
 def pass_bytes(prefix, sample) -> int | None:
-    """Bytes of one pass of prefix (its cardinality x the bytes of one element, every component of it,
-    strings by their length); None when not finite or unknown."""
+    """Bytes of one pass of prefix (cardinality x an element's bytes, strings by length); None: not finite."""
     count = _cardinality(prefix)
     if count < 0:
         return None

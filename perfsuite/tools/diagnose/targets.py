@@ -19,8 +19,7 @@ __all__ = ["TargetError", "inspect_graph", "load_callable", "load_step", "make_d
 
 
 class TargetError(PerfsuiteError, ValueError):
-    """A --pipeline or --step target perfsuite cannot use, in one line: the option, the target, what was
-    looked up or expected, and what was found."""
+    """A --pipeline or --step target perfsuite cannot use: option, target, what was expected and found."""
 
     def __init__(self, option: str, target: str, expected: str, found: str):
         self.option, self.target, self.expected, self.found = option, target, expected, found
@@ -28,8 +27,7 @@ class TargetError(PerfsuiteError, ValueError):
 
 
 def load_callable(spec: str, option: str) -> Callable:
-    """The callable named by spec, 'MODULE:FUNCTION' (MODULE a module name, found from the current directory
-    first, or a path to a .py file; FUNCTION may be dotted)."""
+    """The callable named by spec, 'MODULE:FUNCTION' (a module name or a .py path; FUNCTION may be dotted)."""
     tensorflow()  # before the user's module imports it: perfsuite's accessor quiets TensorFlow's logs first
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -53,8 +51,7 @@ def load_step(spec: str, tell: Callable[[str], None]) -> Callable:
     """The training step named by --step: the step itself (one required parameter, the batch) or a factory
     of no arguments that returns it (as model code does), told apart by signature; tell() says which."""
     found = load_callable(spec, "--step")
-    required = _required_parameters(found, spec)
-    if required == 1:
+    if (required := _required_parameters(found, spec)) == 1:
         tell(f"--step {spec}: the step itself (it takes one argument, the batch)")
         return found
     if required != 0:

@@ -36,8 +36,7 @@ def measured_data(dataset_dir: Path, cache_dir: Path | None, ids: list[str], cop
 
     cache = Path(cache_dir or default_cache_dir(dataset_dir, mel_config))
     with contextlib.ExitStack() as temporary:
-        built = cache_dir is None and not cache.is_dir()
-        if built:
+        if built := cache_dir is None and not cache.is_dir():
             note("building a temporary .npy cache from the readable files")
             folder = Path(temporary.enter_context(tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-cache-")))
             _write_view(dataset_dir, None, entries=[(uid, uid) for uid in ids], root=folder / "readable",
@@ -106,11 +105,8 @@ def _write_view(dataset_dir: Path, cache_dir: Path | None, *, entries: list[tupl
 def _link(source: Path, target: Path) -> None:
     """A symlink to source (absolute); a hard link or a copy where symlinks are not allowed."""
     source = Path(source).resolve()
-    try:
-        os.symlink(source, target)
-    except OSError:
-        try:
-            os.link(source, target)
-        except OSError:
-            if source.exists():
-                shutil.copyfile(source, target)
+    for link in (os.symlink, os.link):
+        with contextlib.suppress(OSError):
+            return link(source, target)
+    if source.exists():
+        shutil.copyfile(source, target)
