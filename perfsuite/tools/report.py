@@ -63,8 +63,7 @@ def plot_batch_timeline(timelines: list[tuple], path: Path) -> Path:
 
 
 def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
-    """tf_native WAV samples/s against workers or batch size: left, each point's median, range and rounds;
-    right, each round's ratio to the current setting, with the no-change line and the minimum gain."""
+    """The sweep's samples/s per point (left) and each round's ratio to the current setting (right)."""
     plt = pyplot()
     points, label = sweep.points, sweep.axis.replace("_", " ")
     names = [point_label(sweep.axis, point.point) for point in points]
@@ -124,8 +123,7 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
                   f"{target.args or '(none)'}."), ""]
     changes, rest = ranked_changes(list(diagnosis.verdicts))
     lines += [f"## {CHANGE_FIRST.capitalize()}", "", f"{change_first_words(changes).capitalize()}.", ""]
-    for rank, change in enumerate(changes, 1):
-        lines += _finding_lines(change, f"{rank}. ")
+    lines += [line for rank, change in enumerate(changes, 1) for line in _finding_lines(change, f"{rank}. ")]
     lines += [f"- {line}" for line in change_first_lines(diagnosis.capacity)]
     lines += ["", *_stage_lines(diagnosis), *_data_lines(diagnosis.data), "## The other findings", "",
               *(line for verdict in rest for line in _finding_lines(verdict, "- "))]

@@ -1,5 +1,4 @@
-"""The parts of a diagnosis that any pipeline's run holds: settings, figures, stages, findings, thresholds
-(the record: diagnosis_record.py; wording: diagnosis.py; why each threshold: docs/diagnose.md)."""
+"""Parts of any run's diagnosis: settings, figures, stages, findings, thresholds (why: docs/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -97,7 +96,9 @@ class DiagnoseSettings(Record):
     def __post_init__(self):
         for name in ("batch_size", "batches", "warmup", "trace_steps", "cores"):
             value = getattr(self, name)
-            if (name != "cores" or value is not None) and (type(value) is not int or value < 1):
+            if name == "cores" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, found {value!r}")
         if self.workers != -1 and self.workers < 1:
             raise ValueError(f"workers: expected an integer >= 1 or -1 (AUTOTUNE), found {self.workers!r}")

@@ -1,5 +1,4 @@
-"""The parts of a diagnosis (diagnosis_record.py) that read the pipeline: the target, the step's first
-calls, the graph, the throughput, the bottleneck, the fixes and the work (worded: pipeline_findings.py)."""
+"""The parts of a diagnosis that read the pipeline (their findings are worded in pipeline_findings.py)."""
 
 from __future__ import annotations
 
