@@ -4,10 +4,16 @@ the measured peak, and what is said when a part cannot be read."""
 import pytest
 
 from perfsuite.measure.peak import measure_peak
-from perfsuite.tools.diagnose.work import measure_work
+from perfsuite.tools.diagnose.work import read_work, with_rates
 from perfsuite.verdict.pipeline_findings import work_verdicts
 
 tf = pytest.importorskip("tensorflow")
+
+
+def measure_work(dataset, step, batch, *, pipeline_name, step_name, **rates):
+    """The work read, then set against the run's rates, as diagnose's run does."""
+    work = read_work(dataset, step, batch, pipeline_name=pipeline_name, step_name=step_name)
+    return with_rates(work, **rates)
 
 
 def _tuple_pipeline():

@@ -1,6 +1,5 @@
-"""The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary. An
-interrupted run's parts not measured are left out, and the summary says so; every figure is shown with its
-interval and rounds. Tables go through perfsuite.tables, matplotlib through perfsuite.plotting."""
+"""The report of a diagnosis (`perfsuite diagnose --report DIR`): PNG plots and a Markdown summary, each
+figure with its interval and rounds; an interrupted run's parts not measured are left out, and said so."""
 
 from __future__ import annotations
 
@@ -19,14 +18,7 @@ from perfsuite.verdict.diagnosis import (
     ranked_changes,
     stand_in_step,
 )
-from perfsuite.verdict.diagnosis_figures import (
-    MIN_ROUNDS,
-    DataSummary,
-    FeedFigures,
-    SweepAxis,
-    format_figure,
-    interval_cell,
-)
+from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, DataSummary, FeedFigures, SweepAxis, interval_cell
 from perfsuite.verdict.diagnosis_record import Diagnosis
 
 _percent = "{:.1%}".format
@@ -35,14 +27,12 @@ _yes_no = {True: "yes", False: "no"}
 
 
 def write_report(diagnosis, directory: Path) -> Path:
-    """Write the PNG plots and summary.md into directory; return the summary's path. diagnosis: a Diagnosis or
-    the dict of its JSON (a file of either older kind through its migrations)."""
+    """Write the plots and summary.md into directory; return its path. diagnosis: a Diagnosis or its dict."""
     if isinstance(diagnosis, dict):
         diagnosis = Diagnosis.from_dict(diagnosis)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    throughput = diagnosis.throughput
-    plots = []
+    plots, throughput, capacity = [], diagnosis.throughput, diagnosis.capacity
     if throughput is not None and throughput.batch_s:
         per_round = throughput.batches_per_round
         plots.append(plot_batch_timeline([(diagnosis.target.pipeline, throughput.batch_s, throughput.rate.median,
@@ -51,21 +41,18 @@ def write_report(diagnosis, directory: Path) -> Path:
     plots += [plot_sweep(axis, directory / f"throughput_vs_{axis.axis}.png") for axis in diagnosis.sweep]
     if diagnosis.gpu is not None and diagnosis.gpu.available and diagnosis.gpu.timeline:
         plots.append(plot_gpu_timeline(diagnosis.gpu.timeline, directory / "gpu_utilisation.png"))
-    capacity = diagnosis.capacity
     if capacity is not None and any(stage.cost is not None for stage in capacity.stages):
         plots.append(plot_capacity(capacity, directory / "capacity.png"))
     if (feed := diagnosis.feed) is not None and feed.timeline:
-        plots.append(plot_gpu_timeline(feed.timeline, directory / "emulated_feed.png",
-                                       title=f"{feed.pipeline} feeding a {feed.step_s * 1e3:.3g} ms step "
-                                             f"({feed.step_time})"))
+        title = f"{feed.pipeline} feeding a {feed.step_s * 1e3:.3g} ms step ({feed.step_time})"
+        plots.append(plot_gpu_timeline(feed.timeline, directory / "emulated_feed.png", title=title))
     summary = directory / "summary.md"
     summary.write_text(markdown_summary(diagnosis, [p.name for p in plots]), encoding="utf-8")
     return summary
 
 
 def plot_batch_timeline(timelines: list[tuple], path: Path) -> Path:
-    """One panel of per-batch times per (label, batch_s, samples/s, stats.Cycle or None, batches per round);
-    a significant cycle's period marked by dotted lines, the rounds' boundaries by grey ones."""
+    """One panel of batch times per (label, batch_s, samples/s, stats.Cycle or None, batches per round)."""
     plt = pyplot()
     figure, axes = plt.subplots(len(timelines), 1, figsize=(9, 0.4 + 2.2 * len(timelines)), squeeze=False)
     for ax, (label, batch_s, rate, cycle, rounds) in zip(axes[:, 0], timelines):
@@ -76,14 +63,11 @@ def plot_batch_timeline(timelines: list[tuple], path: Path) -> Path:
 
 
 def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
-    """tf_native WAV samples/s against workers or batch size: left, each point's median over the rounds
-    with its per-round values and range; right, each round's ratio to the current setting, with the
-    no-change line and the minimum gain a recommendation needs."""
+    """The sweep's samples/s per point (left) and each round's ratio to the current setting (right)."""
     plt = pyplot()
-    points = sweep.points
+    points, label = sweep.points, sweep.axis.replace("_", " ")
     names = [point_label(sweep.axis, point.point) for point in points]
     xs = list(range(len(points)))
-    label = sweep.axis.replace("_", " ")
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     errors = [[point.samples_per_s - point.samples_per_s_low for point in points],
               [point.samples_per_s_high - point.samples_per_s for point in points]]
@@ -100,8 +84,7 @@ def plot_sweep(sweep: SweepAxis, path: Path) -> Path:
         right.plot([x] * len(ratios), ratios, "o", color=colour, alpha=0.8)
         if gain is not None:
             right.plot([x - 0.2, x + 0.2], [gain.summary.median] * 2, color=colour, linewidth=2)
-    left.set_ylabel("samples/s")
-    left.set_ylim(bottom=0)
+    left.set(ylabel="samples/s", ylim=(0, None))
     left.legend(fontsize=7, loc="lower right")
     left.set_title(f"tf_native WAV loader vs {label} ({sweep.rounds} interleaved rounds)", fontsize=9)
     right.axhline(1.0, color="black", linewidth=0.8)
@@ -126,19 +109,13 @@ def plot_gpu_timeline(timeline: GpuTimeline, path: Path, title: str | None = Non
         ax.set_title(title, fontsize=9)
     for device in timeline.devices:
         ax.plot([t - timeline.start for t in device.util_timestamps], device.util, label=f"GPU {device.index}")
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("utilisation %")
-    ax.set_ylim(0, 100)
+    ax.set(xlabel="seconds", ylabel="utilisation %", ylim=(0, 100))
     ax.legend(fontsize=8)
     return save(plt, figure, path)
 
 
-# ----------------------------------------------------------------------------- summary.md
-
-
 def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
-    """summary.md: what to change first (the changes measured on the pipeline, ranked by gain), completeness,
-    stages, the data (the preset's), the other findings, the graph, the figures, the sweep, the plots."""
+    """summary.md: what to change first (measured changes ranked by gain), each part measured, the plots."""
     target, graph = diagnosis.target, diagnosis.graph
     lines = [f"# perfsuite diagnose {target.dataset or '--pipeline ' + target.pipeline}", ""]
     if target.step or target.args or target.dataset:
@@ -146,18 +123,17 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
                   f"{target.args or '(none)'}."), ""]
     changes, rest = ranked_changes(list(diagnosis.verdicts))
     lines += [f"## {CHANGE_FIRST.capitalize()}", "", f"{change_first_words(changes).capitalize()}.", ""]
-    for rank, change in enumerate(changes, 1):
-        lines += _finding_lines(change, f"{rank}. ")
+    lines += [line for rank, change in enumerate(changes, 1) for line in _finding_lines(change, f"{rank}. ")]
     lines += [f"- {line}" for line in change_first_lines(diagnosis.capacity)]
-    lines += ["", *_stage_lines(diagnosis), *_data_lines(diagnosis.data),
-              *_findings_lines("## The other findings", rest)]
+    lines += ["", *_stage_lines(diagnosis), *_data_lines(diagnosis.data), "## The other findings", "",
+              *(line for verdict in rest for line in _finding_lines(verdict, "- "))]
     if graph is not None:
         lines += [*_section("Dataset graph", f"Transformations: {' -> '.join(graph.transformations)}", "",
                             f"Element: `{graph.element_spec}`"), ""]
     if graph is not None and graph.python_ops:
-        lines.append(_markdown(("Python op", "node", "in", "transformation node", "calls"),
-                               [(op.op, op.node, op.transformation, op.transformation_node, op.python or "-")
-                                for op in graph.python_ops]))
+        lines.append(Table.of(("Python op", "node", "in", "transformation node", "calls"),
+                              [(op.op, op.node, op.transformation, op.transformation_node, op.python or "-")
+                               for op in graph.python_ops]).markdown())
     throughput, step, bound = diagnosis.throughput, diagnosis.step, diagnosis.input_bound
     if throughput is not None:
         warmup = ", ".join(f"{s:.3f}" for s in throughput.warmup_s)
@@ -180,21 +156,12 @@ def markdown_summary(diagnosis: Diagnosis, plot_names: list[str]) -> str:
     lines += [*_sweep_drift_note(diagnosis), *(line for sweep in diagnosis.sweep for line in _sweep_lines(sweep))]
     if diagnosis.gpu is not None:
         lines += _section("GPU", "sampled" if diagnosis.gpu.available else f"not available: {diagnosis.gpu.reason}")
-    return "\n".join([*lines, "", *_plot_lines(plot_names)])
-
-
-def _markdown(headers, rows, alignments=()) -> str:
-    """A Markdown table through perfsuite.tables ('|' in a cell escaped)."""
-    return Table.of(headers, rows, alignments).markdown()
+    return "\n".join([*lines, "", "## Plots", "", *(f"![{name}]({name})" for name in plot_names), ""])
 
 
 def _section(title: str, *lines: str) -> list[str]:
     """A '## title' section: a blank line, the heading, a blank line, then lines."""
     return ["", f"## {title}", "", *lines]
-
-
-def _plot_lines(plot_names: list[str]) -> list[str]:
-    return ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
 
 
 def _stage_lines(diagnosis) -> list[str]:
@@ -208,8 +175,8 @@ def _stage_lines(diagnosis) -> list[str]:
                "not enough to decide."), ""]
     rows = [(stage.name, stage.status, f"{stage.share_s:.0f}", f"{stage.spent_s:.0f}", stage.rounds, stage.plan)
             for stage in diagnosis.stages]
-    return [*lines, _markdown(("stage", "status", "share s", "spent s", "rounds", "plan"), rows,
-                              ("left", "left", RIGHT, RIGHT, RIGHT, "left")), ""]
+    return [*lines, Table.of(("stage", "status", "share s", "spent s", "rounds", "plan"), rows,
+                             ("left", "left", RIGHT, RIGHT, RIGHT, "left")).markdown(), ""]
 
 
 def _data_lines(data: DataSummary | None) -> list[str]:
@@ -225,15 +192,10 @@ def _data_lines(data: DataSummary | None) -> list[str]:
     return lines
 
 
-def _findings_lines(heading: str, verdicts) -> list[str]:
-    """A heading and each finding as a bullet."""
-    return [heading, "", *(line for verdict in verdicts for line in _finding_lines(verdict, "- "))]
-
-
 def _finding_lines(verdict, marker: str) -> list[str]:
     """One finding after marker ('- ', '1. '): its topic, words and figures, then its interval and recommendation."""
-    figures = ", ".join(f"{key}={format_figure(value)}" for key, value in verdict.evidence.items())
-    lines, indent = [f"{marker}**{verdict.topic}**: {verdict.finding} ({figures})"], " " * len(marker)
+    indent = " " * len(marker)
+    lines = [f"{marker}**{verdict.topic}**: {verdict.finding} ({verdict.evidence_words()})"]
     if verdict.interval is not None:
         lines.append(f"{indent}- interval: {interval_cell(verdict.interval, '{:.4g}'.format)}, "
                      f"{verdict.interval.coverage:.0%} coverage")
@@ -245,28 +207,25 @@ def _finding_lines(verdict, marker: str) -> list[str]:
 def _feed_lines(feed: FeedFigures | None) -> list[str]:
     if feed is None:
         return []
+    if feed.step_s is None:
+        row = (feed.pipeline, feed_words(feed), feed.reason, "-", "-", "-", "-", "-")
+    else:
+        stats, step = feed.stats, f"{feed.step_s * 1e3:.3g} ms ({feed.step_time})"
+        step = f"assumed: {step}, a stand-in" if stand_in_step(feed) else step
+        row = (feed.pipeline, feed_words(feed), step, f"{feed.round.busy_fraction:.0%}",
+               f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
+               f"every {stats.oscillation_period_s:.3g} s" if stats.oscillation.significant else "none",
+               {**_yes_no, None: "undecided"}[feed.keeps_busy])
     return _section("Emulated accelerator", (
         "The shortest step the pipeline keeps >= 90 % busy (three interleaved bisections; docs/emulated.md), "
-        "and one round at the step asked for."), "", _markdown(
+        "and one round at the step asked for."), "", Table.of(
         ("pipeline", "feed rate", "step", "busy at the step", "utilisation median", "idle", "oscillation",
-         "keeps it busy"), [_feed_row(feed)]))
-
-
-def _feed_row(figures: FeedFigures) -> tuple:
-    if figures.step_s is None:
-        return (figures.pipeline, feed_words(figures), figures.reason, "-", "-", "-", "-", "-")
-    stats = figures.stats
-    step = f"{figures.step_s * 1e3:.3g} ms ({figures.step_time})"
-    return (figures.pipeline, feed_words(figures), f"assumed: {step}, a stand-in" if stand_in_step(figures) else step,
-            f"{figures.round.busy_fraction:.0%}", f"{stats.util_median:.0f} %", f"{stats.idle_fraction:.0%}",
-            f"every {stats.oscillation_period_s:.3g} s" if stats.oscillation.significant else "none",
-            {**_yes_no, None: "undecided"}[figures.keeps_busy])
+         "keeps it busy"), [row]).markdown())
 
 
 def _sweep_drift_note(diagnosis: Diagnosis) -> list[str]:
-    """The preset's loader at the current setting is measured three times, a minute or so apart: by the throughput
-    stage and in both sweeps. When the figures differ, say so: it shows how far absolute figures drift on this
-    machine, and why the verdicts use same-round ratios."""
+    """The preset's loader at the current setting is measured three times (throughput stage, both sweeps):
+    when they differ, say so: it shows how far absolute figures drift, why verdicts use same-round ratios."""
     rate = None if diagnosis.throughput is None else diagnosis.throughput.rate
     figures = {"the throughput stage": rate.median} if rate is not None and diagnosis.sweep else {}
     figures.update({f"the {sweep.axis.replace('_', '-')} sweep": next(
@@ -285,9 +244,9 @@ def _sweep_lines(sweep: SweepAxis) -> list[str]:
     return _section(f"tf_native WAV loader vs {label}", (
         f"{sweep.rounds} interleaved round(s), current setting {point_label(sweep.axis, sweep.current)}. "
         f"A point is recommended only with a median gain ≥ {sweep.min_gain:.0%}, "
-        f"≥ {sweep.min_win_share:.0%} of rounds faster and a paired t-test p < {sweep.alpha}."), "", _markdown(
+        f"≥ {sweep.min_win_share:.0%} of rounds faster and a paired t-test p < {sweep.alpha}."), "", Table.of(
         (label, "samples/s (median)", "per-round range", "ratio to current (median, interval)", "rounds faster",
-         "p", "clear gain"), [_sweep_row(sweep, point) for point in sweep.points]))
+         "p", "clear gain"), [_sweep_row(sweep, point) for point in sweep.points]).markdown())
 
 
 def _sweep_row(sweep: SweepAxis, point) -> tuple:

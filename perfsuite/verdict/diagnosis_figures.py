@@ -1,7 +1,4 @@
-"""The parts of a diagnosis (`perfsuite diagnose`, tools/diagnose/) that any pipeline's run holds: its settings,
-the figures as records, the stages, the findings and their thresholds. The record itself and its schema are in
-verdict/diagnosis_record.py, the wording of the findings in verdict/diagnosis.py; docs/diagnose.md gives the
-reasons behind each threshold."""
+"""Parts of any run's diagnosis: settings, figures, stages, findings, thresholds (why: docs/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -9,12 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.measure.batch_spec import BatchSpec
-from perfsuite.measure.emulated import (  # no TensorFlow
-    DEFAULT_STEP_PRESET,
-    FeedRate,
-    RunFigures,
-    parse_step_time,
-)
+from perfsuite.measure.emulated import DEFAULT_STEP_PRESET, FeedRate, RunFigures, parse_step_time  # no TF
 from perfsuite.measure.stats import PairedGain, median_interval
 from perfsuite.measure.utilisation import GpuStats, GpuTimeline
 from perfsuite.records import Record
@@ -47,22 +39,17 @@ INTERRUPTED = "interrupted"
 DONE = "done"  # a stage with nothing to decide (the trace)
 
 
-# ------------------------------------------------------------------------------------ the records
-
-
 @dataclass(frozen=True)
 class RoundsEstimate(Record):
-    """A figure measured over rounds: the median of its per-round values, the distribution-free interval
-    of that median (stats.median_interval) with its coverage, and the rounds behind it. boundaries: the
-    class boundaries of the verdict that reads it; straddles: those inside the interval."""
+    """A figure over rounds: the median of its per-round values and its interval (stats.median_interval)."""
 
     median: float
     low: float
     high: float
     coverage: float
     rounds: int
-    boundaries: tuple[float, ...]
-    straddles: tuple[float, ...]
+    boundaries: tuple[float, ...]  # the class boundaries of the verdict that reads it
+    straddles: tuple[float, ...]  # those inside the interval
 
     @property
     def decided(self) -> bool:
@@ -70,12 +57,11 @@ class RoundsEstimate(Record):
 
 
 def estimate(values, boundaries: tuple[float, ...] = ()) -> RoundsEstimate:
-    """The RoundsEstimate of per-round values (at least one) against a verdict's class boundaries. A boundary b
-    is straddled when low < b <= high: values on both sides of it are inside the interval."""
+    """The RoundsEstimate of per-round values (at least one); boundary b is straddled if low < b <= high."""
     interval = median_interval([float(v) for v in values])
     straddles = tuple(b for b in boundaries if interval.low < b <= interval.high)
     return RoundsEstimate(median=interval.median, low=interval.low, high=interval.high, coverage=interval.coverage,
-                    rounds=interval.n, boundaries=tuple(boundaries), straddles=straddles)
+                          rounds=interval.n, boundaries=tuple(boundaries), straddles=straddles)
 
 
 def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> str:
@@ -88,22 +74,13 @@ def interval_cell(figure: RoundsEstimate | None, fmt=lambda v: f"{v:.3g}") -> st
     return cell + ")"
 
 
-def check_step_time(spec: str | None) -> None:
-    """ValueError unless spec is None, a STEP_PRESETS name or seconds > 0."""
-    if spec is not None:
-        parse_step_time(spec)
-
-
 @dataclass(frozen=True)
 class DiagnoseSettings(Record):
-    """What a diagnosis measures and how long it may take. budget_s: the whole run, start-up included. warmup:
-    batches (and step calls per side of an input-bound round) taken untimed after the first one. The rest of the
-    first block applies to any pipeline; the second to the dataset preset (a DATA_DIR): its loaders' batch size
-    and workers, its step's model, the sweep's steady batches per round and axes (always including the current
-    workers / batch_size), and the profiler trace's steps."""
+    """What a diagnosis measures and how long it may take; from batch_size on, for the dataset preset only:
+    its loaders, step model, sweep (its axes always hold the current setting) and profiler trace."""
 
-    budget_s: float = DEFAULT_BUDGET_S
-    warmup: int = 2
+    budget_s: float = DEFAULT_BUDGET_S  # the whole run, start-up included
+    warmup: int = 2  # batches (and step calls per side of an input-bound round) untimed after the first
     step_time: str | None = DEFAULT_STEP_PRESET  # the emulated GPU step: a STEP_PRESETS name or seconds
     frame_s: float | None = None  # seconds of audio per frame (--frame-hop-s); None: perfsuite's mel definition
     batch_spec: BatchSpec = BatchSpec()  # --batch-spec: the audio and its lengths (batch_spec.find_layout)
@@ -117,8 +94,10 @@ class DiagnoseSettings(Record):
     trace_steps: int = 3
 
     def __post_init__(self):
-        for name in ("batch_size", "batches", "warmup", "trace_steps"):
+        for name in ("batch_size", "batches", "warmup", "trace_steps", "cores"):
             value = getattr(self, name)
+            if name == "cores" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, found {value!r}")
         if self.workers != -1 and self.workers < 1:
@@ -127,10 +106,8 @@ class DiagnoseSettings(Record):
             raise ValueError(f"budget_s: expected a number of seconds > 0, found {self.budget_s!r}")
         if self.frame_s is not None and not (isinstance(self.frame_s, int | float) and self.frame_s > 0):
             raise ValueError(f"frame_s: expected seconds per frame > 0, found {self.frame_s!r}")
-        if self.cores is not None and (not isinstance(self.cores, int) or isinstance(self.cores, bool)
-                                       or self.cores < 1):
-            raise ValueError(f"cores: expected an integer >= 1, found {self.cores!r}")
-        check_step_time(self.step_time)
+        if self.step_time is not None:
+            parse_step_time(self.step_time)  # ValueError unless a STEP_PRESETS name or seconds > 0
         object.__setattr__(self, "sweep_workers", tuple(self.sweep_workers))
         sizes = self.sweep_batch_sizes or {max(1, self.batch_size // 2), self.batch_size, self.batch_size * 2}
         object.__setattr__(self, "sweep_batch_sizes", tuple(sorted(sizes)))
@@ -183,9 +160,9 @@ class StaticShapes(Record):
 
 @dataclass(frozen=True)
 class InputBoundFigures(Record):
-    """The compiled step fed by one pipeline vs by the synthetic twin (one cached batch repeated), in
-    the same rounds. wait: the per-round share of the fed step's time spent fetching its batch (the profiler's
-    input time; on a CPU-only machine the share also holds the pipeline's CPU contention, the wait does not)."""
+    """The compiled step fed by one pipeline vs by its synthetic twin (a cached batch repeated), same rounds.
+    wait: the per-round share of the fed step's time spent fetching its batch (the profiler's input time; on
+    a CPU-only machine the share also holds the pipeline's CPU contention, the wait does not)."""
 
     share: RoundsEstimate  # per-round 1 - t_synthetic / t_real, against INPUT_BOUND_BOUNDARIES
     classification: str  # of the share's median (TF's profiler classes)
@@ -200,9 +177,7 @@ class InputBoundFigures(Record):
 
 @dataclass(frozen=True)
 class SweepPoint(Record):
-    """tf_native WAV samples/s at one point of a sweep axis over the rounds: median, range, relative
-    spread, per round, and interval. vs_current and ratio (its RoundsEstimate against SWEEP_BOUNDARIES): against
-    the current setting in the same rounds; both None for the current point."""
+    """tf_native WAV samples/s at one point of a sweep axis over the rounds."""
 
     point: int
     current: bool
@@ -213,14 +188,13 @@ class SweepPoint(Record):
     samples_per_s_spread: float
     samples_per_s_rounds: tuple[float, ...]
     interval: RoundsEstimate
-    vs_current: PairedGain | None
-    ratio: RoundsEstimate | None
+    vs_current: PairedGain | None  # against the current setting in the same rounds; None for the current one
+    ratio: RoundsEstimate | None  # vs_current's ratio against SWEEP_BOUNDARIES; None for the current one
 
 
 @dataclass(frozen=True)
 class SweepAxis(Record):
-    """One sweep axis ('workers' or 'batch_size'): every point measured in the same interleaved rounds,
-    the thresholds a recommendation needs, and the order the points ran in each round."""
+    """One sweep axis (SWEEP_AXES): its points in the same interleaved rounds, thresholds, rounds' order."""
 
     axis: str
     current: int
@@ -234,8 +208,7 @@ class SweepAxis(Record):
 
 @dataclass(frozen=True)
 class GpuFigures(Record):
-    """GPU utilisation while the input-bound steps ran. stats: its utilisation.GpuStats, timeline:
-    the sampled window; reason says why either is missing."""
+    """GPU utilisation while the input-bound steps ran: stats, the sampled timeline, or why not (reason)."""
 
     available: bool
     reason: str | None = None
@@ -245,26 +218,23 @@ class GpuFigures(Record):
 
 @dataclass(frozen=True)
 class FeedFigures(Record):
-    """One pipeline feeding an emulated accelerator (perfsuite.measure.emulated). keeps_busy: whether step_s
-    is at or above the feed interval (True), below it (False), or inside it (None). round, stats, timeline:
-    one round at the step, its utilisation statistics (emulated_stats) and timeline; None with reason."""
+    """One pipeline feeding an emulated accelerator (measure.emulated)."""
 
     pipeline: str
     feed: FeedRate  # the shortest step the pipeline keeps >= 90 % busy, with its interval
     step_time: str | None  # the step asked for: a preset or seconds
     step_s: float | None  # that step on this data (the median over a round's batches)
-    keeps_busy: bool | None
-    round: RunFigures | None  # EmulatedRun.figures()
-    stats: GpuStats | None
+    keeps_busy: bool | None  # step_s at or above the feed interval (True), below it (False), inside it (None)
+    round: RunFigures | None  # one round at the step (EmulatedRun.figures())
+    stats: GpuStats | None  # its utilisation statistics (emulated_stats)
     timeline: GpuTimeline | None
     reason: str | None = None  # why the round at the step is missing
 
 
 @dataclass(frozen=True)
 class StageRecord(Record):
-    """One stage as it ran. needs_s: about the seconds it needs on this machine (None when unknown), what a
-    "raise --budget" recommendation quotes: for MIN_ROUNDS rounds, or, for a --pipeline stage left
-    undecided, to decide (its rounds so far plus plan.more_rounds' estimate)."""
+    """One stage as it ran. needs_s: about the seconds it needs here (None: unknown), for "raise --budget":
+    for MIN_ROUNDS rounds or, for an undecided --pipeline stage, its rounds and plan.more_rounds' estimate."""
 
     name: str
     share_s: float  # of the budget, when it started
@@ -277,7 +247,7 @@ class StageRecord(Record):
 
 @dataclass(frozen=True)
 class DiagnosisFinding(Record):
-    """One finding, on its topic (what was looked at), in words, with the figures behind it (evidence)."""
+    """One finding on its topic (what was looked at), in words, with the figures behind it (evidence)."""
 
     topic: str
     finding: str
@@ -285,10 +255,13 @@ class DiagnosisFinding(Record):
     recommendation: str | None  # None when the figures call for no change or do not decide
     interval: RoundsEstimate | None = None  # the figure it rests on; None for counts and tests (such as the cycle)
 
+    def evidence_words(self) -> str:
+        """The figures behind it: 'key=value, ...'."""
+        return ", ".join(f"{key}={format_figure(value)}" for key, value in self.evidence.items())
+
     def lines(self) -> list[str]:
         """For the terminal: '[topic] finding', then its evidence, interval and recommendation indented."""
-        figures = ", ".join(f"{key}={format_figure(value)}" for key, value in self.evidence.items())
-        out = [f"[{self.topic}] {self.finding}", f"    evidence: {figures}"]
+        out = [f"[{self.topic}] {self.finding}", f"    evidence: {self.evidence_words()}"]
         if (figure := self.interval) is not None:
             straddles = "; straddles " + ", ".join(f"{b:.4g}" for b in figure.straddles) if figure.straddles else ""
             out.append(f"    interval: {figure.low:.4g}–{figure.high:.4g} (median {figure.median:.4g}), "

@@ -1,6 +1,4 @@
-"""The parts of a diagnosis (verdict/diagnosis_record.py) that read the pipeline: what was diagnosed, the step's
-first calls, the graph, the throughput, the bottleneck, the fixes and the work. The wording of their findings is
-in verdict/pipeline_findings.py."""
+"""The parts of a diagnosis that read the pipeline (their findings are worded in pipeline_findings.py)."""
 
 from __future__ import annotations
 
@@ -19,39 +17,32 @@ from perfsuite.workload.pipeline_model import Stage as GraphStage
 
 @dataclass(frozen=True)
 class Target(Record):
-    """What was diagnosed: the --pipeline and --step specs and the --arg values; for the dataset preset, its
-    directory, and its loader and step in words."""
+    """What was diagnosed: --pipeline, --step and the --arg values (the preset's loader and step in words)."""
 
     pipeline: str
     step: str | None
     args: dict[str, str]
-    dataset: str | None = None
+    dataset: str | None = None  # the dataset preset's directory
 
 
 @dataclass(frozen=True)
 class StepRun(Record):
-    """The user's step: first_s (its first call on the first batch: trace, compile), first_steady_s (the
-    call after), calls (made after the first), and, for a tf.function, traces over the run and retraces
-    (traces after the first call). None: the step is not a tf.function, so its traces cannot be counted."""
+    """The user's step: its first calls, the calls made, and (None unless a tf.function) its traces."""
 
-    first_s: float
-    first_steady_s: float
-    calls: int
-    traces: int | None
-    retraces: int | None
-
-
-# ---------------------------------------------------------------------------------------- its parts
+    first_s: float  # its first call, on the first batch: trace, compile
+    first_steady_s: float  # the call after
+    calls: int  # made after the first
+    traces: int | None  # over the run
+    retraces: int | None  # traces after the first call
 
 
 @dataclass(frozen=True)
 class DynamicShape(Record):
-    """An element component whose static shape leaves dimensions open: its path in element_spec ('' for
-    a single tensor), its shape in words, and the open dimensions (None: not even the rank is known)."""
+    """An element component whose static shape leaves dimensions open."""
 
-    component: str
-    shape: str
-    dims: tuple[int, ...] | None
+    component: str  # its path in element_spec ('' for a single tensor)
+    shape: str  # in words
+    dims: tuple[int, ...] | None  # the open dimensions; None: not even the rank is known
 
 
 @dataclass(frozen=True)
@@ -92,32 +83,27 @@ def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
     """Components of element_spec whose static shape has open dimensions (or an unknown rank)."""
     out = []
     for path, spec in leaves(element_spec):
-        shape = getattr(spec, "shape", None)
-        if shape is not None and shape.rank is None:
+        if (shape := getattr(spec, "shape", None)) is not None and shape.rank is None:
             out.append(DynamicShape(component=path, shape="<unknown rank>", dims=None))
-        elif shape is not None and None in shape.as_list():
-            dims = tuple(i for i, dim in enumerate(shape.as_list()) if dim is None)
-            out.append(DynamicShape(component=path, shape=str(tuple(shape.as_list())), dims=dims))
+        elif shape is not None and None in (dims := shape.as_list()):
+            out.append(DynamicShape(component=path, shape=str(tuple(dims)),
+                                    dims=tuple(i for i, dim in enumerate(dims) if dim is None)))
     return tuple(out)
 
 
 @dataclass(frozen=True)
 class Throughput(Record):
-    """first_batch_s (start-up) and warmup_s apart, then the rounds (batches_per_round: the last pass's;
-    round_batches: each round's). unit: 'samples' (the leading dimension of a batch) or 'batches' when a
-    batch has none. rate: per-round units/s; variation: per-round standard deviation / mean of the batch
-    times; batch_s: every steady batch, rounds joined; cycle: the stats.Cycle of batch_s; restarts: times
-    the dataset ended and a new pass began (a finite dataset, measured as it is)."""
+    """The pipeline's throughput: the start-up and warm-up apart, then the rounds."""
 
-    first_batch_s: float
+    first_batch_s: float  # start-up
     warmup_s: tuple[float, ...]
-    unit: str
-    rate: RoundsEstimate | None
-    variation: RoundsEstimate | None
-    batches_per_round: int
-    batch_s: tuple[float, ...]
-    cycle: Cycle | None
-    restarts: int
+    unit: str  # 'samples' (a batch's leading dimension) or 'batches' when a batch has none
+    rate: RoundsEstimate | None  # per-round units/s
+    variation: RoundsEstimate | None  # per-round standard deviation / mean of the batch times
+    batches_per_round: int  # the last pass's
+    batch_s: tuple[float, ...]  # every steady batch, rounds joined
+    cycle: Cycle | None  # of batch_s
+    restarts: int  # times the dataset ended and a new pass began (a finite dataset, measured as it is)
     audio_s_per_s: RoundsEstimate | None = None
     padding_efficiency: float | None = None
     padding: PaddingFigures | None = None  # measured by the layout (speech.PaddingFigures)
@@ -126,46 +112,40 @@ class Throughput(Record):
 
 @dataclass(frozen=True)
 class StageShare(Record):
-    """One stage of the pipeline: its words, the rate of the pipeline cut after it (samples/s) and the
-    share of the whole pipeline's time per sample it adds (per round: its prefix's seconds per sample minus
-    the previous prefix's, over the last prefix's)."""
+    """One stage of the pipeline, in words."""
 
     stage: str
-    rate: RoundsEstimate
-    share: RoundsEstimate
+    rate: RoundsEstimate  # samples/s of the pipeline cut after it
+    share: RoundsEstimate  # per round: (its prefix's s/sample - the previous prefix's) / the last prefix's
 
 
 @dataclass(frozen=True)
 class Bottleneck(Record):
-    """The stages in order and the one that limits throughput (the largest share), decided when its share's
-    interval lies above every other stage's. no_work_rounds: rounds in which the whole pipeline read no slower
-    per sample than a dataset that does no work; their shares are undefined, so the stages come from the rest."""
+    """The stages in order and the one that limits throughput (the largest share)."""
 
     stages: tuple[StageShare, ...]
     limiting: str | None
-    decided: bool
-    no_work_rounds: int = 0
+    decided: bool  # the limiting stage's share's interval lies above every other stage's
+    no_work_rounds: int = 0  # read no slower per sample than a no-work dataset: left out (shares undefined)
 
 
 @dataclass(frozen=True)
 class FixGain(Record):
-    """A fix measured: its name and words, what was compared (units: 'samples/s of the pipeline' or 'steps/s
-    of the step fed by it'), and the per-round after/before ratio; applied False with why when it was not."""
+    """A fix measured: its name and words, and what it changed; applied False with why when it was not."""
 
     name: str
     words: str
     applied: bool
     why: str | None = None
-    unit: str | None = None
-    gain: RoundsEstimate | None = None
+    unit: str | None = None  # compared: 'samples/s of the pipeline' or 'steps/s of the step fed by it'
+    gain: RoundsEstimate | None = None  # the per-round after/before ratio
 
 
 @dataclass(frozen=True)
 class WorkFigures(Record):
-    """The fingerprints (None where unreadable: `unavailable` says why), this machine's peak, and the
-    achieved rates and work per audio second (None where the run measured no figure to set them against)."""
+    """The fingerprints, this machine's peak, the achieved rates and work per audio s (None: no figure)."""
 
-    pipeline: WorkFingerprint | None
+    pipeline: WorkFingerprint | None  # None where unreadable: unavailable says why
     step: WorkFingerprint | None
     unavailable: tuple[str, ...] = ()
     peak: PeakRate | None = None

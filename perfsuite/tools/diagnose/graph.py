@@ -1,7 +1,4 @@
-"""The user's tf.data graph as diagnose reads it, asked of the pipeline model (workload/pipeline_model.py,
-which reads the graph once): inspect_graph gives its stages, Python functions and dynamic shapes as a GraphFindings
-(verdict/pipeline_figures.py), whose findings verdict/pipeline_findings.py words. The rules (the last real stage,
-prefetch_to_device last, ...): docs/diagnose.md, "The graph read as it runs"."""
+"""The user's tf.data graph as diagnose reads it (rules: docs/diagnose.md, "The graph read as it runs")."""
 
 from __future__ import annotations
 
@@ -15,9 +12,8 @@ __all__ = ["AUTOTUNE", "GraphStage", "inspect_graph"]
 def inspect_graph(dataset) -> GraphFindings:
     """The GraphFindings of a tf.data.Dataset or of a Pipeline already read, asked of its model."""
     pipeline = read_pipeline(dataset)
-    model = pipeline.model
+    model, last = pipeline.model, pipeline.model.last_real_stage()
     stages = model.chain()
-    last = model.last_real_stage()
     return GraphFindings(transformations=tuple(s.op for s in stages), python_ops=model.python_ops,
                          ends_with_prefetch=last is not None and last.family == "prefetch",
                          inject_prefetch=model.inject_prefetch,

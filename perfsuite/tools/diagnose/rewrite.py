@@ -1,8 +1,5 @@
-"""A user's dataset changed without the user's code: its stages (the prefixes a bottleneck search cuts),
-and the fixes perfsuite can apply to it (prefetch, map parallelism, read parallelism, cache: docs/diagnose.md,
-"What is measured"), each a new dataset rebuilt from the serialized graph (tf.raw_ops.DatasetFromGraph) or
-the dataset with a transformation added at its end.
-"""
+"""A user's dataset changed without the user's code: the prefixes a bottleneck search cuts, and the fixes
+(docs/diagnose.md, "What is measured"), each a transformation added at its end or its graph rewritten."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ MEMORY_SHARE = 0.25  # a cache is tried only when one pass of its prefix takes a
 
 @dataclass(frozen=True)
 class Prefix:
-    """The dataset cut after one stage: the stage's words, the Python dataset, whether its elements
-    are batches (a batching stage is at or before the cut, and no unbatch after it)."""
+    """The dataset cut after one stage: the stage's words, the Python dataset, whether it yields batches."""
 
     stage: str
     dataset: Any
@@ -44,17 +40,12 @@ class Prefix:
 
 def stage_words(dataset) -> str:
     """A stage in words: its tf.data method (from the Python class) and the function it maps when known."""
-    words = class_words(dataset)
-    function = getattr(getattr(dataset, "_map_func", None), "_func", None)
-    label = getattr(function, "__name__", None)
-    if label and label != "<lambda>":
-        words += f"({label})"
-    return words
+    label = getattr(getattr(getattr(dataset, "_map_func", None), "_func", None), "__name__", None)
+    return class_words(dataset) + (f"({label})" if label and label != "<lambda>" else "")
 
 
 def prefixes(dataset) -> list[Prefix]:
-    """dataset (or a Pipeline already read) cut after each stage that does work, from the source on; whether
-    its elements are batches asked of the pipeline model (PipelineModel.batched)."""
+    """dataset (or a Pipeline already read) cut after each stage that does work, from the source on."""
     pipeline = read_pipeline(dataset)
     return [Prefix(stage=stage_words(node), dataset=node, batched=batched)
             for node, batched in zip(pipeline.python_chain, chain_batched(pipeline)) if _works(node)]
@@ -65,13 +56,10 @@ def _works(node) -> bool:
     return kind_of(op_of_class(node)).family not in NO_WORK_FAMILIES
 
 
-# ------------------------------------------------------------------------------------------ the fixes
-
-
 @dataclass(frozen=True)
 class Fix:
-    """A fix perfsuite can apply: its name, what it does in words, and build(pipeline) -> (the fixed dataset,
-    a callable that readies it before it is measured, e.g. fills a cache), pipeline the Pipeline read once."""
+    """A fix: its name, words, and build(the Pipeline read once) -> (the fixed dataset, a callable that
+    readies it before it is measured, e.g. fills a cache)."""
 
     name: str
     words: str
@@ -88,54 +76,51 @@ class NotApplied:
 
 def _graph(pipeline: Pipeline):
     """A copy of the pipeline's serialized graph, to rewrite."""
-    graph = pipeline.graph_def
-    if graph is None:
+    if pipeline.graph_def is None:
         raise ValueError("TensorFlow cannot serialize this dataset's graph")
     copy = tensorflow().compat.v1.GraphDef()
-    copy.CopyFrom(graph)
+    copy.CopyFrom(pipeline.graph_def)
     return copy
 
 
-def _from_graph(graph, element_spec):
+def _from_graph(graph, pipeline: Pipeline):
+    """The dataset of a rewritten graph, with nothing to ready before measuring it."""
     tf = tensorflow()
     variant = tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString())
-    return tf.data.experimental.from_variant(variant, element_spec)
+    return tf.data.experimental.from_variant(variant, pipeline.dataset.element_spec), lambda: None
 
 
-def _nothing() -> None:
-    """Nothing to ready before measuring."""
+def _add_const(graph, name: str, value: int, dtype) -> str:
+    """A Const node of value appended to graph; its name."""
+    const = graph.node.add(name=name, op="Const")
+    const.attr["dtype"].type = dtype.as_datatype_enum
+    const.attr["value"].tensor.CopyFrom(tensorflow().make_tensor_proto(value, dtype))
+    return const.name
 
 
 def add_prefetch(pipeline: Pipeline):
-    return pipeline.dataset.prefetch(tensorflow().data.AUTOTUNE), _nothing
+    return pipeline.dataset.prefetch(tensorflow().data.AUTOTUNE), lambda: None
 
 
 def _made_parallel(pipeline: Pipeline, stages, op: str, inputs: Callable):
     """The pipeline rebuilt from its graph with the nodes of stages (its model's) made deterministic `op` nodes,
     each input (name, int64 value) of inputs(node) a Const appended to the node's inputs."""
-    tf = tensorflow()
-    graph = _graph(pipeline)
-    names = {stage.node for stage in stages}
+    graph, names = _graph(pipeline), {stage.node for stage in stages}
     for node in [node for node in graph.node if node.name in names]:
         for name, value in inputs(node):
-            const = graph.node.add(name=f"{node.name}/perfsuite_{name}", op="Const")
-            const.attr["dtype"].type = tf.int64.as_datatype_enum
-            const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
-            node.input.append(const.name)
+            node.input.append(_add_const(graph, f"{node.name}/perfsuite_{name}", value, tensorflow().int64))
         node.op = op
         if "force_synchronous" in node.attr:  # a sequential map's; the parallel op has none
             del node.attr["force_synchronous"]
         node.attr["deterministic"].s = b"true"
-    return _from_graph(graph, pipeline.dataset.element_spec), _nothing
+    return _from_graph(graph, pipeline)
 
 
 def with_parallel_calls(pipeline: Pipeline, calls: dict[str, int]):
-    """The pipeline rebuilt from its graph with each named node's num_parallel_calls input a Const of calls[node]
-    (a parallel map, interleave, batch or filter: what the capacity model's split sets); ValueError for a named
-    node that has no such input."""
+    """The pipeline rebuilt with each named node's num_parallel_calls input a Const of calls[node] (what the
+    capacity model's split sets); ValueError for a named node that has no such input."""
     from tensorflow.python.framework import op_def_registry
 
-    tf = tensorflow()
     graph = _graph(pipeline)
     for node in [node for node in graph.node if node.name in calls]:
         op_def = op_def_registry.get(node.op)
@@ -147,12 +132,9 @@ def with_parallel_calls(pipeline: Pipeline, calls: dict[str, int]):
                 len(node.attr[arg.type_list_attr].list.type) if arg.type_list_attr else 1
         else:
             raise ValueError(f"{node.name} ({node.op}) has no num_parallel_calls input")
-        dtype = tf.as_dtype(arg.type)
-        const = graph.node.add(name=f"{node.name}/perfsuite_split_calls", op="Const")
-        const.attr["dtype"].type = dtype.as_datatype_enum
-        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(int(calls[node.name]), dtype))
-        node.input[position] = const.name
-    return _from_graph(graph, pipeline.dataset.element_spec), _nothing
+        node.input[position] = _add_const(graph, f"{node.name}/perfsuite_split_calls", int(calls[node.name]),
+                                          tensorflow().as_dtype(arg.type))
+    return _from_graph(graph, pipeline)
 
 
 def parallel_maps(pipeline: Pipeline):
@@ -162,22 +144,18 @@ def parallel_maps(pipeline: Pipeline):
 
 
 def parallel_reads(pipeline: Pipeline):
-    """The pipeline rebuilt with every interleave or flat_map that reads files one at a time a parallel interleave
-    of AUTOTUNE calls, cycle length and buffers (a flat_map: AUTOTUNE files at a time, one element each in
-    turn, so its order differs; an interleave keeps its cycle and order)."""
-    def inputs(node) -> list:
-        cycle = [("cycle_length", -1), ("block_length", 1)] if node.op == FLAT_MAP_OP else []
-        return cycle + [(name, -1) for name in ("buffer_output_elements", "prefetch_input_elements",
-                                                "num_parallel_calls")]
-
-    return _made_parallel(pipeline, [stage for stage, _ in pipeline.model.sequential_reads()],
-                          PARALLEL_INTERLEAVE_OP, inputs)
+    """The pipeline rebuilt with each interleave or flat_map reading files one at a time a parallel interleave
+    of AUTOTUNE calls and buffers (a flat_map's order changes: AUTOTUNE files, one element each in turn)."""
+    flat_map = [("cycle_length", -1), ("block_length", 1)]
+    rest = [(n, -1) for n in ("buffer_output_elements", "prefetch_input_elements", "num_parallel_calls")]
+    reads = [stage for stage, _ in pipeline.model.sequential_reads()]
+    return _made_parallel(pipeline, reads, PARALLEL_INTERLEAVE_OP,
+                          lambda node: (flat_map if node.op == FLAT_MAP_OP else []) + rest)
 
 
 def cache_after(pipeline: Pipeline, prefix):
     """The pipeline rebuilt with a memory cache after prefix (a Python dataset in its first-input chain), and
-    the callable that fills the cache by reading prefix.cache() once (the rebuilt graph reads the same
-    cache resource)."""
+    the callable that fills it by reading prefix.cache() once (the rebuilt graph reads the same resource)."""
     cached = prefix.cache()
     cache_model = read_pipeline(cached)
     cache_nodes = {node.name: node for node in cache_model.graph_def.node}
@@ -200,7 +178,7 @@ def cache_after(pipeline: Pipeline, prefix):
         const.CopyFrom(cache_nodes[name.split(":")[0]])
         const.name = f"perfsuite_cache/{const.name}"
         inserted.input.append(const.name)
-    fixed = _from_graph(graph, pipeline.dataset.element_spec)
+    fixed, _ = _from_graph(graph, pipeline)
 
     def fill() -> None:
         for _ in cached:
@@ -211,9 +189,8 @@ def cache_after(pipeline: Pipeline, prefix):
 
 
 def deterministic_prefix(pipeline: Pipeline) -> tuple[Any | None, str]:
-    """(the longest prefix of the pipeline's chain whose stages are deterministic (PipelineModel.deterministic),
-    ending before its first repeat; or None) and why it ends where it does. A Python dataset with no stage of
-    its own in the model (a TFRecordDataset around its readers, a restructured dataset) has none to judge."""
+    """(the longest prefix of the chain with deterministic stages, before its first repeat; or None) and why
+    it ends there. A dataset with no stage of its own in the model (a TFRecordDataset) has none to judge."""
     last = None
     for node, stage in zip(pipeline.python_chain, chain_stages(pipeline)):
         if stage is not None and stage.family == "repeat":
@@ -229,8 +206,7 @@ def _cardinality(dataset) -> int:
 
 
 def pass_bytes(prefix, sample) -> int | None:
-    """Bytes of one pass of prefix (its cardinality x the bytes of one element, every component of it,
-    strings by their length); None when not finite or unknown."""
+    """Bytes of one pass of prefix (cardinality x an element's bytes, strings by length); None: not finite."""
     count = _cardinality(prefix)
     if count < 0:
         return None
@@ -248,9 +224,8 @@ def free_memory_bytes() -> int | None:
 
 def applicable_fixes(dataset, *, ends_with_prefetch: bool, samples_per_s: float | None = None,
                      fill_limit_s: float | None = None) -> tuple[list[Fix], list[NotApplied]]:
-    """The fixes that apply to dataset (a tf.data.Dataset or a Pipeline already read) and, for the rest
-    considered, why not. samples_per_s (the pipeline's measured throughput) estimates how long filling a
-    cache takes; over fill_limit_s it is not tried."""
+    """The fixes that apply to dataset (or a Pipeline already read) and why the rest do not. samples_per_s
+    (the measured throughput) estimates how long filling a cache takes; over fill_limit_s it is not tried."""
     pipeline = read_pipeline(dataset)
     found = [NotApplied("prefetch", "the pipeline already ends with a prefetch") if ends_with_prefetch
              else Fix("prefetch", "adding .prefetch(tf.data.AUTOTUNE) at the end", add_prefetch)]

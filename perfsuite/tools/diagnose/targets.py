@@ -1,6 +1,5 @@
-"""The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: importing the
-user's dataset factory and step and calling the factory. A target perfsuite cannot use raises TargetError,
-one line naming what was looked up and what was found. graph.py's inspect_graph is kept here for its callers."""
+"""The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: the user's
+dataset factory and step imported, the factory called, or TargetError (inspect_graph kept for callers)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ __all__ = ["TargetError", "inspect_graph", "load_callable", "load_step", "make_d
 
 
 class TargetError(PerfsuiteError, ValueError):
-    """A --pipeline or --step target perfsuite cannot use: names the option and the target, what was
-    looked up or expected, and what was found."""
+    """A --pipeline or --step target perfsuite cannot use: option, target, what was expected and found."""
 
     def __init__(self, option: str, target: str, expected: str, found: str):
         self.option, self.target, self.expected, self.found = option, target, expected, found
@@ -29,8 +27,7 @@ class TargetError(PerfsuiteError, ValueError):
 
 
 def load_callable(spec: str, option: str) -> Callable:
-    """The callable named by spec, 'MODULE:FUNCTION' (MODULE a module name, found from the current
-    directory first, or a path to a .py file; FUNCTION may be dotted). TargetError names what is wrong."""
+    """The callable named by spec, 'MODULE:FUNCTION' (a module name or a .py path; FUNCTION may be dotted)."""
     tensorflow()  # before the user's module imports it: perfsuite's accessor quiets TensorFlow's logs first
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -51,12 +48,10 @@ def load_callable(spec: str, option: str) -> Callable:
 
 
 def load_step(spec: str, tell: Callable[[str], None]) -> Callable:
-    """The training step named by --step: the step itself (one required parameter, the batch) or a
-    zero-argument factory that returns it (the usual shape of model code), told apart by signature; tell()
-    says which was taken. TargetError when neither shape fits."""
+    """The training step named by --step: the step itself (one required parameter, the batch) or a factory
+    of no arguments that returns it (as model code does), told apart by signature; tell() says which."""
     found = load_callable(spec, "--step")
-    required = _required_parameters(found, spec)
-    if required == 1:
+    if (required := _required_parameters(found, spec)) == 1:
         tell(f"--step {spec}: the step itself (it takes one argument, the batch)")
         return found
     if required != 0:
@@ -99,8 +94,7 @@ def _import(name: str, spec: str, option: str):
             raise TargetError(option, spec, f"{path} to import", one_line_error(error)) from None
         return module
     cwd = str(Path.cwd())
-    added = cwd not in sys.path
-    if added:
+    if added := cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
         return importlib.import_module(name)

@@ -29,15 +29,14 @@ def readable_utterances(dataset_dir: Path, mel_config) -> list:
 @contextlib.contextmanager
 def measured_data(dataset_dir: Path, cache_dir: Path | None, ids: list[str], copies: int, mel_config,
                   note: Callable[[str], None]) -> Iterator[tuple[Path, Path, CacheUse]]:
-    """(dataset dir, cache dir, the cache used) to measure. The cache: the given one, the default one, or one built in a
-    temporary directory by corpus.build_cache from a view of the readable utterances only (build_cache stops at the
-    first unreadable WAV). The data: the dataset, or a temporary view listing each of ids `copies` times."""
+    """(dataset dir, cache dir, the cache used) to measure. The cache: the given one, the default one, or one
+    built in a temporary directory from a view of the readable utterances (build_cache stops at the first
+    unreadable WAV). The data: the dataset, or a temporary view listing each of ids `copies` times."""
     from perfsuite.data.corpus import build_cache, default_cache_dir
 
     cache = Path(cache_dir or default_cache_dir(dataset_dir, mel_config))
     with contextlib.ExitStack() as temporary:
-        built = cache_dir is None and not cache.is_dir()
-        if built:
+        if built := cache_dir is None and not cache.is_dir():
             note("building a temporary .npy cache from the readable files")
             folder = Path(temporary.enter_context(tempfile.TemporaryDirectory(prefix="perfsuite-diagnose-cache-")))
             _write_view(dataset_dir, None, entries=[(uid, uid) for uid in ids], root=folder / "readable",
@@ -59,10 +58,9 @@ def round_samples(settings: DiagnoseSettings) -> int:
 
 
 def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
-    """How many times each usable utterance is listed: 1 when they fill one measurement round (round_samples), else
-    the fewest copies that do with a total divisible by every batch size measured, so that every batch is full (a
-    partial batch at each pass's end would recur at the same place in every round, a pattern cycle detection would
-    report as a period), unless that would more than double the total, then the fewest copies that fill a round."""
+    """How often each usable utterance is listed: 1 when they fill one round (round_samples), else the fewest
+    copies that do with a total divisible by every batch size measured (a partial batch at each pass's end
+    would recur in every round: a period to cycle detection) or, if that more than doubles it, the fewest."""
     if usable < 1:
         raise ValueError(f"usable: expected >= 1 utterance, found {usable}")
     needed = round_samples(settings)
@@ -76,8 +74,7 @@ def repeat_copies(usable: int, settings: DiagnoseSettings) -> int:
 
 def write_repeated_view(dataset_dir: Path, cache_dir: Path | None, *, ids: list[str], copies: int, root: Path,
                         view_cache: Path | None) -> list[str]:
-    """An LJSpeech-layout directory at root (_write_view) listing each utterance of ids `copies` times under the ids
-    `<id>__r<k>`; returns them."""
+    """An LJSpeech-layout view at root listing each of ids `copies` times as `<id>__r<k>`; returns those."""
     width = len(str(copies - 1))
     entries = [(f"{uid}__r{copy:0{width}d}", uid) for copy in range(copies) for uid in ids]
     _write_view(dataset_dir, cache_dir, entries=entries, root=root, view_cache=view_cache)
@@ -86,15 +83,14 @@ def write_repeated_view(dataset_dir: Path, cache_dir: Path | None, *, ids: list[
 
 def _write_view(dataset_dir: Path, cache_dir: Path | None, *, entries: list[tuple[str, str]], root: Path,
                 view_cache: Path | None) -> None:
-    """An LJSpeech-layout directory at root listing one utterance per (view id, original id) entry, its
-    WAV (and, given cache_dir and view_cache, its cache entries) a link to the original file."""
+    """An LJSpeech-layout directory at root listing one utterance per (view id, original id) entry, its WAV
+    (and, given cache_dir and view_cache, its cache entries) a link to the original file."""
     from perfsuite.data.corpus import cache_paths, read_metadata, wav_path
 
     utterances = {utt.id: utt for utt in read_metadata(dataset_dir)}
     (root / "wavs").mkdir(parents=True)
-    if view_cache is not None:
-        (view_cache / "mels").mkdir(parents=True)
-        (view_cache / "tokens").mkdir(parents=True)
+    for folder in ("mels", "tokens") if view_cache is not None else ():
+        (view_cache / folder).mkdir(parents=True)
     lines = []
     for view_id, uid in entries:
         utt = utterances[uid]
@@ -109,11 +105,8 @@ def _write_view(dataset_dir: Path, cache_dir: Path | None, *, entries: list[tupl
 def _link(source: Path, target: Path) -> None:
     """A symlink to source (absolute); a hard link or a copy where symlinks are not allowed."""
     source = Path(source).resolve()
-    try:
-        os.symlink(source, target)
-    except OSError:
-        try:
-            os.link(source, target)
-        except OSError:
-            if source.exists():
-                shutil.copyfile(source, target)
+    for link in (os.symlink, os.link):
+        with contextlib.suppress(OSError):
+            return link(source, target)
+    if source.exists():
+        shutil.copyfile(source, target)

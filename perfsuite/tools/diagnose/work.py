@@ -1,8 +1,5 @@
-"""diagnose's work: the work fingerprints of the user's pipeline and step (measure/work.py, the same on every
-machine) set against this run's rates: the float ops per second each achieved, as a share of this machine's
-measured matmul peak (measure/peak.py). A share near 1 says only less work makes it faster; a small share
-says time goes elsewhere (waiting, Python, memory, small kernels). Its record (WorkFigures) is in
-verdict/pipeline_figures.py, its verdicts in verdict/pipeline_findings.py."""
+"""diagnose's work: the work fingerprints of the pipeline and step (measure/work.py) against this run's rates,
+as a share of the matmul peak (measure/peak.py): near 1, only less work helps; small, time goes elsewhere."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ from perfsuite.verdict.pipeline_figures import WorkFigures
 
 
 def read_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None) -> WorkFigures:
-    """Fingerprint the pipeline (a tf.data.Dataset or a Pipeline already read), and the step at `batch`
-    (traced, not run); nothing timed."""
+    """Fingerprint the pipeline (or a Pipeline already read) and the step at `batch` (traced, not run)."""
     unavailable = []
     pipeline = _read(lambda: dataset_work(dataset, name=pipeline_name), unavailable)
     fingerprint = None if step is None else _read(lambda: step_work(step, batch, name=step_name or "step"),
@@ -25,9 +21,8 @@ def read_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None
 
 def with_rates(work: WorkFigures, *, audio_s_per_sample: float | None, samples_per_s: float | None,
                step_s: float | None) -> WorkFigures:
-    """The work set against the run's figures: samples_per_s, the pipeline's steady median; audio_s_per_sample,
-    its audio seconds per sample; step_s, the step's steady seconds per call. The peak is timed only when
-    there is a rate to set against it."""
+    """The work against samples_per_s (the pipeline's steady median), its audio_s_per_sample and step_s (the
+    step's steady seconds per call); the peak is timed only when there is a rate to set against it."""
     per_sample = None if work.pipeline is None else work.pipeline.work.get("float_ops_per_sample")
     per_step = None if work.step is None else work.step.work.get("float_ops_per_step")
     pipeline_rate = per_sample * samples_per_s if per_sample and samples_per_s else None
@@ -35,14 +30,6 @@ def with_rates(work: WorkFigures, *, audio_s_per_sample: float | None, samples_p
     return replace(work, pipeline_float_ops_per_s=pipeline_rate, step_float_ops_per_s=step_rate,
                    pipeline_float_ops_per_audio_s=per_sample / audio_s_per_sample if per_sample and audio_s_per_sample
                    else None, peak=measure_peak() if pipeline_rate or step_rate else None)
-
-
-def measure_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None,
-                 audio_s_per_sample: float | None, samples_per_s: float | None,
-                 step_s: float | None) -> WorkFigures:
-    """read_work, then with_rates."""
-    return with_rates(read_work(dataset, step, batch, pipeline_name=pipeline_name, step_name=step_name),
-                      audio_s_per_sample=audio_s_per_sample, samples_per_s=samples_per_s, step_s=step_s)
 
 
 def _read(fingerprint, unavailable: list) -> WorkFingerprint | None:
