@@ -29,7 +29,7 @@ from perfsuite.records import RecordError
 from perfsuite.tools import cli
 from perfsuite.tools.diagnose import run as diagnose_module
 from perfsuite.tools.diagnose.plan import MAX_ROUNDS, Event, split_budget, status_of
-from perfsuite.tools.diagnose.preset import LOADERS, MODES, preset_target
+from perfsuite.tools.diagnose.preset import preset_target
 from perfsuite.tools.diagnose.run import STAGE_NEEDS
 from perfsuite.tools.diagnose.stages import feed_figures, keeps_busy, sweep_figures, sweep_points
 from perfsuite.tools.diagnose.views import repeat_copies, write_repeated_view
@@ -42,6 +42,8 @@ from perfsuite.verdict.diagnosis import (
     variation_finding,
 )
 from perfsuite.verdict.diagnosis_figures import (
+    ALTERNATIVE_LOADERS,
+    ALTERNATIVE_MODES,
     DECIDED,
     INPUT_BOUND_BOUNDARIES,
     INTERRUPTED,
@@ -62,7 +64,8 @@ from perfsuite.verdict.pipeline_findings import verdicts
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wav"
 BAD = ("pcm24", "not_a_wav")
 STAGES = ["throughput", "input_bound", "bottleneck", "capacity", "fixes", "feed", "sweep", "trace"]
-ALTERNATIVES = {*(f"loader {kind}-{source}" for kind, source in LOADERS), *(f"step {mode}" for mode in MODES)}
+ALTERNATIVES = {*(f"loader {kind}-{source}" for kind, source in ALTERNATIVE_LOADERS),
+                *(f"step {mode}" for mode in ALTERNATIVE_MODES)}
 BUDGET_S = 90  # the stages' shares must hold a few rounds each on the slower CPUs under -n
 
 

@@ -12,6 +12,14 @@ from perfsuite.measure.utilisation import GpuStats, GpuTimeline
 from perfsuite.records import Record
 
 SWEEP_AXES = ("workers", "batch_size")
+# The dataset preset's alternatives to its loader (tf_native over the WAVs) and to its step in graph mode, measured
+# as fixes are (tools/diagnose/preset.py), with what each changes in words.
+ALTERNATIVE_LOADERS = {
+    ("numpy_function", "wav"): "read the WAVs through tf.numpy_function (librosa-style) instead of TF ops",
+    ("tf_native", "cache"): "train from the .npy cache (perfsuite.data.corpus.build_cache) instead of WAVs",
+    ("numpy_function", "cache"): "train from the .npy cache through tf.numpy_function instead of WAVs"}
+ALTERNATIVE_MODES = {"xla": "compile the step with XLA (tf.function(jit_compile=True)) and static input shapes",
+                     "eager": "run the step eagerly (no tf.function)"}
 
 # Thresholds of the verdicts (docs/diagnose.md says why these values).
 UNSTABLE_VARIATION = 0.10  # per-batch stdev >= 10 % of the mean (pyperf's rule)

@@ -15,6 +15,8 @@ from perfsuite.measure.utilisation import GpuTimeline, gpu_stats
 from perfsuite.records import Record, RecordError, migrate, migration
 from perfsuite.verdict.capacity import CapacityFigures
 from perfsuite.verdict.diagnosis_figures import (
+    ALTERNATIVE_LOADERS,
+    ALTERNATIVE_MODES,
     CacheUse,
     DataSummary,
     DiagnoseSettings,
@@ -231,13 +233,8 @@ def gpu_stats_6_to_7(figures: Any) -> Any:
 # The dataset's files measured every loader and step mode apart; the one record measures the preset's pipeline (the
 # TF-native WAV loader) and the step in graph mode, and the other loaders and modes as alternatives (fixes).
 _BASE_LOADER = {"kind": "tf_native", "source": "wav"}
-_ALTERNATIVE_WORDS = {
-    "loader numpy_function-wav": "read the WAVs through tf.numpy_function (librosa-style) instead of TF ops",
-    "loader tf_native-cache": "train from the .npy cache (perfsuite.data.corpus.build_cache) instead of WAVs",
-    "loader numpy_function-cache": "train from the .npy cache through tf.numpy_function instead of WAVs",
-    "step xla": "compile the step with XLA (tf.function(jit_compile=True)) and static input shapes",
-    "step eager": "run the step eagerly (no tf.function)",
-}
+_ALTERNATIVE_WORDS = {**{f"loader {kind}-{source}": words for (kind, source), words in ALTERNATIVE_LOADERS.items()},
+                      **{f"step {mode}": words for mode, words in ALTERNATIVE_MODES.items()}}
 
 
 @migration(Diagnosis, 8, SCHEMA_VERSION)

@@ -17,16 +17,18 @@ from perfsuite.tools.diagnose.attribution import MIN_READS
 from perfsuite.tools.diagnose.fixes import RewriteComparison
 from perfsuite.tools.diagnose.rewrite import Fix
 from perfsuite.tools.diagnose.views import measured_data, readable_utterances, repeat_copies, round_samples
-from perfsuite.verdict.diagnosis_figures import DataSummary, DiagnoseSettings, Problem, Repeat, StaticShapes
+from perfsuite.verdict.diagnosis_figures import (
+    ALTERNATIVE_LOADERS,
+    ALTERNATIVE_MODES,
+    DataSummary,
+    DiagnoseSettings,
+    Problem,
+    Repeat,
+    StaticShapes,
+)
 from perfsuite.verdict.pipeline_figures import Target
 
 BASE_MODE = "graph"
-# The alternatives to the base loader (tf_native over the WAVs) and step mode, with what each changes in words.
-LOADERS = {("numpy_function", "wav"): "read the WAVs through tf.numpy_function (librosa-style) instead of TF ops",
-           ("tf_native", "cache"): "train from the .npy cache (perfsuite.data.corpus.build_cache) instead of WAVs",
-           ("numpy_function", "cache"): "train from the .npy cache through tf.numpy_function instead of WAVs"}
-MODES = {"xla": "compile the step with XLA (tf.function(jit_compile=True)) and static input shapes",
-         "eager": "run the step eagerly (no tf.function)"}
 PRESET_FIXES_NEED = 6.0  # the fixes stage's need (run.STAGE_NEEDS) grows by this for the alternatives
 
 
@@ -80,8 +82,8 @@ def dataset_source(dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Pat
                      alternatives=lambda pipeline, batch: [
                          *(RewriteComparison(_loader_fix(loader, kind, source, words), pipeline, f"loader {kind}-"
                                              f"{source}", warmup=settings.warmup, step=None)
-                           for (kind, source), words in LOADERS.items()),
-                         *(StepModeComparison(mode, words, steps, batch) for mode, words in MODES.items())],
+                           for (kind, source), words in ALTERNATIVE_LOADERS.items()),
+                         *(StepModeComparison(mode, words, steps, batch) for mode, words in ALTERNATIVE_MODES.items())],
                      loader=lambda **setting: loader("tf_native", "wav", **setting))
 
 
@@ -118,7 +120,7 @@ class _StepModes:
     def first_calls(self, batch, tell: Callable[[str], None]) -> None:
         """The alternative modes' first calls (trace, compile: XLA's takes seconds), kept apart with the start-up,
         as the base mode's are."""
-        for mode in MODES:
+        for mode in ALTERNATIVE_MODES:
             first = StepModel(self.step(mode), name=f"step-{mode}").first_calls(batch)
             tell(f"the step in {mode} mode: first call {first.first_s:.2f} s (trace, compile), then "
                  f"{first.steady_s:.3g} s: kept apart")

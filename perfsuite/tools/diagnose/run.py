@@ -1,14 +1,8 @@
-"""`perfsuite diagnose`: the one diagnosis, of a user's tf.data pipeline (--pipeline MODULE:FUNCTION) or of the
-dataset preset (DATA_DIR: preset.py), measured as it is within a time budget, its graph inspected for what can cost
-training time.
-
-After the start-up and the step's first calls (kept apart), budgeted stages measure steady throughput
-(throughput.py), the input-bound share (given a step; GPU utilisation sampled around it), the bottleneck
-(attribution.py), the stages' costs and the cores they need (capacity.py), the fixes and alternatives (fixes.py,
-padding.py, the capacity model's split, the preset's loaders and step modes), the feed rate, and for the preset the
-sweep; then the profiler trace where asked. The time left goes to the undecided ones (plan.StageLog.resume).
-Verdicts come only from measured figures: the graph says where to look, the figures whether it matters.
-"""
+"""`perfsuite diagnose`: the one diagnosis of a tf.data pipeline, the user's (--pipeline) or the dataset preset's
+(preset.py), measured as it is within a time budget. After the start-up (kept apart), budgeted stages measure the
+throughput, the input-bound share (with a step; the GPU sampled meanwhile), the bottleneck, the capacity, the
+fixes and alternatives, the feed rate, the preset's sweep and the trace; the time left goes to the undecided ones
+(plan.StageLog.resume). The graph says where to look, the measured figures whether it matters."""
 
 from __future__ import annotations
 
@@ -28,15 +22,7 @@ from perfsuite.tools.diagnose.capacity import CapacityRounds, with_step_need
 from perfsuite.tools.diagnose.fixes import FixRounds, RewriteComparison
 from perfsuite.tools.diagnose.input_bound import InputBoundStage, twin_of
 from perfsuite.tools.diagnose.padding import PaddingComparison
-from perfsuite.tools.diagnose.plan import (
-    Budget,
-    Event,
-    Progress,
-    Resumable,
-    Stage,
-    StageLog,
-    no_progress,
-)
+from perfsuite.tools.diagnose.plan import Budget, Event, Progress, Resumable, Stage, StageLog, no_progress
 from perfsuite.tools.diagnose.preset import PRESET_FIXES_NEED, Source, dataset_source
 from perfsuite.tools.diagnose.stages import feed_stage, gpu_sampled, sweep_stage, trace_stage
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
@@ -214,8 +200,8 @@ def _samples_per_s(throughput: Throughput | None) -> float | None:
     return throughput.rate.median if counts_samples else None
 
 
-def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, measured: Throughput | None, split: rewrite.Fix | rewrite.NotApplied, alternatives: list
-                     ) -> tuple[list, list[FixGain]]:
+def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, measured: Throughput | None,
+                     split: rewrite.Fix | rewrite.NotApplied, alternatives: list) -> tuple[list, list[FixGain]]:
     """The fixes perfsuite can apply to this pipeline (padding first: the step's gain; the capacity model's split
     after the rewrites; the source's alternatives last), and those it considered and cannot apply, with why."""
     pipeline, graph, step = start.pipeline, start.graph, start.model
