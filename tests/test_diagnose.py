@@ -28,7 +28,7 @@ from perfsuite.measure.stats import classify_input_bound
 from perfsuite.records import RecordError
 from perfsuite.tools import cli
 from perfsuite.tools.diagnose import run as diagnose_module
-from perfsuite.tools.diagnose.plan import MAX_ROUNDS, Event, split_budget, status_of
+from perfsuite.tools.diagnose.plan import Event, split_budget, status_of
 from perfsuite.tools.diagnose.preset import preset_target
 from perfsuite.tools.diagnose.run import STAGE_NEEDS
 from perfsuite.tools.diagnose.stages import feed_figures, keeps_busy, sweep_figures, sweep_points
@@ -47,6 +47,7 @@ from perfsuite.verdict.diagnosis_figures import (
     DECIDED,
     INPUT_BOUND_BOUNDARIES,
     INTERRUPTED,
+    MAX_ROUNDS,
     MIN_ROUNDS,
     TOO_SHORT,
     UNDECIDED,

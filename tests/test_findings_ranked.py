@@ -37,24 +37,22 @@ from perfsuite.verdict.diagnosis_figures import (
     INPUT_BOUND_BOUNDARIES,
     MATERIAL_GAIN,
     TOO_SHORT,
+    Bottleneck,
     DiagnoseSettings,
     DiagnosisFinding,
-    FeedFigures,
-    InputBoundFigures,
-    StageRecord,
-    estimate,
-)
-from perfsuite.verdict.diagnosis_record import Diagnosis
-from perfsuite.verdict.pipeline_figures import (
-    Bottleneck,
     DynamicShape,
+    FeedFigures,
     FixGain,
     GraphFindings,
+    InputBoundFigures,
+    StageRecord,
     StageShare,
     StepRun,
     Target,
     Throughput,
+    estimate,
 )
+from perfsuite.verdict.diagnosis_record import Diagnosis
 from perfsuite.verdict.pipeline_findings import fix_verdicts, verdicts
 from perfsuite.workload.pipeline_model import PythonOp
 from perfsuite.workload.pipeline_model import Stage as GraphStage

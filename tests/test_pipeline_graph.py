@@ -1,4 +1,4 @@
-"""The user's tf.data graph read as it runs (tools/diagnose/graph.py; its findings: verdict/pipeline_findings.py):
+"""The user's tf.data graph read as it runs (GraphFindings.of in verdict/diagnosis_figures.py; its findings: verdict/pipeline_findings.py):
 the last real stage behind with_options, prefetch_to_device not last, each map's parallelism, cache and shuffle
 buffers, padding to a fixed length with its measured waste, and Python ops named by the function they wrap. Each
 finding has a test that plants its defect and one that removes it."""
@@ -11,10 +11,10 @@ import pytest
 
 from perfsuite.measure.batch_spec import find_layout
 from perfsuite.measure.speech import CONTENT, FrameCounter
-from perfsuite.tools.diagnose.graph import AUTOTUNE, inspect_graph
 from perfsuite.tools.diagnose.targets import load_callable
-from perfsuite.verdict.pipeline_figures import GraphFindings
+from perfsuite.verdict.diagnosis_figures import GraphFindings
 from perfsuite.verdict.pipeline_findings import graph_findings
+from perfsuite.workload.pipeline_model import AUTOTUNE
 
 tf = pytest.importorskip("tensorflow")
 
@@ -87,7 +87,7 @@ def topics(findings):
 
 
 def test_a_trailing_with_options_hides_no_prefetch():
-    graph = inspect_graph(tts_pipeline())
+    graph = GraphFindings.of(tts_pipeline())
     assert graph.transformations[-1] == "OptionsDataset"
     assert graph.last_stage == "PrefetchDataset" and graph.ends_with_prefetch
     assert "prefetch (buffer 50) (wrappers skipped: with_options)" in graph.chain_words()
@@ -95,14 +95,14 @@ def test_a_trailing_with_options_hides_no_prefetch():
 
 
 def test_without_a_prefetch_the_last_real_stage_is_named():
-    graph = inspect_graph(tts_pipeline(prefetch=False))
+    graph = GraphFindings.of(tts_pipeline(prefetch=False))
     assert not graph.ends_with_prefetch and graph.last_stage == "PaddedBatchDatasetV2"  # repeat passes through
 
 
 def test_wrappers_and_pass_through_stages_are_not_stages():
     dataset = tf.data.Dataset.range(8).batch(2).prefetch(1).repeat().take(3)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(3)).with_options(tf.data.Options())
-    graph = inspect_graph(dataset)
+    graph = GraphFindings.of(dataset)
     assert graph.ends_with_prefetch and graph.last_stage == "PrefetchDataset"
     kinds = {s.op: s.kind for s in graph.stages}
     assert kinds["AssertCardinalityDataset"] == kinds["OptionsDataset"] == "wrapper"
@@ -114,7 +114,7 @@ def test_wrappers_and_pass_through_stages_are_not_stages():
 
 def test_prefetch_to_device_followed_by_a_map_is_flagged():
     dataset = tf.data.Dataset.range(8).batch(2).apply(tf.data.experimental.prefetch_to_device("/cpu:0"))
-    graph = inspect_graph(dataset.map(lambda x: x + 1))
+    graph = GraphFindings.of(dataset.map(lambda x: x + 1))
     assert graph.after_prefetch_to_device == ("map",)
     assert "Python dataset objects" in graph.read_from  # TensorFlow will not serialize copy_to_device
     [finding] = [f for f in graph_findings(graph, padding=None) if f.topic == "prefetch-to-device"]
@@ -123,7 +123,7 @@ def test_prefetch_to_device_followed_by_a_map_is_flagged():
 
 def test_prefetch_to_device_last_is_not_flagged():
     dataset = tf.data.Dataset.range(8).batch(2).apply(tf.data.experimental.prefetch_to_device("/cpu:0"))
-    graph = inspect_graph(dataset.with_options(tf.data.Options()))
+    graph = GraphFindings.of(dataset.with_options(tf.data.Options()))
     assert graph.after_prefetch_to_device == () and graph.ends_with_prefetch
     assert "prefetch-to-device" not in topics(graph_findings(graph, padding=None))
 
@@ -134,17 +134,17 @@ def test_prefetch_to_device_last_is_not_flagged():
 def test_map_parallelism_cache_and_shuffle_buffer_are_read():
     dataset = tf.data.Dataset.range(16).shuffle(9).map(lambda x: x, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.map(lambda x: x, num_parallel_calls=3).cache().map(lambda x: x * 2).cache("/tmp/perfsuite-x")
-    stages = {s.node: s for s in inspect_graph(dataset).stages}
+    stages = {s.node: s for s in GraphFindings.of(dataset).stages}
     by_op = [(s.op, s.parallelism, s.buffer, s.cache) for s in stages.values() if s.kind == "stage"]
     assert by_op == [("ShuffleDatasetV3", None, 9, None), ("ParallelMapDatasetV2", AUTOTUNE, None, None),
                      ("ParallelMapDatasetV2", 3, None, None), ("CacheDatasetV2", None, None, "memory"),
                      ("MapDataset", 1, None, None), ("CacheDatasetV2", None, None, "file /tmp/perfsuite-x")]
-    words = inspect_graph(dataset).chain_words()
+    words = GraphFindings.of(dataset).chain_words()
     assert "map (AUTOTUNE parallel calls)" in words and "cache (in memory)" in words and "map (sequential)" in words
 
 
 def test_a_sequential_map_is_named_and_recommended_against_only_when_the_step_waits():
-    graph = inspect_graph(tts_pipeline(parallel=False))
+    graph = GraphFindings.of(tts_pipeline(parallel=False))
     assert len(graph.sequential_maps()) == 2
     [idle] = [f for f in graph_findings(graph, padding=None, waits=False, why_not="no wait") if f.topic == "parallelism"]
     assert idle.recommendation is None and idle.finding.endswith("no wait")
@@ -153,7 +153,7 @@ def test_a_sequential_map_is_named_and_recommended_against_only_when_the_step_wa
 
 
 def test_parallel_maps_give_no_parallelism_finding():
-    graph = inspect_graph(tts_pipeline(parallel=True))
+    graph = GraphFindings.of(tts_pipeline(parallel=True))
     assert graph.sequential_maps() == () and "parallelism" not in topics(graph_findings(graph, padding=None))
 
 
@@ -162,7 +162,7 @@ def test_parallel_maps_give_no_parallelism_finding():
 
 def test_padding_every_clip_to_a_fixed_length_is_named_with_its_measured_waste():
     dataset = tts_pipeline(fixed=True)
-    graph = inspect_graph(dataset)
+    graph = GraphFindings.of(dataset)
     assert [s.padded_shapes for s in graph.fixed_padding()] == [((-1,), (CLIP_FRAMES, 8), (), ())]
     padding = padding_of(dataset)
     assert padding.sources == {CONTENT: 4} and padding.lengths_at_padded == 4  # mel_len said 1024 for all
@@ -174,7 +174,7 @@ def test_padding_every_clip_to_a_fixed_length_is_named_with_its_measured_waste()
 
 def test_padding_to_each_batchs_longest_gives_no_fixed_padding_finding():
     dataset = tts_pipeline(fixed=False)
-    graph = inspect_graph(dataset)
+    graph = GraphFindings.of(dataset)
     padding = padding_of(dataset)
     assert graph.fixed_padding() == () and padding.beyond_longest == 0 and padding.efficiency < 1
     assert "fixed-padding" not in topics(graph_findings(graph, padding=padding))
@@ -182,7 +182,7 @@ def test_padding_to_each_batchs_longest_gives_no_fixed_padding_finding():
 
 def test_a_map_padding_to_a_constant_is_found_by_the_batches_alone():
     dataset = tts_pipeline(fixed=True).unbatch().padded_batch(8, drop_remainder=True)  # padded_shapes: longest
-    graph = inspect_graph(dataset)
+    graph = GraphFindings.of(dataset)
     padding = padding_of(dataset)
     [finding] = [f for f in graph_findings(graph, padding=padding) if f.topic == "fixed-padding"]
     assert f"fixed {CLIP_FRAMES} frames" in finding.finding
@@ -197,7 +197,7 @@ def test_python_ops_are_named_by_the_function_they_wrap_and_where_it_is():
     texts = texts.map(lambda t: tf.py_function(Cleaner(), [t], tf.string))
     texts = texts.map(lambda t: tf.numpy_function(per_token_ids, [t], tf.int32), num_parallel_calls=2)
     found = {op.python.rsplit(".", 1)[-1]: op for op in
-             inspect_graph(dataset).python_ops + inspect_graph(texts).python_ops}
+             GraphFindings.of(dataset).python_ops + GraphFindings.of(texts).python_ops}
     assert set(found) == {"lookup_duration", "per_token_ids", "Cleaner"}
     line = inspect.getsourcelines(per_token_ids)[1]
     assert found["per_token_ids"].defined_at == f"{__file__}:{line}"
@@ -210,25 +210,25 @@ def test_a_lambda_around_the_users_function_is_named_by_the_function_it_calls():
     def tokens(index):  # autograph converts this map function, and the lambda inside it, as the recipes' are
         return tf.numpy_function(lambda i: per_token_ids(tf.strings.as_string(i).numpy()), [index], tf.int32)
 
-    [op] = inspect_graph(tf.data.Dataset.range(4).map(tokens)).python_ops
+    [op] = GraphFindings.of(tf.data.Dataset.range(4).map(tokens)).python_ops
     assert op.python.endswith(".per_token_ids (called by a lambda)")
     assert op.defined_at == f"{__file__}:{inspect.getsourcelines(per_token_ids)[1]}"
     # the recipe's map assigns the op in a branch: autograph wraps the lambda in one of its own
     recipe = Path(__file__).parent / "pipelines" / "tts_recipe.py"
-    [op] = inspect_graph(load_callable(f"{recipe}:make_dataset", "--pipeline")(python="1")).python_ops
+    [op] = GraphFindings.of(load_callable(f"{recipe}:make_dataset", "--pipeline")(python="1")).python_ops
     assert op.python.endswith("._tokens (called by a lambda)") and op.defined_at.startswith(f"{recipe}:")
     calls_two = tf.data.Dataset.range(4).map(
         lambda i: tf.numpy_function(lambda x: per_token_ids(lookup_duration(x)), [i], tf.int32))
-    [op] = inspect_graph(calls_two).python_ops
+    [op] = GraphFindings.of(calls_two).python_ops
     assert "<lambda>" in op.python  # two functions called: the lambda itself is named
 
 
 def test_a_pipeline_without_python_ops_names_none():
-    assert inspect_graph(tts_pipeline()).python_ops == ()
+    assert GraphFindings.of(tts_pipeline()).python_ops == ()
 
 
 def test_the_graph_finding_says_how_it_was_read():
-    [finding] = [f for f in graph_findings(inspect_graph(tts_pipeline()), padding=None) if f.topic == "graph"]
+    [finding] = [f for f in graph_findings(GraphFindings.of(tts_pipeline()), padding=None) if f.topic == "graph"]
     assert finding.evidence == {"last_stage": "PrefetchDataset", "read_from": "serialized graph"}
     assert finding.finding.startswith("as it runs: range -> shuffle (buffer 32)")
 
@@ -245,8 +245,8 @@ def test_the_prefetch_finding_reads_the_last_real_stage():
     def finding(graph):
         return prefetch_finding(graph.last_stage, graph.ends_with_prefetch, graph.inject_prefetch, None, "no step")
 
-    assert finding(inspect_graph(tts_pipeline())) is None  # prefetch(50).with_options
-    unprefetched = finding(inspect_graph(tts_pipeline(prefetch=False)))
+    assert finding(GraphFindings.of(tts_pipeline())) is None  # prefetch(50).with_options
+    unprefetched = finding(GraphFindings.of(tts_pipeline(prefetch=False)))
     assert "the last real stage is PaddedBatchDatasetV2" in unprefetched.finding
 
 

@@ -16,7 +16,6 @@ from perfsuite.tools.diagnose.plan import Event
 from perfsuite.tools.diagnose.run import diagnose
 from perfsuite.tools.diagnose.targets import (
     TargetError,
-    inspect_graph,
     load_callable,
     load_step,
 )
@@ -24,11 +23,12 @@ from perfsuite.verdict.diagnosis_figures import (
     INPUT_BOUND_BOUNDARIES,
     TOO_SHORT,
     DiagnoseSettings,
+    GraphFindings,
     InputBoundFigures,
+    Target,
     estimate,
 )
 from perfsuite.verdict.diagnosis_record import SCHEMA_VERSION, Diagnosis
-from perfsuite.verdict.pipeline_figures import GraphFindings, Target
 from perfsuite.verdict.pipeline_findings import verdicts
 
 PIPELINE = """
@@ -277,7 +277,7 @@ def test_dynamic_shapes_are_named_and_the_steps_retraces_measured(module_file):
 
 def test_from_generator_and_py_function_are_named_with_their_transformations(module_file):
     dataset = load_callable(f"{module_file}:from_generator", "--pipeline")()
-    found = inspect_graph(dataset)
+    found = GraphFindings.of(dataset)
     by_op = {op.op: op for op in found.python_ops}
     assert by_op["EagerPyFunc"].transformation == "map" and by_op["EagerPyFunc"].transformation_op == "MapDataset"
     generator = [op for op in found.python_ops if op.transformation.startswith("from_generator")]

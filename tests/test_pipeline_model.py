@@ -14,8 +14,8 @@ tf = pytest.importorskip("tensorflow")
 
 from perfsuite.measure.work import dataset_work  # noqa: E402
 from perfsuite.tools.diagnose import rewrite  # noqa: E402
-from perfsuite.tools.diagnose.graph import inspect_graph  # noqa: E402
 from perfsuite.tools.diagnose.streams import buffered_elements  # noqa: E402
+from perfsuite.verdict.diagnosis_figures import GraphFindings  # noqa: E402
 from perfsuite.workload.op_table import OP_TABLE  # noqa: E402
 from perfsuite.workload.pipeline_model import AUTOTUNE, PipelineModel, read_pipeline  # noqa: E402
 
@@ -168,7 +168,7 @@ def test_buffers_count_every_branch_and_skip_the_options_wrapper():
 
 def test_inspect_graph_and_prefixes_ask_the_same_reading():
     dataset = _zipped().with_options(tf.data.Options())
-    graph = inspect_graph(dataset)
+    graph = GraphFindings.of(dataset)
     assert graph.ends_with_prefetch and graph.last_stage == "PrefetchDataset"
     assert [c.stage for c in rewrite.prefixes(dataset)][-2:] == ["zip", "padded_batch"]
 

@@ -289,8 +289,7 @@ def test_a_batch_cut_to_its_longest_true_clip_keeps_its_structure_and_says_the_t
 
 def test_a_fix_is_recommended_only_when_its_gain_is_decided_above_one():
     from perfsuite.tools.diagnose.fixes import GAIN_BOUNDARIES
-    from perfsuite.verdict.diagnosis_figures import estimate
-    from perfsuite.verdict.pipeline_figures import FixGain
+    from perfsuite.verdict.diagnosis_figures import FixGain, estimate
     from perfsuite.verdict.pipeline_findings import fix_verdicts
 
     helps = FixGain("prefetch", "adding a prefetch", True, unit="steps/s", gain=estimate([1.8, 1.7, 1.9, 1.8],
@@ -331,8 +330,7 @@ def test_a_stage_left_undecided_gets_the_time_the_others_left(monkeypatch):
     least. On a quiet box that pass decides it; beside other work (CI's parallel tests) it may not, and then it
     says what it would need."""
     from perfsuite.tools.diagnose import run as pipeline
-    from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
-    from perfsuite.verdict.pipeline_figures import Target
+    from perfsuite.verdict.diagnosis_figures import DiagnoseSettings, Target
 
     monkeypatch.setattr(pipeline, "STAGE_NEEDS",
                         {**pipeline.STAGE_NEEDS, "throughput": 0.001, "fixes": 0.2})

@@ -16,9 +16,8 @@ tf = pytest.importorskip("tensorflow")
 from perfsuite.measure.batch_spec import find_layout  # noqa: E402
 from perfsuite.tools import cli  # noqa: E402
 from perfsuite.tools.diagnose import rewrite  # noqa: E402
-from perfsuite.tools.diagnose.graph import inspect_graph  # noqa: E402
 from perfsuite.verdict.diagnosis import contradictions, retrace_recommendation  # noqa: E402
-from perfsuite.verdict.diagnosis_figures import DiagnosisFinding  # noqa: E402
+from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, GraphFindings  # noqa: E402
 from perfsuite.verdict.pipeline_findings import graph_findings  # noqa: E402
 from perfsuite.workload.pipeline_model import read_pipeline  # noqa: E402
 
@@ -51,7 +50,7 @@ EXPECTED = {
 
 def test_a_sequential_interleave_of_tfrecord_files_is_named_and_its_parallel_rewrite_keeps_the_elements():
     dataset = recipes.tfrecord(n="16", shards="4").take(4)
-    graph = inspect_graph(dataset)
+    graph = GraphFindings.of(dataset)
     assert len(graph.sequential_reads) == 1 and "TFRecordDataset" in graph.sequential_reads[0]
     fixed, _ = rewrite.parallel_reads(read_pipeline(dataset))
     assert "ParallelInterleaveDatasetV4" in [n.op for n in read_pipeline(fixed).graph_def.node]
@@ -64,14 +63,14 @@ def test_a_sequential_interleave_of_tfrecord_files_is_named_and_its_parallel_rew
 
 
 def test_a_cache_after_an_endless_repeat_is_a_finding_and_a_cache_before_it_is_not():
-    after = graph_findings(inspect_graph(recipes.cache_after_repeat()), padding=None)
+    after = graph_findings(GraphFindings.of(recipes.cache_after_repeat()), padding=None)
     assert "cache-order" in {f.topic for f in after}
     before = tf.data.Dataset.range(8).cache().repeat().batch(2)
-    assert "cache-order" not in {f.topic for f in graph_findings(inspect_graph(before), padding=None)}
+    assert "cache-order" not in {f.topic for f in graph_findings(GraphFindings.of(before), padding=None)}
 
 
 def test_a_bucketed_pipeline_is_never_told_to_bucket():
-    graph = inspect_graph(recipes.bucketed())
+    graph = GraphFindings.of(recipes.bucketed())
     assert graph.buckets
     from perfsuite.measure.speech import PaddingFigures
 

@@ -252,8 +252,7 @@ def _diagnose(args, parser) -> int:
     from perfsuite.tools.diagnose.preset import preset_target
     from perfsuite.tools.diagnose.quiet import log_path_for, user_output_to
     from perfsuite.tools.diagnose.run import diagnose  # TensorFlow: only once diagnose() runs
-    from perfsuite.verdict.diagnosis_figures import DiagnoseSettings
-    from perfsuite.verdict.pipeline_figures import Target
+    from perfsuite.verdict.diagnosis_figures import DiagnoseSettings, Target
 
     settings = DiagnoseSettings(budget_s=args.budget, batch_spec=BatchSpec(**(args.batch_spec or {})), **_given(
         step_time=args.step_time, frame_s=args.frame_hop_s, cores=args.cores, batch_size=args.batch_size,

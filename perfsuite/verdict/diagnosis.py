@@ -234,8 +234,8 @@ def feed_verdict(figures: fig.FeedFigures) -> DiagnosisFinding:
         measured += f", utilisation oscillating every {stats.oscillation_period_s:.3g} s"
     verdict = {True: f"keeps {step} >= 90 % busy", False: f"would starve {step}",
                None: f"vs {step}: undecided, the step lies inside the feed rate's interval"}[figures.keeps_busy]
-    starves = ("the GPU would wait for input: a faster loader (see the loader findings), more parallel calls, "
-               "prefetch, or the .npy cache")
+    starves = ("the GPU would wait for input: a faster loader (for a dataset PATH, the loader alternatives measured "
+               "above), more parallel calls, prefetch, or the .npy cache")
     return DiagnosisFinding(topic, f"{assumed}{label} {verdict}: it {fed}; {measured}", evidence,
                             starves if figures.keeps_busy is False else None)
 
@@ -264,7 +264,7 @@ def feed_words(figures: fig.FeedFigures) -> str:
             f"interval {low:.4g}-{upper}" + (f"; {audio:,.0f} audio-s/s)" if audio is not None else ")"))
 
 
-# ------------------------------------------------------------------- what to change first (--pipeline)
+# ------------------------------------------------------------------------------------- what to change first
 
 FIX_TOPIC = "fix-"  # the topic prefix of a change perfsuite applied to the pipeline and measured (fix_finding)
 FRAME_GIVEN = "given"  # batch_spec.BatchLayout.frame_source when the user gave --frame-hop-s

@@ -1,15 +1,21 @@
-"""Parts of any run's diagnosis: settings, figures, stages, findings, thresholds (why: docs/diagnose.md)."""
+"""The parts of a diagnosis (the record: diagnosis_record.py): settings, what was diagnosed, the figures, stages,
+findings and thresholds (why: docs/diagnose.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.measure.batch_spec import BatchSpec
+from perfsuite.measure.batch_spec import BatchSpec, leaves
 from perfsuite.measure.emulated import DEFAULT_STEP_PRESET, FeedRate, RunFigures, parse_step_time  # no TF
-from perfsuite.measure.stats import PairedGain, median_interval
+from perfsuite.measure.peak import PeakRate
+from perfsuite.measure.speech import PaddingFigures
+from perfsuite.measure.stats import Cycle, PairedGain, median_interval
 from perfsuite.measure.utilisation import GpuStats, GpuTimeline
+from perfsuite.measure.work import WorkFingerprint
 from perfsuite.records import Record
+from perfsuite.workload.pipeline_model import PythonOp, read_pipeline
+from perfsuite.workload.pipeline_model import Stage as GraphStage
 
 SWEEP_AXES = ("workers", "batch_size")
 # The dataset preset's alternatives to its loader (tf_native over the WAVs) and to its step in graph mode, measured
@@ -283,3 +289,166 @@ def format_figure(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+@dataclass(frozen=True)
+class Target(Record):
+    """What was diagnosed: --pipeline, --step and the --arg values (the preset's loader and step in words)."""
+
+    pipeline: str
+    step: str | None
+    args: dict[str, str]
+    dataset: str | None = None  # the dataset preset's directory
+
+
+@dataclass(frozen=True)
+class StepRun(Record):
+    """The user's step: its first calls, the calls made, and (None unless a tf.function) its traces."""
+
+    first_s: float  # its first call, on the first batch: trace, compile
+    first_steady_s: float  # the call after
+    calls: int  # made after the first
+    traces: int | None  # over the run
+    retraces: int | None  # traces after the first call
+
+
+@dataclass(frozen=True)
+class DynamicShape(Record):
+    """An element component whose static shape leaves dimensions open."""
+
+    component: str  # its path in element_spec ('' for a single tensor)
+    shape: str  # in words
+    dims: tuple[int, ...] | None  # the open dimensions; None: not even the rank is known
+
+
+@dataclass(frozen=True)
+class GraphFindings(Record):
+    """What the dataset's graph shows, its stages from the source to the output (along first inputs)."""
+
+    transformations: tuple[str, ...]  # the stages' dataset op types
+    python_ops: tuple[PythonOp, ...]
+    ends_with_prefetch: bool  # the last real stage prefetches
+    inject_prefetch: bool  # tf.data adds a prefetch at run time after a synchronous last stage (default on)
+    dynamic_shapes: tuple[DynamicShape, ...]  # element components with open dimensions: a step may retrace
+    element_spec: str
+    stages: tuple[GraphStage, ...] = ()
+    last_stage: str | None = None  # the op of the last real stage (wrappers and pass-through stages skipped)
+    after_prefetch_to_device: tuple[str, ...] = ()  # real stages after it (TensorFlow requires it last)
+    read_from: str = "serialized graph"  # or the walk that read a dataset TensorFlow would not serialize
+    sequential_reads: tuple[str, ...] = ()  # interleaves / flat_maps reading files one at a time, in words
+    caches_after_endless_repeat: tuple[str, ...] = ()  # cache stages after an endless repeat, in words
+    buckets: bool = False  # the pipeline already batches by length (group_by_window)
+
+    @classmethod
+    def of(cls, dataset) -> GraphFindings:
+        """The findings of a tf.data.Dataset or of a Pipeline already read, asked of its model (the rules:
+        docs/diagnose.md, "The graph read as it runs")."""
+        pipeline = read_pipeline(dataset)
+        model, last = pipeline.model, pipeline.model.last_real_stage()
+        stages = model.chain()
+        copies = [i for i, s in enumerate(stages) if s.family == "copy"]  # prefetch_to_device: TF requires it last
+        after = [s for s in stages[copies[-1] + 1:] if s.kind != "wrapper"] if copies else []
+        after = after[1:] if after and after[0].family == "prefetch" else after  # its own prefetch, its second half
+        return cls(transformations=tuple(s.op for s in stages), python_ops=model.python_ops,
+                   ends_with_prefetch=last is not None and last.family == "prefetch",
+                   inject_prefetch=model.inject_prefetch, dynamic_shapes=dynamic_shapes(pipeline.dataset.element_spec),
+                   element_spec=model.element_spec, stages=stages, last_stage=None if last is None else last.op,
+                   after_prefetch_to_device=tuple(s.method for s in after), read_from=model.read_from,
+                   sequential_reads=tuple(f"{stage.words()} {stage.node} (reads with {', '.join(reads)})"
+                                          for stage, reads in model.sequential_reads()),
+                   caches_after_endless_repeat=tuple(f"{s.words()} {s.node}"
+                                                     for s in model.caches_after_endless_repeat()),
+                   buckets=model.buckets())
+
+    def chain_words(self) -> str:
+        """The stages as they run, wrappers named apart: 'range -> map (AUTOTUNE parallel) -> ...'."""
+        real = [stage.words() for stage in self.stages if stage.kind != "wrapper"]
+        wrappers = sorted({stage.method for stage in self.stages if stage.kind == "wrapper"})
+        return " -> ".join(real) + (f" (wrappers skipped: {', '.join(wrappers)})" if wrappers else "")
+
+    def sequential_maps(self) -> tuple[GraphStage, ...]:
+        """The model's sequential maps (Stage.sequential_map), on the main line as the record holds it."""
+        return tuple(s for s in self.stages if s.sequential_map())
+
+    def fixed_padding(self) -> tuple[GraphStage, ...]:
+        """padded_batch stages that pad a component of rank >= 2 to a fixed length on its first axis."""
+        return tuple(s for s in self.stages if s.padded_shapes
+                     and any(len(shape) >= 2 and shape[0] > 0 for shape in s.padded_shapes))
+
+
+def dynamic_shapes(element_spec) -> tuple[DynamicShape, ...]:
+    """Components of element_spec whose static shape has open dimensions (or an unknown rank)."""
+    out = []
+    for path, spec in leaves(element_spec):
+        if (shape := getattr(spec, "shape", None)) is not None and shape.rank is None:
+            out.append(DynamicShape(component=path, shape="<unknown rank>", dims=None))
+        elif shape is not None and None in (dims := shape.as_list()):
+            out.append(DynamicShape(component=path, shape=str(tuple(dims)),
+                                    dims=tuple(i for i, dim in enumerate(dims) if dim is None)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Throughput(Record):
+    """The pipeline's throughput: the start-up and warm-up apart, then the rounds."""
+
+    first_batch_s: float  # start-up
+    warmup_s: tuple[float, ...]
+    unit: str  # 'samples' (a batch's leading dimension) or 'batches' when a batch has none
+    rate: RoundsEstimate | None  # per-round units/s
+    variation: RoundsEstimate | None  # per-round standard deviation / mean of the batch times
+    batches_per_round: int  # the last pass's
+    batch_s: tuple[float, ...]  # every steady batch, rounds joined
+    cycle: Cycle | None  # of batch_s
+    restarts: int  # times the dataset ended and a new pass began (a finite dataset, measured as it is)
+    audio_s_per_s: RoundsEstimate | None = None
+    padding_efficiency: float | None = None
+    padding: PaddingFigures | None = None  # measured by the layout (speech.PaddingFigures)
+    round_batches: tuple[int, ...] = ()  # batches of each round (a second pass sizes its rounds anew)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """The steady rate's median where it counts samples, else None."""
+        return self.rate.median if self.rate is not None and self.unit == "samples" else None
+
+
+@dataclass(frozen=True)
+class StageShare(Record):
+    """One stage of the pipeline, in words."""
+
+    stage: str
+    rate: RoundsEstimate  # samples/s of the pipeline cut after it
+    share: RoundsEstimate  # per round: (its prefix's s/sample - the previous prefix's) / the last prefix's
+
+
+@dataclass(frozen=True)
+class Bottleneck(Record):
+    """The stages in order and the one that limits throughput (the largest share)."""
+
+    stages: tuple[StageShare, ...]
+    limiting: str | None
+    decided: bool  # the limiting stage's share's interval lies above every other stage's
+    no_work_rounds: int = 0  # read no slower per sample than a no-work dataset: left out (shares undefined)
+
+
+@dataclass(frozen=True)
+class FixGain(Record):
+    """A fix measured: its name and words, and what it changed; applied False with why when it was not."""
+
+    name: str
+    words: str
+    applied: bool
+    why: str | None = None
+    unit: str | None = None  # compared: 'samples/s of the pipeline' or 'steps/s of the step fed by it'
+    gain: RoundsEstimate | None = None  # the per-round after/before ratio
+
+
+@dataclass(frozen=True)
+class WorkFigures(Record):
+    """The fingerprints, this machine's peak, the achieved rates and work per audio s (None: no figure)."""
+
+    pipeline: WorkFingerprint | None  # None where unreadable: unavailable says why
+    step: WorkFingerprint | None
+    unavailable: tuple[str, ...] = ()
+    peak: PeakRate | None = None
+    pipeline_float_ops_per_s: float | None = None
+    pipeline_float_ops_per_audio_s: float | None = None
+    step_float_ops_per_s: float | None = None

@@ -1,7 +1,6 @@
-"""The one record of a diagnosis (`perfsuite diagnose`, tools/diagnose/run.py), whatever was diagnosed: a user's
-pipeline or the dataset preset (perfsuite's loaders over a DATA_DIR). Its parts are in diagnosis_figures.py and
-pipeline_figures.py. One schema; the files of both kinds that came before it (a dataset's, schema 4-8; a
---pipeline run's, 'kind': 'pipeline', schema 2-7) migrate into it."""
+"""The one record of a diagnosis (tools/diagnose/run.py), of a user's pipeline or of the dataset preset; its parts
+are in diagnosis_figures.py. One schema: the files of both kinds before it (a dataset's, schema 4-8; a --pipeline
+run's, 'kind': 'pipeline', schema 2-7) migrate into it."""
 
 from __future__ import annotations
 
@@ -17,26 +16,24 @@ from perfsuite.verdict.capacity import CapacityFigures
 from perfsuite.verdict.diagnosis_figures import (
     ALTERNATIVE_LOADERS,
     ALTERNATIVE_MODES,
+    Bottleneck,
     CacheUse,
     DataSummary,
     DiagnoseSettings,
     DiagnosisFinding,
     FeedFigures,
+    FixGain,
     GpuFigures,
+    GraphFindings,
     InputBoundFigures,
     StageRecord,
     StaticShapes,
-    SweepAxis,
-    estimate,
-)
-from perfsuite.verdict.pipeline_figures import (
-    Bottleneck,
-    FixGain,
-    GraphFindings,
     StepRun,
+    SweepAxis,
     Target,
     Throughput,
     WorkFigures,
+    estimate,
 )
 
 SCHEMA_VERSION = 9

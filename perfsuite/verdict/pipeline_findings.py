@@ -9,16 +9,18 @@ from perfsuite.measure.batch_spec import BatchLayout
 from perfsuite.measure.speech import PaddingFigures
 from perfsuite.verdict import diagnosis as wording
 from perfsuite.verdict.capacity import capacity_verdicts
-from perfsuite.verdict.diagnosis_figures import DiagnosisFinding, RoundsEstimate, format_figure
-from perfsuite.verdict.diagnosis_record import Diagnosis
-from perfsuite.verdict.pipeline_figures import (
+from perfsuite.verdict.diagnosis_figures import (
     Bottleneck,
+    DiagnosisFinding,
     FixGain,
     GraphFindings,
+    RoundsEstimate,
     StageShare,
     Throughput,
     WorkFigures,
+    format_figure,
 )
+from perfsuite.verdict.diagnosis_record import Diagnosis
 from perfsuite.workload.pipeline_model import PythonOp, shape_words, structural_periods
 
 FIXED_PADDING_WASTE = 0.10  # padded frames past each batch's longest sample, as a share: padding to a fixed length

@@ -11,8 +11,7 @@ from perfsuite.measure.rounds import InterleavedRounds
 from perfsuite.tools.diagnose import rewrite
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
-from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, TOO_SHORT, UNDECIDED, estimate
-from perfsuite.verdict.pipeline_figures import Bottleneck, StageShare
+from perfsuite.verdict import diagnosis_figures as fig
 from perfsuite.verdict.pipeline_findings import consistent
 from perfsuite.workload.pipeline_model import known_cardinality
 
@@ -73,27 +72,27 @@ class BottleneckRounds:
         self.cuts, self.spec, self.warmup = rewrite.prefixes(dataset), spec, warmup
         self.rates: dict = {index: [] for index in range(len(self.cuts))}  # and the reading's own, by kind
 
-    def figures(self) -> Bottleneck | None:
+    def figures(self) -> fig.Bottleneck | None:
         return _bottleneck(self.cuts, self.rates) if self.rates and self.rates[0] else None
 
     def more_rounds(self) -> float:
         """Rounds more for the largest share's interval to clear the next largest."""
         found = self.figures()
         if found is None or len(found.stages) < 2:
-            return float(MIN_ROUNDS)
+            return float(fig.MIN_ROUNDS)
         top, runner = sorted((s.share for s in found.stages), key=lambda x: x.median, reverse=True)[:2]
         width = (top.high - top.low) / 2 + (runner.high - runner.low) / 2
         return more_rounds(top.rounds, width, top.median - runner.median)
 
-    def run(self, stage: Stage) -> Bottleneck | None:
+    def run(self, stage: Stage) -> fig.Bottleneck | None:
         cuts, rates = self.cuts, self.rates
         if len(cuts) < 2:
             stage.planned("one stage only: nothing to attribute")
             return None
         read_s = max(MIN_READ_S, stage.left_s() / (TARGET_ROUNDS * len(cuts) * 2))
-        if stage.left_s() < 2 * read_s * len(cuts) * MIN_ROUNDS:
-            stage.planned(f"{len(cuts)} prefixes: no time left for {MIN_ROUNDS} rounds of them",
-                          TOO_SHORT if len(rates[0]) < MIN_ROUNDS else UNDECIDED)
+        if stage.left_s() < 2 * read_s * len(cuts) * fig.MIN_ROUNDS:
+            stage.planned(f"{len(cuts)} prefixes: no time left for {fig.MIN_ROUNDS} rounds of them",
+                          fig.TOO_SHORT if len(rates[0]) < fig.MIN_ROUNDS else fig.UNDECIDED)
             return self.figures()
         stage.planned(f"{len(cuts)} prefixes ({', '.join(c.stage for c in cuts)}), each started and drained, "
                       f"then drained and read for {read_s:.2f} s per round (on to whole passes where finite),"
@@ -135,11 +134,11 @@ def reading_cost(cuts) -> dict:
     return twins
 
 
-def _bottleneck(cuts, rates: dict) -> Bottleneck:
+def _bottleneck(cuts, rates: dict) -> fig.Bottleneck:
     """Each stage's share from the rounds' prefix rates, less the reading's own (reading_cost) that round."""
     rounds = len(rates[0])
     if not rounds:
-        return Bottleneck(stages=(), limiting=None, decided=False)
+        return fig.Bottleneck(stages=(), limiting=None, decided=False)
 
     def seconds(i: int, r: int) -> float:
         twin = rates.get("batched" if cuts[i].batched else "unbatched")
@@ -150,12 +149,12 @@ def _bottleneck(cuts, rates: dict) -> Bottleneck:
     worked = [r for r, row in enumerate(per_sample) if row[-1] > 0]  # a share is a part of a positive whole
     no_work = rounds - len(worked)
     if not worked:
-        return Bottleneck(stages=(), limiting=None, decided=False, no_work_rounds=no_work)
+        return fig.Bottleneck(stages=(), limiting=None, decided=False, no_work_rounds=no_work)
     shares = {i: [(per_sample[r][i] - (per_sample[r][i - 1] if i else 0.0)) / per_sample[r][-1]
                   for r in worked] for i in range(len(cuts))}
-    stages = tuple(StageShare(stage=cut.stage, rate=estimate(rates[i]), share=estimate(shares[i]))
+    stages = tuple(fig.StageShare(stage=cut.stage, rate=fig.estimate(rates[i]), share=fig.estimate(shares[i]))
                    for i, cut in enumerate(cuts))
     top = max(range(len(stages)), key=lambda i: stages[i].share.median)
-    decided = len(worked) >= MIN_ROUNDS and no_work <= len(worked) and consistent(stages) and all(
+    decided = len(worked) >= fig.MIN_ROUNDS and no_work <= len(worked) and consistent(stages) and all(
         stages[top].share.low > s.share.high for i, s in enumerate(stages) if i != top)
-    return Bottleneck(stages=stages, limiting=stages[top].stage, decided=decided, no_work_rounds=no_work)
+    return fig.Bottleneck(stages=stages, limiting=stages[top].stage, decided=decided, no_work_rounds=no_work)

@@ -14,8 +14,7 @@ from perfsuite.tools.diagnose.attribution import MIN_READ_S, MIN_READS, counted,
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from, worst_status
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements
 from perfsuite.tools.diagnose.targets import one_line_error
-from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, TOO_SHORT, RoundsEstimate, estimate
-from perfsuite.verdict.pipeline_figures import FixGain
+from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, TOO_SHORT, FixGain, RoundsEstimate, estimate
 from perfsuite.workload.pipeline_model import Pipeline
 
 SIDES = ("before", "after")  # a fix's sides, in the order of even measured rounds

@@ -11,12 +11,7 @@ from perfsuite.measure.input_bound import InputBound, InputBoundRounds
 from perfsuite.measure.rounds import fitting
 from perfsuite.measure.step_model import StepModel
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds_for, status_from
-from perfsuite.verdict.diagnosis_figures import (
-    INPUT_BOUND_BOUNDARIES,
-    InputBoundFigures,
-    RoundsEstimate,
-    estimate,
-)
+from perfsuite.verdict import diagnosis_figures as fig
 
 MIN_STEP_BATCHES = 3  # timed steps per side of a round, at least ...
 MAX_STEP_CALLS = 64  # ... and step calls per side of a first pass's round, at most (fast step: longer rounds)
@@ -50,9 +45,9 @@ class InputBoundStage:
         """The rounds so far; None before the first."""
         return self.measurement.result() if self.measurement.rounds else None
 
-    def figure(self) -> RoundsEstimate:
+    def figure(self) -> fig.RoundsEstimate:
         """The share's estimate over the rounds so far (one at least)."""
-        return estimate(self.measured().shares, INPUT_BOUND_BOUNDARIES)
+        return fig.estimate(self.measured().shares, fig.INPUT_BOUND_BOUNDARIES)
 
     def decided(self) -> bool:
         return self.measured() is not None and self.figure().decided
@@ -64,7 +59,7 @@ class InputBoundStage:
         self.measurement.batches = batches
         self.measurement.one_round()
 
-    def run(self, stage: Stage) -> InputBoundFigures | None:
+    def run(self, stage: Stage) -> fig.InputBoundFigures | None:
         """One pass: rounds until the share is decided or the stage's share spent; all passes' figures."""
         warmup, so_far = self.warmup, self.measured()
         call_s = (self.call_s if so_far is None
@@ -80,7 +75,7 @@ class InputBoundStage:
         stage.status = status_from(self.decided(), self.measurement.rounds)
         return self.figures()
 
-    def figures(self) -> InputBoundFigures | None:
+    def figures(self) -> fig.InputBoundFigures | None:
         """The rounds so far (None before the first); the class of the share "undecided" while it is."""
         measured = self.measured()
         if measured is None:
@@ -88,8 +83,8 @@ class InputBoundStage:
         share = self.figure()
         label = stats.classify_input_bound(share.median)  # raises on a NaN median, decided or not
         label = label if share.decided else "undecided"
-        return InputBoundFigures(share=share, classification=label, t_real=measured.t_real,
-                                 t_synthetic=measured.t_synthetic, real_round_s=measured.real_round_s,
-                                 synthetic_round_s=measured.synthetic_round_s, batches=measured.batches,
-                                 warmup=measured.warmup,
-                                 wait=estimate(measured.wait_shares, INPUT_BOUND_BOUNDARIES))
+        return fig.InputBoundFigures(share=share, classification=label, t_real=measured.t_real,
+                                     t_synthetic=measured.t_synthetic, real_round_s=measured.real_round_s,
+                                     synthetic_round_s=measured.synthetic_round_s, batches=measured.batches,
+                                     warmup=measured.warmup,
+                                     wait=fig.estimate(measured.wait_shares, fig.INPUT_BOUND_BOUNDARIES))

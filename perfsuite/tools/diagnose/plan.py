@@ -9,20 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfsuite.measure.rounds import RoundsOutcome, until_decided
-from perfsuite.verdict.diagnosis_figures import (
-    DECIDED,
-    DONE,
-    INTERRUPTED,
-    MAX_ROUNDS,
-    MIN_ROUNDS,
-    TOO_SHORT,
-    UNDECIDED,
-    StageRecord,
-)
+from perfsuite.verdict import diagnosis_figures as fig
 
 TARGET_ROUNDS = 6  # rounds are sized so that this many fit a share: the range of 6 covers the median at 97 %
-MIN_STEP_BATCHES = 3  # timed steps per side of an input-bound round, at least ...
-MAX_STEP_CALLS = 64  # ... and step calls per side of a round, at most (a fast step gets longer rounds)
 
 
 def split_budget(total_s: float, needs: Mapping[str, float]) -> dict[str, float]:
@@ -37,8 +26,8 @@ def split_budget(total_s: float, needs: Mapping[str, float]) -> dict[str, float]
 def status_from(decided: bool, rounds: int) -> str:
     """A stage's status from all its rounds (both passes of a resumed stage)."""
     if decided:
-        return DECIDED
-    return TOO_SHORT if rounds < MIN_ROUNDS else UNDECIDED
+        return fig.DECIDED
+    return fig.TOO_SHORT if rounds < fig.MIN_ROUNDS else fig.UNDECIDED
 
 
 def status_of(outcome: RoundsOutcome) -> str:
@@ -50,15 +39,15 @@ def more_rounds(rounds: int, width: float, allowed: float) -> float:
     `allowed`, as a median's interval narrows as 1/sqrt(rounds); inf when allowed <= 0 (on a boundary)."""
     if allowed <= 0:
         return math.inf
-    return float(max(1, MIN_ROUNDS - rounds, math.ceil(max(rounds, 1) * (width / allowed) ** 2) - rounds))
+    return float(max(1, fig.MIN_ROUNDS - rounds, math.ceil(max(rounds, 1) * (width / allowed) ** 2) - rounds))
 
 
 def more_rounds_for(figure) -> float:
     """more_rounds for a RoundsEstimate (None: no round yet) to leave out the nearest boundary it straddles"""
     if figure is None:
-        return float(MIN_ROUNDS)
+        return float(fig.MIN_ROUNDS)
     if not figure.straddles:
-        return float(max(1, MIN_ROUNDS - figure.rounds))
+        return float(max(1, fig.MIN_ROUNDS - figure.rounds))
     distance = min(abs(figure.median - boundary) for boundary in figure.straddles)
     return more_rounds(figure.rounds, figure.high - figure.low, 2 * distance)
 
@@ -120,7 +109,7 @@ class Stage:
 
     def __init__(self, name: str, share_s: float, budget: Budget, progress: Progress, reserve_s: float = 0.0):
         self.name, self.share_s, self.reserve_s = name, share_s, reserve_s
-        self.plan, self.status, self.rounds = "", DONE, 0
+        self.plan, self.status, self.rounds = "", fig.DONE, 0
         self._budget, self._progress, self._start = budget, progress, budget.clock()
         self._in_rounds_s, self._rounds_need_s, self._rounds_end = 0.0, None, None
         self._running_rounds = 0  # rounds of an until_decided still going (an interrupt's record counts them)
@@ -154,30 +143,30 @@ class Stage:
             self.tell("round", f"{what}round {rounds} measured" if rounds else f"{what}warm-up round done")
 
         limit_s = self.left_s() if share_s is None else share_s
-        outcome = until_decided(one_round, decided=decided, limit_s=limit_s, max_rounds=MAX_ROUNDS,
-                                min_rounds=MIN_ROUNDS, clock=self._budget.clock, on_round=on_round,
+        outcome = until_decided(one_round, decided=decided, limit_s=limit_s, max_rounds=fig.MAX_ROUNDS,
+                                min_rounds=fig.MIN_ROUNDS, clock=self._budget.clock, on_round=on_round,
                                 first_estimate_s=first_estimate_s, warmup_rounds=warmup_rounds)
         self.rounds += outcome.rounds
         self._running_rounds = 0
         self._in_rounds_s += outcome.seconds
         self._rounds_end = self._budget.clock()
         if outcome.round_s is not None:
-            need_s = (warmup_rounds + MIN_ROUNDS) * outcome.round_s
+            need_s = (warmup_rounds + fig.MIN_ROUNDS) * outcome.round_s
             self._rounds_need_s = (self._rounds_need_s or 0.0) + need_s
         return outcome
 
-    def record(self, status: str | None = None) -> StageRecord:
+    def record(self, status: str | None = None) -> fig.StageRecord:
         need_s = self._rounds_need_s
         needs = None if need_s is None else self.spent_s() - self._in_rounds_s + need_s
-        return StageRecord(name=self.name, share_s=self.share_s, spent_s=self.spent_s(),
-                           rounds=self.rounds + self._running_rounds, status=status or self.status,
-                           plan=self.plan, needs_s=needs)
+        return fig.StageRecord(name=self.name, share_s=self.share_s, spent_s=self.spent_s(),
+                               rounds=self.rounds + self._running_rounds, status=status or self.status,
+                               plan=self.plan, needs_s=needs)
 
 
 def worst_status(statuses) -> str:
     """A stage's status from its parts' (TOO_SHORT before UNDECIDED before DECIDED)."""
     statuses = set(statuses)
-    return next((status for status in (TOO_SHORT, UNDECIDED, DECIDED) if status in statuses), DONE)
+    return next((status for status in (fig.TOO_SHORT, fig.UNDECIDED, fig.DECIDED) if status in statuses), fig.DONE)
 
 
 class StageLog:
@@ -187,7 +176,7 @@ class StageLog:
                  checkpoint: Callable[[Any], None] | None):
         self.make, self.parts, self.budget, self.progress = make, dict(parts), budget, progress
         self.checkpoint = checkpoint
-        self.stages: list[StageRecord] = []
+        self.stages: list[fig.StageRecord] = []
         self.tails: dict[str, float] = {}  # per stage, its passes' longest tail_s(): a later pass's reserve
 
     def snapshot(self, *, complete: bool):
@@ -212,7 +201,7 @@ class StageLog:
 
     def undecided(self) -> list[str]:
         """The stages that ended TOO_SHORT or UNDECIDED, in the order they ran."""
-        return [record.name for record in self.stages if record.status in (TOO_SHORT, UNDECIDED)]
+        return [record.name for record in self.stages if record.status in (fig.TOO_SHORT, fig.UNDECIDED)]
 
     def again(self, name: str, *, share_s: float | None = None) -> contextlib.AbstractContextManager[Stage]:
         """The undecided stage `name` once more, with share_s (default: all the budget left)."""
@@ -225,12 +214,12 @@ class StageLog:
         return self._running(stage, start, index=index, first=self.stages[index])
 
     @contextlib.contextmanager
-    def _running(self, stage: Stage, start: str, *, index: int, first: StageRecord | None = None
+    def _running(self, stage: Stage, start: str, *, index: int, first: fig.StageRecord | None = None
                  ) -> Iterator[Stage]:
         """stage as it runs, its record kept at index and checkpointed as it ends or is interrupted (then
         INTERRUPTED, raised on). After a first pass, one record of both: shares, seconds and rounds added, the
         second's status, needs_s the second's (it knows the longest round) after the first's seconds."""
-        def keep(status: str | None = None) -> StageRecord:
+        def keep(status: str | None = None) -> fig.StageRecord:
             self.tails[stage.name] = max(self.tails.get(stage.name, 0.0), stage.tail_s())
             record = stage.record(status)
             if first is not None:
@@ -246,7 +235,7 @@ class StageLog:
         try:
             yield stage
         except KeyboardInterrupt:
-            keep(INTERRUPTED)
+            keep(fig.INTERRUPTED)
             raise
         record = keep()
         stage.tell("end", f"{record.status}: {record.rounds} round(s) in {record.spent_s:.0f} s"
@@ -272,16 +261,16 @@ class StageLog:
             with self.again(name, share_s=share) as stage:
                 self.parts.update(passes[name].run(stage))
         for index, record in enumerate(self.stages):
-            if record.name in passes and record.status == UNDECIDED:
+            if record.name in passes and record.status == fig.UNDECIDED:
                 more = self._seconds_to_decide(record, passes[record.name])
                 if math.isfinite(more):
                     self.stages[index] = replace(record, needs_s=record.spent_s + more)
 
-    def _record(self, name: str) -> StageRecord:
+    def _record(self, name: str) -> fig.StageRecord:
         return next(record for record in self.stages if record.name == name)
 
     @staticmethod
-    def _seconds_to_decide(record: StageRecord, resumable: Resumable) -> float:
+    def _seconds_to_decide(record: fig.StageRecord, resumable: Resumable) -> float:
         """Seconds of the rounds it needs more at its rounds' pace so far (inf: no estimate; 0: no round)."""
         if not record.rounds:
             return 0.0

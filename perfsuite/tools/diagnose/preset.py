@@ -6,6 +6,7 @@ a dataset smaller than a round is measured on a repeated view (views.py)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,16 +18,7 @@ from perfsuite.tools.diagnose.attribution import MIN_READS
 from perfsuite.tools.diagnose.fixes import RewriteComparison
 from perfsuite.tools.diagnose.rewrite import Fix
 from perfsuite.tools.diagnose.views import measured_data, readable_utterances, repeat_copies, round_samples
-from perfsuite.verdict.diagnosis_figures import (
-    ALTERNATIVE_LOADERS,
-    ALTERNATIVE_MODES,
-    DataSummary,
-    DiagnoseSettings,
-    Problem,
-    Repeat,
-    StaticShapes,
-)
-from perfsuite.verdict.pipeline_figures import Target
+from perfsuite.verdict import diagnosis_figures as fig
 
 BASE_MODE = "graph"
 PRESET_FIXES_NEED = 6.0  # the fixes stage's need (run.STAGE_NEEDS) grows by this for the alternatives
@@ -45,13 +37,13 @@ class Source:
     loader: Callable | None = None
 
 
-def preset_target(dataset_dir: Path, settings: DiagnoseSettings) -> Target:
-    return Target(pipeline="perfsuite loader tf_native-wav", step=f"perfsuite {settings.model} step ({BASE_MODE})",
-                  args={}, dataset=str(dataset_dir))
+def preset_target(dataset_dir: Path, settings: fig.DiagnoseSettings) -> fig.Target:
+    return fig.Target(pipeline="perfsuite loader tf_native-wav", step=f"perfsuite {settings.model} step ({BASE_MODE})",
+                      args={}, dataset=str(dataset_dir))
 
 
 @contextlib.contextmanager
-def dataset_source(dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Path | None,
+def dataset_source(dataset_dir: Path, settings: fig.DiagnoseSettings, cache_dir: Path | None,
                    tell: Callable[[str], None]) -> Iterator[Source]:
     """The preset over dataset_dir: check-data, then the readable utterances (repeated where fewer than a round
     draws) through perfsuite's loaders, padded to their longest text and mel so the step traces once. DataError
@@ -66,32 +58,39 @@ def dataset_source(dataset_dir: Path, settings: DiagnoseSettings, cache_dir: Pat
     ids = [record.id for record in records]
     copies = repeat_copies(len(ids), settings)
     # A bad WAV can be listed twice (the WAV and its missing cache entry): count utterances, not problems.
-    data = DataSummary(checked=report.checked, usable=len(ids), skipped=report.checked - len(ids),
-                       sources=tuple(report.sources),
-                       problems=tuple(Problem(path=p.path, reason=p.reason) for p in report.problems),
-                       repeat=Repeat(copies=copies, utterances_measured=copies * len(ids),
-                                     round_samples=round_samples(settings)))
-    shapes = StaticShapes(max_text_len=max(len(r.tokens) for r in records),
-                          max_mel_frames=max(r.mel_frames for r in records))
+    data = fig.DataSummary(checked=report.checked, usable=len(ids), skipped=report.checked - len(ids),
+                           sources=tuple(report.sources),
+                           problems=tuple(fig.Problem(path=p.path, reason=p.reason) for p in report.problems),
+                           repeat=fig.Repeat(copies=copies, utterances_measured=copies * len(ids),
+                                             round_samples=round_samples(settings)))
+    shapes = fig.StaticShapes(max_text_len=max(len(r.tokens) for r in records),
+                              max_mel_frames=max(r.mel_frames for r in records))
     with measured_data(dataset_dir, cache_dir, ids, copies, mel_config, tell) as (measured, cache_dir, cache):
         loader = _loader_factory(measured, cache_dir, settings, mel_config, shapes)
-        steps = _StepModes(settings, shapes)
-        steps.first_calls(next(iter(loader("tf_native", "wav"))), tell)
-        yield Source(dataset=loader("tf_native", "wav"), step=steps.step(BASE_MODE),
+        steps = _steps(settings, shapes)
+        batch = next(iter(loader("tf_native", "wav")))
+        for mode in fig.ALTERNATIVE_MODES:  # their first calls (XLA's compile takes seconds) kept apart, as the base's
+            first = StepModel(steps(mode), name=f"step-{mode}").first_calls(batch)
+            tell(f"the step in {mode} mode: first call {first.first_s:.2f} s (trace, compile), then "
+                 f"{first.steady_s:.3g} s: kept apart")
+        yield Source(dataset=loader("tf_native", "wav"), step=steps(BASE_MODE),
                      parts={"data": data, "cache": cache, "static_shapes": shapes},
-                     alternatives=lambda pipeline, batch: [
-                         *(RewriteComparison(_loader_fix(loader, kind, source, words), pipeline, f"loader {kind}-"
-                                             f"{source}", warmup=settings.warmup, step=None)
-                           for (kind, source), words in ALTERNATIVE_LOADERS.items()),
-                         *(StepModeComparison(mode, words, steps, batch) for mode, words in ALTERNATIVE_MODES.items())],
+                     alternatives=lambda pipeline, batch: _alternatives(pipeline, batch, loader, steps, settings),
                      loader=lambda **setting: loader("tf_native", "wav", **setting))
 
 
-def _loader_fix(loader, kind: str, source: str, words: str) -> Fix:
-    return Fix(f"loader {kind}-{source}", words, lambda pipeline: (loader(kind, source), lambda: None))
+def _alternatives(pipeline, batch, loader, steps, settings: fig.DiagnoseSettings) -> list:
+    """The fixes stage's comparisons of the other loaders (each read alone) and step modes (on one batch)."""
+    def other(kind: str, source: str, words: str) -> Fix:
+        return Fix(f"loader {kind}-{source}", words, lambda _: (loader(kind, source), lambda: None))
+
+    loaders = [RewriteComparison(other(kind, source, words), pipeline, f"loader {kind}-{source}",
+                                 warmup=settings.warmup, step=None)
+               for (kind, source), words in fig.ALTERNATIVE_LOADERS.items()]
+    return loaders + [StepModeComparison(mode, words, steps, batch) for mode, words in fig.ALTERNATIVE_MODES.items()]
 
 
-def _loader_factory(dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettings, mel_config, shapes):
+def _loader_factory(dataset_dir: Path, cache_dir: Path, settings: fig.DiagnoseSettings, mel_config, shapes):
     """loader(kind, source, batch_size=, workers=): its repeated tf.data pipeline, padded to the static shapes;
     built once per setting (building one reads every file's header)."""
     from perfsuite.data.loaders import LoaderConfig, build_loader
@@ -111,28 +110,13 @@ def _loader_factory(dataset_dir: Path, cache_dir: Path, settings: DiagnoseSettin
     return loader
 
 
-class _StepModes:
-    """perfsuite's training step in each mode, made once each, on the preset's static shapes."""
+def _steps(settings: fig.DiagnoseSettings, shapes: fig.StaticShapes) -> Callable[[str], Callable]:
+    """steps(mode): perfsuite's training step in that mode, made once, on the preset's static shapes."""
+    from perfsuite.workload.model import MODEL_PRESETS, make_train_step
 
-    def __init__(self, settings: DiagnoseSettings, shapes: StaticShapes):
-        self.settings, self.shapes, self.made = settings, shapes, {}
-
-    def first_calls(self, batch, tell: Callable[[str], None]) -> None:
-        """The alternative modes' first calls (trace, compile: XLA's takes seconds), kept apart with the start-up,
-        as the base mode's are."""
-        for mode in ALTERNATIVE_MODES:
-            first = StepModel(self.step(mode), name=f"step-{mode}").first_calls(batch)
-            tell(f"the step in {mode} mode: first call {first.first_s:.2f} s (trace, compile), then "
-                 f"{first.steady_s:.3g} s: kept apart")
-
-    def step(self, mode: str):
-        from perfsuite.workload.model import MODEL_PRESETS, make_train_step
-
-        if mode not in self.made:
-            self.made[mode] = make_train_step(model_config=MODEL_PRESETS[self.settings.model], mode=mode,
-                                              input_shapes=(None, self.shapes.max_text_len,
-                                                            self.shapes.max_mel_frames))
-        return self.made[mode]
+    return functools.cache(lambda mode: make_train_step(model_config=MODEL_PRESETS[settings.model], mode=mode,
+                                                        input_shapes=(None, shapes.max_text_len,
+                                                                      shapes.max_mel_frames)))
 
 
 class StepModeComparison:
@@ -142,12 +126,12 @@ class StepModeComparison:
     warmup_rounds = 0
     unit = "steps/s of the step on one fixed batch"
 
-    def __init__(self, mode: str, words: str, steps: _StepModes, batch):
+    def __init__(self, mode: str, words: str, steps: Callable[[str], Callable], batch):
         self.name, self.words, self.steps, self.batch, self.mode = f"step {mode}", words, steps, batch, mode
         self.sides = {}
 
     def prepare(self) -> None:
-        self.sides = {side: StepModel(self.steps.step(mode), name=f"step-{mode}")
+        self.sides = {side: StepModel(self.steps(mode), name=f"step-{mode}")
                       for side, mode in (("before", BASE_MODE), ("after", self.mode))}
 
     def rate(self, side: str, read_s: float) -> float:

@@ -26,19 +26,11 @@ from perfsuite.tools.diagnose.plan import Budget, Event, Progress, Resumable, St
 from perfsuite.tools.diagnose.preset import PRESET_FIXES_NEED, Source, dataset_source
 from perfsuite.tools.diagnose.stages import feed_stage, gpu_sampled, sweep_stage, trace_stage
 from perfsuite.tools.diagnose.streams import Stream, buffered_elements, timed_next
-from perfsuite.tools.diagnose.targets import inspect_graph, load_callable, load_step, make_dataset
+from perfsuite.tools.diagnose.targets import load_callable, load_step, make_dataset
 from perfsuite.tools.diagnose.throughput import ThroughputRounds
 from perfsuite.tools.diagnose.work import read_work, with_rates
-from perfsuite.verdict.diagnosis_figures import DiagnoseSettings, FeedFigures, InputBoundFigures
+from perfsuite.verdict import diagnosis_figures as fig
 from perfsuite.verdict.diagnosis_record import Diagnosis
-from perfsuite.verdict.pipeline_figures import (
-    FixGain,
-    GraphFindings,
-    StepRun,
-    Target,
-    Throughput,
-    WorkFigures,
-)
 from perfsuite.verdict.pipeline_findings import verdicts
 from perfsuite.workload.pipeline_model import Pipeline, read_pipeline
 
@@ -46,7 +38,7 @@ STAGE_NEEDS = {"throughput": 3.0, "input_bound": 6.0, "bottleneck": 3.0, "capaci
                "feed": 2.0, "sweep": 3.0, "trace": 1.0}
 
 
-def diagnose(*, target: Target, settings: DiagnoseSettings, cache_dir: Path | None = None,
+def diagnose(*, target: fig.Target, settings: fig.DiagnoseSettings, cache_dir: Path | None = None,
              trace_dir: Path | None = None, progress: Progress = no_progress,
              checkpoint: Callable[[Diagnosis], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> Diagnosis:
@@ -75,7 +67,7 @@ def diagnose(*, target: Target, settings: DiagnoseSettings, cache_dir: Path | No
     return final
 
 
-def _source(target: Target, settings: DiagnoseSettings, cache_dir: Path | None, tell):
+def _source(target: fig.Target, settings: fig.DiagnoseSettings, cache_dir: Path | None, tell):
     if target.dataset is not None:
         return dataset_source(Path(target.dataset), settings, cache_dir, tell)
     tell(f"importing {target.pipeline}" + (f" and {target.step}" if target.step else ""))
@@ -93,7 +85,7 @@ class Startup:
 
     name: str
     pipeline: Pipeline
-    graph: GraphFindings
+    graph: fig.GraphFindings
     layout: BatchLayout
     model: StepModel | None
     first_batch: Any
@@ -102,13 +94,13 @@ class Startup:
     drain: int
 
 
-def _startup(source: Source, target: Target, settings: DiagnoseSettings, budget: Budget, tell, progress,
+def _startup(source: Source, target: fig.Target, settings: fig.DiagnoseSettings, budget: Budget, tell, progress,
              checkpoint, fingerprint) -> tuple[StageLog, Startup]:
     """The pipeline read once, its first batches, the step's first calls and the work, kept apart from the
     stages; the run that holds them, and what they found."""
     dataset = source.dataset
     pipeline = read_pipeline(dataset)  # the one reading of the pipeline, handed to every stage that asks it
-    graph = inspect_graph(pipeline)
+    graph = fig.GraphFindings.of(pipeline)
     tell(f"graph as it runs: {graph.chain_words()}; {len(graph.python_ops)} Python-function op(s)")
     stream = Stream(dataset, target.pipeline)
     first_batch, first_s = timed_next(stream)
@@ -124,8 +116,8 @@ def _startup(source: Source, target: Target, settings: DiagnoseSettings, budget:
     if source.step is not None:
         model = StepModel(source.step, name=f"--step {target.step}")
         first = model.first_calls(first_batch)
-        first_step = StepRun(first_s=first.first_s, first_steady_s=first.steady_s, calls=1, traces=first.traces,
-                             retraces=None if first.traces is None else 0)
+        first_step = fig.StepRun(first_s=first.first_s, first_steady_s=first.steady_s, calls=1, traces=first.traces,
+                                 retraces=None if first.traces is None else 0)
         tell(f"the step's first call {first.first_s:.2f} s (trace, compile), then {first.steady_s:.3g} s: "
              "kept apart, the budget left after it is split across the stages")
     read_from = budget.elapsed_s()
@@ -142,7 +134,7 @@ def _startup(source: Source, target: Target, settings: DiagnoseSettings, budget:
                         drain=settings.warmup + buffered_elements(pipeline))
 
 
-def _measure(run: StageLog, start: Startup, source: Source, settings: DiagnoseSettings, trace_dir: Path | None
+def _measure(run: StageLog, start: Startup, source: Source, settings: fig.DiagnoseSettings, trace_dir: Path | None
              ) -> None:
     """The stages in order, each one's figures into run.parts as it ends; then the undecided ones again."""
     pipeline, model, batch = start.pipeline, start.model, start.first_batch
@@ -174,41 +166,30 @@ def _measure(run: StageLog, start: Startup, source: Source, settings: DiagnoseSe
             run.parts["sweep"] = sweep_stage(stage, source.loader, settings)
     if "trace" in run.budget.needs:
         with run.stage("trace", held=held()) as stage:
-            run.parts["trace"] = trace_stage(stage, source.step, run.parts["step"].first_steady_s,
+            run.parts["trace"] = trace_stage(stage, model, run.parts["step"].first_steady_s,
                                              pipeline.dataset, Path(trace_dir), settings.trace_steps)
     run.resume(passes)  # the time decided stages left goes to those still undecided
     fixes.close()
     parts = run.parts
-    parts["work"] = _with_rates(parts["work"], parts.get("throughput"), parts.get("input_bound"), parts["step"])
+    throughput, bound, step = parts.get("throughput"), parts.get("input_bound"), parts["step"]
+    rate = None if throughput is None else throughput.samples_per_s
+    audio = None if rate is None or throughput.audio_s_per_s is None else throughput.audio_s_per_s.median / rate
+    # the step's steady seconds: fed the synthetic twin where measured, else its second call
+    step_s = bound.t_synthetic if bound is not None else step.first_steady_s if step is not None else None
+    parts["work"] = with_rates(parts["work"], audio_s_per_sample=audio, samples_per_s=rate, step_s=step_s)
     parts["capacity"] = with_step_need(parts.get("capacity"), settings.step_time, batch, parts.get("input_bound"),
                                        parts["step"], parts.get("feed"))
 
 
-def _with_rates(work: WorkFigures, throughput: Throughput | None, bound: InputBoundFigures | None,
-                step: StepRun | None) -> WorkFigures:
-    """The work against the steady samples/s and audio, and the step's steady seconds (fed by the synthetic
-    twin where measured, else its second call)."""
-    rate = _samples_per_s(throughput)
-    audio = None if rate is None or throughput.audio_s_per_s is None else throughput.audio_s_per_s.median / rate
-    step_s = bound.t_synthetic if bound is not None else step.first_steady_s if step is not None else None
-    return with_rates(work, audio_s_per_sample=audio, samples_per_s=rate, step_s=step_s)
-
-
-def _samples_per_s(throughput: Throughput | None) -> float | None:
-    """The steady rate's median where it counts samples (a batch's leading dimension), else None."""
-    counts_samples = throughput is not None and throughput.rate is not None and throughput.unit == "samples"
-    return throughput.rate.median if counts_samples else None
-
-
-def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, measured: Throughput | None,
-                     split: rewrite.Fix | rewrite.NotApplied, alternatives: list) -> tuple[list, list[FixGain]]:
+def _fix_comparisons(stage: Stage, start: Startup, settings: fig.DiagnoseSettings, measured: fig.Throughput | None,
+                     split: rewrite.Fix | rewrite.NotApplied, alternatives: list) -> tuple[list, list[fig.FixGain]]:
     """The fixes perfsuite can apply to this pipeline (padding first: the step's gain; the capacity model's split
     after the rewrites; the source's alternatives last), and those it considered and cannot apply, with why."""
     pipeline, graph, step = start.pipeline, start.graph, start.model
     try:
         fixes, skipped = rewrite.applicable_fixes(
             pipeline, ends_with_prefetch=graph.ends_with_prefetch, fill_limit_s=stage.left_s() / 4,
-            samples_per_s=_samples_per_s(measured))
+            samples_per_s=None if measured is None else measured.samples_per_s)
     except Exception as error:  # noqa: BLE001 -- a graph perfsuite cannot rewrite: said, not raised
         fixes, skipped = [], [rewrite.NotApplied("all", f"the graph could not be read for rewriting: {error}")]
     (fixes if isinstance(split, rewrite.Fix) else skipped).append(split)
@@ -220,11 +201,12 @@ def _fix_comparisons(stage: Stage, start: Startup, settings: DiagnoseSettings, m
                                                 padding=padding))
     elif graph.buckets:
         skipped.append(rewrite.NotApplied("bucketing", "the pipeline already buckets by length (group_by_window)"))
-    return comparisons + alternatives, [FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
+    refused = [fig.FixGain(name=s.name, words=s.name, applied=False, why=s.why) for s in skipped]
+    return comparisons + alternatives, refused
 
 
-def _feed_stage(stage: Stage, start: Startup, settings: DiagnoseSettings, throughput: Throughput | None
-                ) -> FeedFigures | None:
+def _feed_stage(stage: Stage, start: Startup, settings: fig.DiagnoseSettings, throughput: fig.Throughput | None
+                ) -> fig.FeedFigures | None:
     """The pipeline against an emulated accelerator (stages.feed_stage), read from a fresh iterator drained of
     start.drain batches (the warm-up and what its buffers hold). Batches of any structure go on as {'mel', 'mel_len'}
     (speech.canonical_batch, the throughput stage's true lengths) where it found real frames, else as they are."""
@@ -246,7 +228,7 @@ def _with_verdicts(diagnosis: Diagnosis) -> Diagnosis:
     return replace(diagnosis, verdicts=tuple(verdicts(diagnosis)))
 
 
-def _input_bound_pass(step: StepModel, first: StepRun, start: Startup, settings: DiagnoseSettings) -> Resumable:
+def _input_bound_pass(step: StepModel, first: fig.StepRun, start: Startup, settings: fig.DiagnoseSettings) -> Resumable:
     """The input-bound stage (input_bound.InputBoundStage: the pipeline, a fresh Stream per side and round, vs
     the first batch repeated), each pass's parts its figures, the GPU sampled around its rounds, and the step's
     run: the rounds' calls added, the traces counted over them (those since the first calls, the work

@@ -1,5 +1,5 @@
 """The targets of `perfsuite diagnose --pipeline MODULE:FUNCTION [--step MODULE:FUNCTION]`: the user's
-dataset factory and step imported, the factory called, or TargetError (inspect_graph kept for callers)."""
+dataset factory and step imported, the factory called, or TargetError."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from typing import Any
 
 from perfsuite._tensorflow import tensorflow
 from perfsuite.errors import PerfsuiteError, one_line_error
-from perfsuite.tools.diagnose.graph import inspect_graph
 
-__all__ = ["TargetError", "inspect_graph", "load_callable", "load_step", "make_dataset", "one_line_error"]
+__all__ = ["TargetError", "load_callable", "load_step", "make_dataset", "one_line_error"]
 
 
 class TargetError(PerfsuiteError, ValueError):

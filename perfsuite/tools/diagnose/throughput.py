@@ -14,8 +14,7 @@ from perfsuite.measure.speech import FrameCounter
 from perfsuite.measure.stats import detect_cycle
 from perfsuite.tools.diagnose.plan import TARGET_ROUNDS, Stage, more_rounds, status_from
 from perfsuite.tools.diagnose.streams import Stream, samples_in, timed_next
-from perfsuite.verdict.diagnosis_figures import MIN_ROUNDS, VARIATION_BOUNDARIES, RoundsEstimate, estimate
-from perfsuite.verdict.pipeline_figures import Throughput
+from perfsuite.verdict import diagnosis_figures as fig
 
 THROUGHPUT_PRECISION = 0.10  # throughput is decided when its interval lies within +-10 % of the median
 MIN_THROUGHPUT_BATCHES = 4  # steady batches per throughput round, at least ...
@@ -34,22 +33,22 @@ class ThroughputRounds:
         self.rounds: list[list[float]] = []  # per round: its rate, then each batch's seconds
         self.audio: list[float] = []
 
-    def _rate(self) -> RoundsEstimate | None:
-        return estimate([r[0] for r in self.rounds]) if self.rounds else None
+    def _rate(self) -> fig.RoundsEstimate | None:
+        return fig.estimate([r[0] for r in self.rounds]) if self.rounds else None
 
     def precise(self) -> bool:
         rate = self._rate()
-        return (rate is not None and rate.rounds >= MIN_ROUNDS
+        return (rate is not None and rate.rounds >= fig.MIN_ROUNDS
                 and rate.high - rate.low <= 2 * THROUGHPUT_PRECISION * rate.median)
 
     def more_rounds(self) -> float:
         """Rounds more to know the rate within THROUGHPUT_PRECISION (plan.more_rounds)."""
-        if len(self.rounds) < MIN_ROUNDS:
-            return float(MIN_ROUNDS - len(self.rounds))
+        if len(self.rounds) < fig.MIN_ROUNDS:
+            return float(fig.MIN_ROUNDS - len(self.rounds))
         rate = self._rate()
         return more_rounds(rate.rounds, rate.high - rate.low, 2 * THROUGHPUT_PRECISION * rate.median)
 
-    def run(self, stage: Stage) -> Throughput:
+    def run(self, stage: Stage) -> fig.Throughput:
         # a second pass: its batches measured so far size its rounds; a first pass, the warm-up batches
         measured = [s for r in self.rounds for s in r[1:]] or self.warmup_s or [self.first_s]
         batch_s_estimate = statistics.median(measured)
@@ -97,19 +96,19 @@ class ThroughputRounds:
         if len(self.frames.real) == noted + len(kept) and seen:  # every kept batch had the layout's audio
             self.audio.append(rate * sum(self.frames.real[noted:]) * self.layout.frame_s / seen)
 
-    def figures(self) -> Throughput:
+    def figures(self) -> fig.Throughput:
         rounds, frames = self.rounds, self.frames
         batch_s = tuple(s for r in rounds for s in r[1:])
         variation = [statistics.pstdev(r[1:]) / statistics.fmean(r[1:]) for r in rounds]
         audio = rounds and len(self.audio) == len(rounds)
-        return Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit,
-                          rate=self._rate(), batches_per_round=self.batches or 0, batch_s=batch_s,
-                          variation=estimate(variation, VARIATION_BOUNDARIES) if rounds else None,
-                          round_batches=tuple(len(r) - 1 for r in rounds), restarts=self.restarts,
-                          cycle=detect_cycle(batch_s) if batch_s else None,
-                          audio_s_per_s=estimate(self.audio) if audio else None,
-                          padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
-                          padding=frames.figures())
+        return fig.Throughput(first_batch_s=self.first_s, warmup_s=self.warmup_s, unit=self.unit,
+                              rate=self._rate(), batches_per_round=self.batches or 0, batch_s=batch_s,
+                              variation=fig.estimate(variation, fig.VARIATION_BOUNDARIES) if rounds else None,
+                              round_batches=tuple(len(r) - 1 for r in rounds), restarts=self.restarts,
+                              cycle=detect_cycle(batch_s) if batch_s else None,
+                              audio_s_per_s=fig.estimate(self.audio) if audio else None,
+                              padding_efficiency=sum(frames.real) / sum(frames.padded) if frames.padded else None,
+                              padding=frames.figures())
 
 
 def _bytes(batch) -> int:

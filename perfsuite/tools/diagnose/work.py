@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from perfsuite.measure.peak import measure_peak
 from perfsuite.measure.work import WorkFingerprint, WorkUnavailable, dataset_work, step_work
-from perfsuite.verdict.pipeline_figures import WorkFigures
+from perfsuite.verdict.diagnosis_figures import WorkFigures
 
 
 def read_work(dataset, step, batch, *, pipeline_name: str, step_name: str | None) -> WorkFigures:
