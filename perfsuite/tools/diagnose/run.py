@@ -68,6 +68,7 @@ def diagnose(*, target: fig.Target, settings: fig.DiagnoseSettings, cache_dir: P
 
 
 def _source(target: fig.Target, settings: fig.DiagnoseSettings, cache_dir: Path | None, tell):
+    """What target measures: the preset over its directory, or the user's factory called and step loaded."""
     if target.dataset is not None:
         return dataset_source(Path(target.dataset), settings, cache_dir, tell)
     tell(f"importing {target.pipeline}" + (f" and {target.step}" if target.step else ""))
