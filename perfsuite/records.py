@@ -110,9 +110,14 @@ def migrate(cls: type[Record], data: Any, where: str) -> dict:
     return data
 
 
+def versioned(record: Record) -> dict:
+    """The record's JSON object as its file holds it: schema_version first, then as_dict()."""
+    return {"schema_version": type(record).SCHEMA_VERSION, **record.as_dict()}
+
+
 def dumps(record: Record) -> str:
     """The record as versioned JSON text."""
-    return json.dumps({"schema_version": type(record).SCHEMA_VERSION, **record.as_dict()}, indent=2) + "\n"
+    return json.dumps(versioned(record), indent=2) + "\n"
 
 
 def loads(text: str, cls: type[R], where: str) -> R:

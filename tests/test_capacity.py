@@ -207,6 +207,7 @@ def test_a_model_that_misses_its_check_says_so_first():
 
 
 def test_the_section_round_trips_and_an_old_file_loads_with_none():
+    from perfsuite.records import versioned
     from perfsuite.verdict.diagnosis_record import SCHEMA_VERSION, Diagnosis
 
     stored = json.loads((Path(__file__).parent / "data" / "pipeline_schema6.json").read_text())
@@ -214,8 +215,7 @@ def test_the_section_round_trips_and_an_old_file_loads_with_none():
     loaded = Diagnosis.from_dict(stored)
     assert loaded.capacity is None and loaded.settings.cores is None
     figures = with_need(_figures(400, 390), step_s=1 / 64, step_source="--step-time", batch=16)
-    written = json.loads(json.dumps({"schema_version": SCHEMA_VERSION, **replace(loaded, capacity=figures).as_dict()},
-                                     allow_nan=False))
+    written = json.loads(json.dumps(versioned(replace(loaded, capacity=figures)), allow_nan=False))
     assert written["schema_version"] == SCHEMA_VERSION == 9
     assert {"predicted_2core", "measured_2core", "cores_needed"} <= set(written["capacity"])
     assert Diagnosis.from_dict(written).capacity == figures

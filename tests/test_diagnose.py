@@ -25,7 +25,7 @@ import pytest
 from perfsuite.errors import PerfsuiteError
 from perfsuite.measure.rounds import BUDGET_SPENT, until_decided
 from perfsuite.measure.stats import classify_input_bound
-from perfsuite.records import RecordError
+from perfsuite.records import RecordError, versioned
 from perfsuite.tools import cli
 from perfsuite.tools.diagnose import run as diagnose_module
 from perfsuite.tools.diagnose.plan import Event, split_budget, status_of
@@ -401,7 +401,7 @@ def test_json_holds_every_figure_settings_and_fingerprint(run):
 
 def test_json_round_trips_through_diagnosis_from_dict(run):
     returned = run.diagnosis
-    assert Diagnosis.from_dict({"schema_version": SCHEMA_VERSION, **returned.as_dict()}) == returned
+    assert Diagnosis.from_dict(versioned(returned)) == returned
     assert json.loads(json.dumps(returned.as_dict())) == {k: v for k, v in run.result.items() if k != "schema_version"}
     loaded = Diagnosis.from_dict(run.result)
     assert loaded == returned
@@ -485,7 +485,7 @@ def _interrupt_after(stage_name):
 
 
 def _write(path):
-    return lambda d: cli._write_json(path, {"schema_version": SCHEMA_VERSION, **d.as_dict()})
+    return lambda d: cli._write_json(path, versioned(d))
 
 
 def test_an_interrupted_run_keeps_a_partial_json_that_loads(tiny_corpus, tmp_path):
@@ -862,7 +862,7 @@ def test_a_dataset_file_of_an_older_schema_loads_as_the_one_record(version):
     modes = {"step xla": "xla_over_graph", "step eager": "graph_over_eager"}
     assert {name for name, ratio in modes.items() if ratio in stored["step"]["ratios"]} <= set(gains)
     assert loaded.verdicts  # the findings as they were written
-    assert Diagnosis.from_dict({"schema_version": SCHEMA_VERSION, **loaded.as_dict()}) == loaded
+    assert Diagnosis.from_dict(versioned(loaded)) == loaded
 
 
 def test_older_dataset_files_migrate_as_their_schemas_did():
@@ -881,6 +881,6 @@ def test_a_pipeline_file_loads_as_the_one_record():
     assert loaded.target.pipeline == stored["target"]["pipeline"] and loaded.target.dataset is None
     assert loaded.throughput.rate.as_dict() == stored["throughput"]["rate"]
     assert loaded.capacity is None and loaded.data is None and loaded.sweep == ()
-    assert Diagnosis.from_dict({"schema_version": SCHEMA_VERSION, **loaded.as_dict()}) == loaded
+    assert Diagnosis.from_dict(versioned(loaded)) == loaded
     with pytest.raises(RecordError, match="schema_version: expected one of"):
         Diagnosis.from_dict({**stored, "schema_version": 1})

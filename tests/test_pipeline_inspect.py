@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.records import versioned
 from perfsuite.tools import cli
 from perfsuite.tools.diagnose.plan import Event
 from perfsuite.tools.diagnose.run import diagnose
@@ -320,7 +321,7 @@ def test_an_interrupted_pipeline_run_keeps_a_partial_json(module_file, tmp_path)
     with pytest.raises(KeyboardInterrupt):
         diagnose(target=Target(pipeline=f"{module_file}:make", step=f"{module_file}:step", args={}),
                           settings=DiagnoseSettings(budget_s=10), progress=progress,
-                          checkpoint=lambda d: cli._write_json(path, {"schema_version": SCHEMA_VERSION, **d.as_dict()}))
+                          checkpoint=lambda d: cli._write_json(path, versioned(d)))
     partial = Diagnosis.from_dict(json.loads(path.read_text()))
     assert partial.complete is False and [s.name for s in partial.stages] == ["throughput"]
     assert partial.throughput is not None and partial.input_bound is None

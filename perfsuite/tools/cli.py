@@ -319,7 +319,9 @@ def _json_checkpoint(path: Path | None):
     """checkpoint(diagnosis) for diagnose(): the JSON rewritten (atomically) after every stage."""
     if path is None:
         return None
-    return lambda diagnosis: _write_json(path, {"schema_version": diagnosis.SCHEMA_VERSION, **diagnosis.as_dict()})
+    from perfsuite.records import versioned
+
+    return lambda diagnosis: _write_json(path, versioned(diagnosis))
 
 
 def progress_line(event) -> str:
