@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.measure.step_model import StepModel
+from perfsuite.measure.teardown import iterate
 from perfsuite.tools.diagnose.attribution import MIN_READS
 from perfsuite.tools.diagnose.fixes import RewriteComparison
 from perfsuite.tools.diagnose.rewrite import Fix
@@ -68,7 +69,7 @@ def dataset_source(dataset_dir: Path, settings: fig.DiagnoseSettings, cache_dir:
     with measured_data(dataset_dir, cache_dir, ids, copies, mel_config, tell) as (measured, cache_dir, cache):
         loader = _loader_factory(measured, cache_dir, settings, mel_config, shapes)
         steps = _steps(settings, shapes)
-        batch = next(iter(loader("tf_native", "wav")))
+        batch = next(iterate(loader("tf_native", "wav")))  # its iterator torn down off this thread
         for mode in fig.ALTERNATIVE_MODES:  # their first calls (XLA's compile takes seconds) kept apart, as the base's
             first = StepModel(steps(mode), name=f"step-{mode}").first_calls(batch)
             tell(f"the step in {mode} mode: first call {first.first_s:.2f} s (trace, compile), then "
