@@ -72,7 +72,7 @@ def fitting(budget_s: float, each_s: float, *, least: int, most: int) -> int:
     """How many rounds (or calls) of ``each_s`` seconds fit ``budget_s``, within [least, most]; most where
     each_s is not > 0 (nothing says what one costs). The planned count of the fixture's rounds
     (RunProfile.rounds_for); diagnose's calls per round (plan.calls_that_fit) ask the same."""
-    count = int(budget_s // each_s) if each_s > 0 else most
+    count = int(min(budget_s // each_s, most)) if each_s > 0 else most  # a tiny each_s: inf, not an int
     return max(least, min(most, count))
 
 
